@@ -1,0 +1,240 @@
+"""Pure: raw recompile-reason text -> typed :class:`GuardFailure` records.
+
+A reason looks like ``"0/1: 2 <= lei.size()[1]  # <user line>  # model.py:16 in forward (...0/1
+specialization...)"``: the compile id of the cache entry that rejected the input, the failing
+guard, then ``  # ``-separated comments (the user's code, its location, torch's explanation and
+hint). Tensor checks read ``"tensor 'x' stride mismatch at index 0. expected 0, actual 3888"``.
+
+Patterns are data (:data:`TENSOR_PATTERNS`, :data:`NOTE_PATTERNS`, :data:`EXPRESSION_PATTERNS`),
+tried in order; the first match names the kind. A reason no pattern explains is kept verbatim as
+``other`` — counted, never dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .model import FailureKind, GuardFailure
+
+K = FailureKind
+
+# "tensor 'x' <what> mismatch ..." from Dynamo's C++ TENSOR_MATCH guard.
+TENSOR_PATTERNS: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
+    (
+        K.SIZE_MISMATCH,
+        re.compile(
+            r"tensor '(?P<input>[^']+)' size mismatch at index (?P<axis>\d+)\. "
+            r"expected (?P<expected>[^,]+), actual (?P<actual>\S+)"
+        ),
+    ),
+    (
+        K.STRIDE_MISMATCH,
+        re.compile(
+            r"tensor '(?P<input>[^']+)' stride mismatch at index (?P<axis>\d+)\. "
+            r"expected (?P<expected>[^,]+), actual (?P<actual>\S+)"
+        ),
+    ),
+    (
+        K.DTYPE_MISMATCH,
+        re.compile(
+            r"tensor '(?P<input>[^']+)' dtype mismatch\. expected (?P<expected>[^,]+), "
+            r"actual (?P<actual>\S+)"
+        ),
+    ),
+    (
+        K.NDIM_MISMATCH,
+        re.compile(
+            r"tensor '(?P<input>[^']+)' rank mismatch\. expected (?P<expected>\d+), "
+            r"actual (?P<actual>\d+)"
+        ),
+    ),
+    (
+        K.REQUIRES_GRAD_MISMATCH,
+        re.compile(r"tensor '(?P<input>[^']+)' requires_grad mismatch\. expected requires_grad=(?P<expected>\d)"),
+    ),
+    (
+        K.DEVICE_MISMATCH,
+        re.compile(
+            r"tensor '(?P<input>[^']+)' (?:dispatch key set mismatch\. expected (?P<expected>.+?), "
+            r"actual (?P<actual>.+)|Tensor device index mismatch\. Expected device index to be "
+            r"(?P<expected_index>\d+), actual (?P<actual_index>\d+))"
+        ),
+    ),
+)
+
+# Torch's own explanation in the guard's comment.
+NOTE_PATTERNS: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
+    (K.DUCK_SIZING, re.compile(r"duck sizing added this equality")),
+    (K.ZERO_ONE_SPECIALIZATION, re.compile(r"0/1 specialization")),
+)
+
+# The guard expression itself, when the comment does not explain it.
+EXPRESSION_PATTERNS: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
+    (K.GLOBAL_STATE, re.compile(r"GLOBAL_STATE|___check_global_state|global state", re.I)),
+    (K.LIST_LENGTH, re.compile(r"^len\((?P<input>.+?)\) == (?P<expected>\d+)$")),
+    (K.TYPE_MISMATCH, re.compile(r"___check_type_id\((?P<input>[^,]+),|\bisinstance\(|\btype\(|TYPE_MISMATCH|expected type of")),
+    (K.CONSTANT_VALUE, re.compile(r"___check_obj_id\(|^(?P<input>[A-Za-z_][\w]*(?:\[[^\]]+\])*) == (?P<expected>[^=<>]+)$")),
+    (K.SHAPE_RELATION, re.compile(r"\.(?:size|stride)\(\)\[\d+\]|\.numel\(\)|\.storage_offset\(\)")),
+)
+
+_COMPILE_ID = re.compile(r"^\s*\[?(?P<id>\d+/\d+)\]?:\s*")
+_DIM = re.compile(r"(?P<input>[A-Za-z_]\w*(?:\[[^\]]+\])*)\.(?P<which>size|stride)\(\)\[(?P<axis>\d+)\]")
+_LOCATION = re.compile(r"(?P<loc>[^\s#()]+:\d+ in [\w<>.]+)")
+_HINT = re.compile(r"(to avoid (?:this )?specialization,? (?:set|try) .*?)(?:\)\s*$|$)")
+_BOUNDS = re.compile(r"^\s*(?P<low>-?\d+)\s*<=\s*(?P<expr>.+?)(?:\s*<=\s*(?P<high>-?\d+))?\s*$")
+_UPPER = re.compile(r"^\s*(?P<expr>.+?)\s*<=\s*(?P<high>-?\d+)\s*$")
+_OBJECT_ID = re.compile(r"(___check_(?:type|obj)_id\([^,]+,\s*)\d+(\))")
+# "some/long/path/pkg/model.py:58" and 'File "/abs/pkg/model.py"' -> "pkg/model.py": torch
+# shortens paths relative to its own install folder, so the prefix depends on the machine.
+_SOURCE_PATH = re.compile(r"[^\s#():\"']*?([^\s/#():\"']+/[^\s/#():\"']+\.py)(?=:\d+|\")")
+# Largest values torch prints for an unbounded size (int64 max, int32 max, sympy's int_oo).
+_UNBOUNDED = {"9223372036854775807", "9223372036854775806", "2147483647", "int_oo"}
+
+
+@dataclass(frozen=True)
+class _Parts:
+    against: str | None
+    guard: str
+    comments: tuple[str, ...]
+    user_stack: str | None
+
+
+def normalize_reason(text: str) -> str:
+    """Make a reason machine-independent: object ids (memory addresses) become ``<id>`` and
+    source paths keep their last two components."""
+    return _SOURCE_PATH.sub(r"\1", _OBJECT_ID.sub(r"\1<id>\2", text))
+
+
+def _split(reason: str) -> _Parts:
+    text, _, user_stack = reason.partition("\nUser stack trace:\n")
+    against = None
+    match = _COMPILE_ID.match(text)
+    if match:
+        against = match.group("id")
+        text = text[match.end():]
+    pieces = [p.strip() for p in text.split("  # ")]
+    return _Parts(
+        against=against,
+        guard=pieces[0],
+        comments=tuple(p for p in pieces[1:] if p),
+        user_stack=user_stack.strip() or None,
+    )
+
+
+def _user_source(parts: _Parts) -> str | None:
+    for position, comment in enumerate(parts.comments):
+        match = _LOCATION.search(comment)
+        if match:
+            code = parts.comments[position - 1] if position > 0 else None
+            location = match.group("loc")
+            return f"{location}: {code}" if code else location
+    if parts.user_stack:
+        return parts.user_stack.splitlines()[-1].strip()
+    return None
+
+
+def _hint(parts: _Parts) -> str | None:
+    for comment in parts.comments:
+        match = _HINT.search(comment)
+        if match:
+            return match.group(1).strip()
+    return None
+
+
+def _dims(guard: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    dims: list[str] = []
+    inputs: list[str] = []
+    for match in _DIM.finditer(guard):
+        if match.group(0) not in dims:
+            dims.append(match.group(0))
+        if match.group("input") not in inputs:
+            inputs.append(match.group("input"))
+    return tuple(dims), tuple(inputs)
+
+
+def _is_user_bounded(guard: str) -> bool:
+    """True when a 0/1-specialization guard also carries bounds from the user's own code."""
+    match = _BOUNDS.match(guard)
+    if match:
+        low, high = match.group("low"), match.group("high")
+        return low not in {"0", "1", "2"} or (high is not None and high not in _UNBOUNDED)
+    match = _UPPER.match(guard)
+    return bool(match and match.group("high") not in _UNBOUNDED)
+
+
+def classify_reason(reason: str) -> GuardFailure:
+    """Classify one recompile reason (one rejecting cache entry)."""
+    reason = normalize_reason(reason)
+    parts = _split(reason)
+    guard = parts.guard
+    user_source = _user_source(parts)
+    hint = _hint(parts)
+
+    for kind, pattern in TENSOR_PATTERNS:
+        match = pattern.search(guard)
+        if not match:
+            continue
+        fields = match.groupdict()
+        name = fields["input"]
+        axis = fields.get("axis")
+        dims: tuple[str, ...] = ()
+        if axis is not None:
+            which = "stride" if kind is K.STRIDE_MISMATCH else "size"
+            dims = (f"{name}.{which}()[{axis}]",)
+        expected = fields.get("expected") or fields.get("expected_index")
+        actual = fields.get("actual") or fields.get("actual_index")
+        return GuardFailure(
+            kind=kind,
+            causes=(kind,),
+            against=parts.against,
+            inputs=(name,),
+            dims=dims,
+            guard=guard,
+            expected=expected.strip() if expected else None,
+            actual=actual.strip() if actual else None,
+            user_source=user_source,
+            hint=hint,
+            raw=reason,
+        )
+
+    dims, inputs = _dims(guard)
+    causes: list[FailureKind] = []
+    note = " ".join(parts.comments)
+    for kind, pattern in NOTE_PATTERNS:
+        if pattern.search(note):
+            causes.append(kind)
+    if K.ZERO_ONE_SPECIALIZATION in causes and _is_user_bounded(guard):
+        # The user's own branch set a bound besides 2: marking the dim unbacked cannot remove
+        # that one, so it is the kind that names the fix; 0/1 stays recorded as a cause.
+        causes.insert(0, K.SHAPE_RELATION)
+    expected = None
+    if not causes:
+        for kind, pattern in EXPRESSION_PATTERNS:
+            match = pattern.search(guard)
+            if match:
+                causes.append(kind)
+                fields = match.groupdict()
+                if fields.get("input") and not inputs:
+                    inputs = (fields["input"],)
+                expected = fields.get("expected")
+                break
+    if not causes:
+        causes.append(K.OTHER)
+    return GuardFailure(
+        kind=causes[0],
+        causes=tuple(causes),
+        against=parts.against,
+        inputs=inputs,
+        dims=dims,
+        guard=guard,
+        expected=expected.strip() if expected else None,
+        actual=None,
+        user_source=user_source,
+        hint=hint,
+        raw=reason,
+    )
+
+
+def classify_reasons(reasons: tuple[str, ...] | list[str]) -> tuple[GuardFailure, ...]:
+    return tuple(classify_reason(r) for r in reasons if r and r.strip())

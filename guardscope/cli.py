@@ -1,0 +1,162 @@
+"""The ``guardscope`` command line: each command parses options, calls one library function,
+prints a summary. A :class:`GuardscopeError` becomes a one-paragraph message and exit status 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, Callable
+
+import click
+
+from .errors import GuardscopeError
+
+
+def _friendly_errors(command: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except GuardscopeError as exc:
+            click.secho(f"error: {exc}", fg="red", err=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+def _parse_marks(values: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
+    marks = []
+    for value in values:
+        path, _, dim = value.rpartition(":")
+        if not path or not dim.lstrip("-").isdigit():
+            raise click.BadParameter(f"{value!r} is not ARG:DIM (e.g. x:0)", param_hint="--mark-unbacked")
+        marks.append((path, int(dim)))
+    return tuple(marks)
+
+
+_TRISTATE = {"true": True, "false": False, "auto": None}
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="guardscope")
+def main() -> None:
+    """guardscope: find every torch.compile recompile a corpus of real inputs causes, and why.
+
+    \b
+    Typical use:
+      guardscope analyze samples/gnn/corpus --out out/
+    """
+
+
+@main.command()
+@click.argument("corpus", type=click.Path(file_okay=False, path_type=str))
+@click.option("--out", "out_dir", default="guardscope-out", show_default=True,
+              type=click.Path(file_okay=False), help="Folder for catalog.json, timings.json and trace/.")
+@click.option("--model", default=None, help="Model spec overriding the manifest's: 'pkg.mod:attr' or 'path/file.py:attr'.")
+@click.option("--backend", type=click.Choice(["eager", "aot_eager", "inductor"]), default="eager",
+              show_default=True, help="Analysis backend. Guards come from Dynamo, so 'eager' finds the same recompiles far faster; 'inductor' measures real compile times.")
+@click.option("--device", default="cpu", show_default=True, help="Device to replay on (cpu, cuda, cuda:1...).")
+@click.option("--dynamic", type=click.Choice(["true", "false", "auto"]), default=None,
+              help="Override the manifest's torch.compile(dynamic=...); 'auto' is dynamic=None.")
+@click.option("--fullgraph/--no-fullgraph", default=None, help="Override the manifest's fullgraph.")
+@click.option("--mode", default=None, help="Override the manifest's torch.compile mode (inductor only).")
+@click.option("--no-duck-shape", is_flag=True, help="Replay with duck sizing off (use_duck_shape=False).")
+@click.option("--mark-unbacked", "marks", multiple=True, metavar="ARG:DIM",
+              help="mark_unbacked this argument dimension before the call; repeatable (e.g. x:0).")
+@click.option("--mark-samples", type=click.Choice(["all", "first"]), default="all", show_default=True,
+              help="Apply --mark-unbacked to every sample or only the first (the seed article's Option 3).")
+@click.option("--recompile-limit", type=int, default=4096, show_default=True,
+              help="Dynamo recompile limit during the replay (raised so every topology is seen).")
+@click.option("--strict", is_flag=True, help="Fail when any guard failure is unclassified or a trace record unreadable.")
+@click.option("--force", is_flag=True, help="Overwrite an existing analysis in --out.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@_friendly_errors
+def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: str, dynamic: str | None,
+            fullgraph: bool | None, mode: str | None, no_duck_shape: bool, marks: tuple[str, ...],
+            mark_samples: str, recompile_limit: int, strict: bool, force: bool, quiet: bool) -> None:
+    """Replay CORPUS through torch.compile and catalog every recompile.
+
+    Writes OUT/catalog.json (compiles, classified guard failures, topologies, per-dimension
+    facts), OUT/timings.json and the raw structured trace OUT/trace/ (open it with tlparse).
+
+    \b
+    Examples:
+      guardscope analyze samples/gnn/corpus --out out/
+      guardscope analyze corpus/ --out out/ --backend inductor --device cuda
+      guardscope analyze corpus/ --out out/ --no-duck-shape --mark-unbacked x:0 --mark-samples first
+    """
+    from . import pipeline
+    from .corpus import load_corpus
+
+    total = len(load_corpus(corpus))
+    overrides = {
+        "backend": backend,
+        "device": device,
+        "dynamic": _TRISTATE[dynamic] if dynamic is not None else None,
+        "fullgraph": fullgraph,
+        "mode": mode,
+        "recompile_limit": recompile_limit,
+        "mark_samples": mark_samples,
+    }
+    if no_duck_shape:
+        overrides["duck_shape"] = False
+    if marks:
+        overrides["mark_unbacked"] = _parse_marks(marks)
+    if "dynamic" in overrides and overrides["dynamic"] is None and dynamic == "auto":
+        overrides.pop("dynamic")
+    with click.progressbar(length=total, label="replaying", file=sys.stderr,
+                           hidden=quiet or not sys.stderr.isatty()) as bar:
+        last = [0]
+
+        def progress(done: int) -> None:
+            bar.update(done - last[0])
+            last[0] = done
+
+        analysis = pipeline.analyze(corpus, out_dir, model=model, strict=strict, force=force,
+                                    progress=progress, **overrides)
+    for warning in analysis.warnings:
+        click.secho(f"warning: {warning}", fg="yellow", err=True)
+    click.echo(format_summary(analysis))
+
+
+def format_summary(analysis: Any) -> str:
+    catalog = analysis.catalog
+    data = catalog.to_json()["summary"]
+    lines = [
+        f"corpus      {catalog.corpus_path} ({catalog.samples} samples), model {catalog.model}",
+        f"compile     backend={catalog.compile['backend']} dynamic={catalog.compile['dynamic']} "
+        f"fullgraph={catalog.compile['fullgraph']} device={catalog.compile['device']} "
+        f"torch {catalog.torch_version}",
+        f"compiles    {data['compiles']} at samples {data['compile_samples']}",
+        f"recompiles  {data['recompiles']} at samples {data['recompile_samples']}",
+    ]
+    if data["failures_by_kind"]:
+        kinds = ", ".join(f"{k} {v}" for k, v in data["failures_by_kind"].items())
+        lines.append(f"failures    {kinds}")
+    timed = [c for c in catalog.compiles if c.event.seconds is not None]
+    if timed:
+        slowest = max(timed, key=lambda c: c.event.seconds)
+        total = sum(c.event.seconds for c in timed)
+        lines.append(
+            f"compile time {total:.2f} s in all; slowest {slowest.event.seconds:.2f} s "
+            f"(compile {slowest.event.compile_id}, sample {slowest.event.sample})"
+        )
+    lines.append(f"topologies  {data['topologies']}")
+    for topology in catalog.topologies:
+        facts = "; ".join(topology.facts[:4]) + (" ..." if len(topology.facts) > 4 else "")
+        lines.append(
+            f"  T{topology.id:<3} {topology.count:>6} samples, first {topology.first_sample:<6} "
+            f"graph {topology.compile_id}: {facts}"
+        )
+    if catalog.failed_samples:
+        lines.append(f"failed      {len(catalog.failed_samples)} samples raised (see catalog.json)")
+    if catalog.unparsed:
+        lines.append(f"unparsed    {dict(sorted(catalog.unparsed.items()))}")
+    lines.append(f"replay      {analysis.replay_seconds:.1f} s ({catalog.replay_mode} replay)")
+    lines.append(f"wrote       {analysis.catalog_path}, {analysis.timings_path}, {analysis.trace_path}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,47 @@
+"""Every failure a user can cause or fix: one class each, with the fix in the message.
+
+The CLI turns any :class:`GuardscopeError` into a short message and exit status 2; anything else
+is a bug in guardscope and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class GuardscopeError(Exception):
+    """Base class: a problem with the user's input or environment, explained in the message."""
+
+
+class CorpusError(GuardscopeError):
+    """The corpus directory is missing, empty, malformed, or holds data that cannot be read safely."""
+
+
+class ManifestError(CorpusError):
+    """``corpus.json`` is malformed, misses a field, or has an unknown format version."""
+
+
+class ShardError(CorpusError):
+    """A shard file is truncated, corrupt, or holds objects that safe loading refuses."""
+
+
+class SampleError(CorpusError):
+    """A sample holds a value the corpus format cannot store (an arbitrary object, a lambda...)."""
+
+
+class ModelSpecError(GuardscopeError):
+    """A model spec (``pkg.mod:attr`` or ``path/file.py:attr``) cannot be resolved into a model."""
+
+
+class CompileOptionsError(GuardscopeError):
+    """Compile options in the manifest or on the command line are not valid for torch.compile."""
+
+
+class TraceParseError(GuardscopeError):
+    """In strict mode: a structured-trace record or guard text could not be parsed or classified."""
+
+
+class OutputError(GuardscopeError):
+    """The output directory exists and holds results, or cannot be written."""
+
+
+class CatalogError(GuardscopeError):
+    """``catalog.json`` is missing, malformed, or of an unknown schema."""

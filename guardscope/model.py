@@ -1,0 +1,260 @@
+"""The data model every stage shares: frozen dataclasses and str enums, no behaviour beyond
+conversion to the JSON forms written into ``catalog.json``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class FailureKind(str, enum.Enum):
+    """Why a cached graph rejected an input. Values are the ``kind`` strings of ``catalog.json``."""
+
+    DUCK_SIZING = "duck_sizing"
+    ZERO_ONE_SPECIALIZATION = "zero_one_specialization"
+    SIZE_MISMATCH = "size_mismatch"
+    STRIDE_MISMATCH = "stride_mismatch"
+    DTYPE_MISMATCH = "dtype_mismatch"
+    DEVICE_MISMATCH = "device_mismatch"
+    REQUIRES_GRAD_MISMATCH = "requires_grad_mismatch"
+    NDIM_MISMATCH = "ndim_mismatch"
+    TYPE_MISMATCH = "type_mismatch"
+    LIST_LENGTH = "list_length"
+    CONSTANT_VALUE = "constant_value"
+    SHAPE_RELATION = "shape_relation"
+    GLOBAL_STATE = "global_state"
+    OTHER = "other"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The arguments of one recorded forward call, with its position in the corpus."""
+
+    index: int
+    args: tuple
+    kwargs: dict
+
+
+@dataclass(frozen=True)
+class GuardFailure:
+    """One guard of one cached graph that an input failed.
+
+    ``causes`` lists every reason the guard exists (a ``2 <= n <= 64`` guard is both 0/1
+    specialization and a user branch); ``kind`` is the first, the one that names the fix.
+    """
+
+    kind: FailureKind
+    causes: tuple[FailureKind, ...]
+    against: str | None  # compile id of the cache entry that rejected the input, e.g. "0/3"
+    inputs: tuple[str, ...]  # forward argument paths involved, e.g. ("cei", "lei")
+    dims: tuple[str, ...]  # dimensions involved, torch's spelling, e.g. ("cei.size()[1]",)
+    guard: str  # the guard expression alone
+    expected: str | None
+    actual: str | None
+    user_source: str | None  # "model.py:16 in forward" and the line, when torch gives one
+    hint: str | None  # torch's own advice, verbatim
+    raw: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "causes": [c.value for c in self.causes],
+            "against": self.against,
+            "inputs": list(self.inputs),
+            "dims": list(self.dims),
+            "guard": self.guard,
+            "expected": self.expected,
+            "actual": self.actual,
+            "user_source": self.user_source,
+            "hint": self.hint,
+            "raw": self.raw,
+        }
+
+
+@dataclass(frozen=True)
+class CompileEvent:
+    """One Dynamo compilation as captured from the structured trace, before classification.
+
+    ``reasons`` are the raw recompile-reason strings (one per rejecting cache entry); ``guards``
+    are the guard lines of the entry this compile produced, used to describe its topology.
+    """
+
+    compile_id: str
+    frame_id: int
+    frame_compile_id: int
+    sample: int | None
+    co_name: str | None
+    seconds: float | None
+    reasons: tuple[str, ...] = ()
+    guards: tuple[str, ...] = ()
+    fail_type: str | None = None
+    fail_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """What Dynamo guards on for one tensor argument."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: str
+    device: str
+    requires_grad: bool
+
+
+@dataclass(frozen=True)
+class SampleMeta:
+    """The guard-relevant description of one sample, keyed by argument path (``x``, ``xs[0]``).
+
+    ``serving`` is the compile id of the cache entry that ran the sample (its topology);
+    ``error`` is set when the forward raised.
+    """
+
+    index: int
+    tensors: tuple[tuple[str, TensorMeta], ...]
+    lengths: tuple[tuple[str, int], ...]  # list/tuple/dict arguments and their lengths
+    scalars: tuple[tuple[str, str], ...]  # non-tensor leaves as "type:repr"
+    serving: str | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class DimensionStats:
+    """One input dimension across the corpus."""
+
+    dim: str
+    input: str
+    axis: int
+    min: int
+    max: int
+    ever_zero: bool
+    ever_one: bool
+    equal_to: tuple[str, ...]
+
+    @property
+    def dynamic(self) -> bool:
+        return self.min != self.max
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dim": self.dim,
+            "input": self.input,
+            "axis": self.axis,
+            "min": self.min,
+            "max": self.max,
+            "dynamic": self.dynamic,
+            "ever_zero": self.ever_zero,
+            "ever_one": self.ever_one,
+            "equal_to": list(self.equal_to),
+        }
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A class of inputs that needs a compiled graph of its own, named by the graph serving it."""
+
+    id: int
+    compile_id: str | None
+    first_sample: int
+    samples: tuple[int, ...]
+    facts: tuple[str, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.samples)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "compile_id": self.compile_id,
+            "first_sample": self.first_sample,
+            "count": self.count,
+            "samples": list(self.samples),
+            "facts": list(self.facts),
+        }
+
+
+@dataclass(frozen=True)
+class ClassifiedCompile:
+    """A compile event with its failures classified."""
+
+    event: CompileEvent
+    failures: tuple[GuardFailure, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sample": self.event.sample,
+            "compile_id": self.event.compile_id,
+            "co_name": self.event.co_name,
+            # Measured times vary run to run; they live in timings.json so that catalog.json
+            # stays byte-for-byte reproducible.
+            "seconds": None,
+            "fail_type": self.event.fail_type,
+            "failures": [f.to_json() for f in self.failures],
+        }
+
+
+@dataclass(frozen=True)
+class FailedSample:
+    index: int
+    error: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sample": self.index, "error": self.error}
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The result of ``analyze``: what ``catalog.json`` holds."""
+
+    torch_version: str
+    corpus_path: str
+    samples: int
+    model: str
+    compile: dict[str, Any]
+    compiles: tuple[ClassifiedCompile, ...]
+    topologies: tuple[Topology, ...]
+    dimensions: tuple[DimensionStats, ...]
+    failed_samples: tuple[FailedSample, ...] = ()
+    replay_mode: str = "full"
+    unparsed: dict[str, int] = field(default_factory=dict)
+
+    SCHEMA = 1
+
+    @property
+    def recompiles(self) -> tuple[ClassifiedCompile, ...]:
+        return tuple(c for c in self.compiles if c.event.frame_compile_id > 0)
+
+    def failure_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for compiled in self.compiles:
+            for failure in compiled.failures:
+                for cause in failure.causes:
+                    counts[cause.value] = counts.get(cause.value, 0) + 1
+        return dict(sorted(counts.items()))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": self.SCHEMA,
+            "torch_version": self.torch_version,
+            "corpus": {"path": self.corpus_path, "samples": self.samples},
+            "model": self.model,
+            "compile": dict(sorted(self.compile.items())),
+            "replay_mode": self.replay_mode,
+            "summary": {
+                "compiles": len(self.compiles),
+                "recompiles": len(self.recompiles),
+                "compile_samples": [c.event.sample for c in self.compiles],
+                "recompile_samples": [c.event.sample for c in self.recompiles],
+                "failures_by_kind": self.failure_counts(),
+                "topologies": len(self.topologies),
+                "failed_samples": len(self.failed_samples),
+                "unparsed": dict(sorted(self.unparsed.items())),
+            },
+            "compiles": [c.to_json() for c in self.compiles],
+            "topologies": [t.to_json() for t in self.topologies],
+            "dimensions": [d.to_json() for d in self.dimensions],
+            "failed_samples": [f.to_json() for f in self.failed_samples],
+        }

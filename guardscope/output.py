@@ -1,0 +1,70 @@
+"""The only module that writes analysis results to disk.
+
+Every file is written atomically (a temporary file in the same folder, then ``os.replace``), so
+an interrupted run never leaves half a file behind, and an output folder that already holds
+results is not overwritten without ``force``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Any
+
+from .errors import OutputError
+
+CATALOG = "catalog.json"
+TIMINGS = "timings.json"
+TRACE_DIR = "trace"
+TRACE_FILE = "torch_trace.log"
+
+
+def prepare_output_dir(directory: str | Path, *, force: bool = False) -> Path:
+    """Create ``directory``; refuse one that already holds results unless ``force``."""
+    path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"output path {path} exists and is not a directory")
+    if (path / CATALOG).exists() and not force:
+        raise OutputError(
+            f"{path} already holds an analysis ({CATALOG}); pass --force to overwrite it "
+            "or choose another --out directory"
+        )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create output directory {path}: {exc}") from exc
+    return path
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+    return path
+
+
+def dumps(data: Any) -> str:
+    """The one JSON style of every file guardscope writes: stable, indented, newline-terminated."""
+    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write_json(path: str | Path, data: Any) -> Path:
+    return write_text(path, dumps(data))
+
+
+def open_trace_stream(directory: str | Path) -> IO[str]:
+    """The raw structured trace, streamed while the replay runs (readable by tlparse)."""
+    trace_dir = Path(directory) / TRACE_DIR
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    return open(trace_dir / TRACE_FILE, "w", encoding="utf-8")

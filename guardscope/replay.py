@@ -1,0 +1,256 @@
+"""Replay a corpus through ``torch.compile`` and record what Dynamo did — the only module that
+calls ``torch.compile``.
+
+For every sample, in recorded order: apply the requested ``mark_unbacked`` marks, run the compiled
+model (under ``torch.inference_mode`` by default, as serving code does), and ask Dynamo's cache
+which compiled entry serves the sample — that entry is the sample's topology. Compiles are read
+from the structured trace (:mod:`guardscope.capture`), attributed to the sample that triggered
+them. Every torch setting touched is restored on exit; Dynamo's caches are reset before the
+replay so it starts as a fresh process would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any, Callable, Iterable, Iterator
+
+import torch
+
+from . import torch_compat
+from .capture import TraceCapture, events_from_records
+from .errors import CompileOptionsError
+from .model import CompileEvent, Sample, SampleMeta, TensorMeta
+
+BACKENDS = ("eager", "aot_eager", "inductor")
+DEFAULT_RECOMPILE_LIMIT = 4096
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How to compile and replay. ``dynamic``/``fullgraph``/``mode`` are production options."""
+
+    backend: str = "eager"
+    dynamic: bool | None = None
+    fullgraph: bool = False
+    mode: str | None = None
+    device: str = "cpu"
+    inference_mode: bool = True
+    duck_shape: bool = True
+    # (argument path, dim) pairs marked with mark_unbacked; "first" marks only sample 0 (the
+    # article's Option 3), "all" marks every sample (what a serving wrapper would do).
+    mark_unbacked: tuple[tuple[str, int], ...] = ()
+    mark_samples: str = "all"
+    recompile_limit: int = DEFAULT_RECOMPILE_LIMIT
+
+    def validate(self) -> None:
+        if self.backend not in BACKENDS:
+            raise CompileOptionsError(
+                f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}"
+            )
+        if self.mode is not None and self.backend != "inductor":
+            # torch.compile's mode selects inductor settings; guards do not depend on it.
+            pass
+        if self.mark_samples not in ("first", "all"):
+            raise CompileOptionsError("mark_samples must be 'first' or 'all'")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise CompileOptionsError(
+                f"device {self.device!r} was asked for but torch.cuda.is_available() is False; "
+                "use --device cpu"
+            )
+
+    def compile_json(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "dynamic": self.dynamic,
+            "fullgraph": self.fullgraph,
+            "mode": self.mode,
+            "device": self.device,
+            "inference_mode": self.inference_mode,
+            "duck_shape": self.duck_shape,
+            "mark_unbacked": [f"{path}:{dim}" for path, dim in self.mark_unbacked],
+            "mark_samples": self.mark_samples if self.mark_unbacked else None,
+        }
+
+
+@dataclass
+class ReplayResult:
+    events: list[CompileEvent]
+    unparsed: dict[str, int]
+    samples: int
+    seconds: float
+    replay_mode: str = "full"
+    dropped_records: int = 0
+    torch_version: str = field(default_factory=torch_compat.torch_version)
+
+
+# --- describing a sample -----------------------------------------------------------------------
+
+
+def _bind(signature: inspect.Signature | None, sample: Sample) -> dict[str, Any]:
+    if signature is None:
+        bound = {f"args[{i}]": a for i, a in enumerate(sample.args)}
+        bound.update(sample.kwargs)
+        return bound
+    try:
+        arguments = signature.bind(*sample.args, **sample.kwargs)
+    except TypeError:
+        return {**{f"args[{i}]": a for i, a in enumerate(sample.args)}, **sample.kwargs}
+    arguments.apply_defaults()
+    return dict(arguments.arguments)
+
+
+def _walk(path: str, value: Any, tensors: list, lengths: list, scalars: list) -> None:
+    if isinstance(value, torch.Tensor):
+        tensors.append(
+            (
+                path,
+                TensorMeta(
+                    shape=tuple(int(s) for s in value.shape),
+                    stride=tuple(int(s) for s in value.stride()) if value.layout == torch.strided else (),
+                    dtype=str(value.dtype).replace("torch.", ""),
+                    device=str(value.device),
+                    requires_grad=bool(value.requires_grad),
+                ),
+            )
+        )
+    elif isinstance(value, (list, tuple)):
+        lengths.append((path, len(value)))
+        for i, item in enumerate(value):
+            _walk(f"{path}[{i}]", item, tensors, lengths, scalars)
+    elif isinstance(value, dict):
+        lengths.append((path, len(value)))
+        for key, item in value.items():
+            _walk(f"{path}[{key!r}]", item, tensors, lengths, scalars)
+    else:
+        scalars.append((path, f"{type(value).__name__}:{value!r}"))
+
+
+def describe(bound: dict[str, Any], index: int, serving: str | None, error: str | None) -> SampleMeta:
+    tensors: list = []
+    lengths: list = []
+    scalars: list = []
+    for name, value in bound.items():
+        _walk(name, value, tensors, lengths, scalars)
+    return SampleMeta(
+        index=index,
+        tensors=tuple(tensors),
+        lengths=tuple(lengths),
+        scalars=tuple(scalars),
+        serving=serving,
+        error=error,
+    )
+
+
+def _lookup(bound: dict[str, Any], path: str) -> Any:
+    """Find the value at an argument path such as ``x`` or ``xs[0]``."""
+    name, _, rest = path.partition("[")
+    value = bound[name]
+    while rest:
+        key, _, rest = rest.partition("]")
+        rest = rest.lstrip("[")
+        value = value[int(key)] if key.lstrip("-").isdigit() else value[key.strip("'\"")]
+    return value
+
+
+def _to_device(value: Any, device: str) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value if str(value.device) == device or device == "cpu" and value.device.type == "cpu" else value.to(device)
+    if isinstance(value, tuple):
+        return tuple(_to_device(v, device) for v in value)
+    if isinstance(value, list):
+        return [_to_device(v, device) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_device(v, device) for k, v in value.items()}
+    return value
+
+
+# --- the replay --------------------------------------------------------------------------------
+
+
+def compile_model(model: Any, options: ReplayOptions) -> Any:
+    kwargs: dict[str, Any] = {
+        "backend": options.backend,
+        "dynamic": options.dynamic,
+        "fullgraph": options.fullgraph,
+    }
+    if options.mode is not None and options.backend == "inductor":
+        kwargs["mode"] = options.mode
+    return torch.compile(model, **kwargs)
+
+
+@contextlib.contextmanager
+def _replay_settings(options: ReplayOptions) -> Iterator[None]:
+    settings = {} if options.duck_shape else {torch_compat.DUCK_SHAPE_SETTING: False}
+    with torch_compat.raised_recompile_limit(options.recompile_limit), torch_compat.patched_config(
+        settings
+    ):
+        yield
+
+
+def replay(
+    model: Any,
+    samples: Iterable[Sample],
+    options: ReplayOptions,
+    *,
+    on_sample: Callable[[SampleMeta], None],
+    trace_stream: IO[str] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ReplayResult:
+    """Replay ``samples`` through ``torch.compile(model)``; report each sample to ``on_sample``.
+
+    ``on_sample`` receives a :class:`SampleMeta` per sample (streamed, so memory stays bounded by
+    a shard); the returned :class:`ReplayResult` holds the compile events.
+    """
+    options.validate()
+    if isinstance(model, torch.nn.Module):
+        model = model.to(options.device).eval()
+    forward = model.forward if isinstance(model, torch.nn.Module) else model
+    try:
+        signature: inspect.Signature | None = inspect.signature(forward)
+    except (TypeError, ValueError):
+        signature = None
+    code = torch_compat.code_of(model)
+    # The guards read the frame's locals, "self" included, under whatever name forward uses.
+    self_local = {code.co_varnames[0]: model} if isinstance(model, torch.nn.Module) and code else {}
+    grad_context = torch.inference_mode if options.inference_mode else torch.no_grad
+
+    torch_compat.reset_dynamo()
+    count = 0
+    started = time.perf_counter()
+    with _replay_settings(options), TraceCapture(trace_stream) as capture:
+        compiled = compile_model(model, options)
+        for sample in samples:
+            capture.set_sample(sample.index)
+            args = _to_device(sample.args, options.device)
+            kwargs = _to_device(sample.kwargs, options.device)
+            placed = Sample(sample.index, args, kwargs)
+            bound = _bind(signature, placed)
+            if options.mark_unbacked and (options.mark_samples == "all" or count == 0):
+                for path, dim in options.mark_unbacked:
+                    torch._dynamo.decorators.mark_unbacked(_lookup(bound, path), dim)
+            error = None
+            with grad_context():
+                try:
+                    compiled(*args, **kwargs)
+                except Exception as exc:  # a failing sample is recorded, the replay goes on
+                    first_line = (str(exc).strip().splitlines() or [""])[0]
+                    error = f"{type(exc).__name__}: {first_line}"[:500]
+                serving = None if error else torch_compat.serving_entry(code, {**self_local, **bound})
+            capture.set_sample(None)
+            on_sample(describe(bound, sample.index, serving, error))
+            count += 1
+            if progress is not None:
+                progress(count)
+    seconds = time.perf_counter() - started
+    parsed = events_from_records(capture.records)
+    torch_compat.reset_dynamo()
+    return ReplayResult(
+        events=parsed.events,
+        unparsed=parsed.unparsed,
+        samples=count,
+        seconds=seconds,
+        dropped_records=capture.dropped,
+    )

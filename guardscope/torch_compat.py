@@ -1,0 +1,170 @@
+"""Every touch of torch internals, in one place, each gated on what the installed torch has.
+
+guardscope supports torch 2.9 to 2.14. Private APIs used here, and why:
+
+* ``torch._logging._internal.trace_log`` / ``TorchLogsFormatter(trace=True)``: the structured
+  trace that tlparse reads (``TORCH_TRACE``). Attaching our own handler captures it in-process.
+* ``torch._dynamo.eval_frame._debug_get_cache_entry_list``: the cache entries of a code object,
+  each with its ``compile_id`` and ``guard_manager``; ``guard_manager.check(f_locals)`` evaluates
+  an entry's guards without running anything (about 5-15 us).
+* ``torch._dynamo.config.recompile_limit`` (named ``cache_size_limit`` before 2.6; 2.9+ keeps the
+  old name as an alias) and ``accumulated_recompile_limit``.
+* ``torch.fx.experimental._config.use_duck_shape``: duck sizing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import warnings
+from typing import Any, Callable, Iterator
+
+import torch
+
+TESTED_RANGE = ((2, 9), (2, 14))
+
+
+def torch_version() -> str:
+    return str(torch.__version__).split("+")[0]
+
+
+def version_tuple(version: str | None = None) -> tuple[int, int]:
+    match = re.match(r"(\d+)\.(\d+)", version or torch_version())
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+def check_supported_version() -> str | None:
+    """Return a warning text when the installed torch is outside the tested range."""
+    current = version_tuple()
+    low, high = TESTED_RANGE
+    if low <= current <= high:
+        return None
+    return (
+        f"torch {torch_version()} is outside the range guardscope is tested on "
+        f"({low[0]}.{low[1]}-{high[0]}.{high[1]}); guard texts it cannot parse are kept as 'other'"
+    )
+
+
+# --- structured trace -------------------------------------------------------------------------
+
+
+def trace_logger() -> logging.Logger:
+    """The ``torch.__trace`` logger tlparse's input is written to."""
+    from torch._logging import _internal
+
+    return _internal.trace_log
+
+
+def trace_formatter() -> logging.Formatter:
+    """The formatter torch itself uses for ``TORCH_TRACE`` files, so tlparse can read ours."""
+    from torch._logging import _internal
+
+    return _internal.TorchLogsFormatter(trace=True)
+
+
+def emit_trace_record(metadata: dict[str, Any], payload: str | None = None) -> None:
+    """Write a record of our own (a sample marker) into the structured trace."""
+    trace_logger().debug("", extra={"metadata": metadata, "payload": payload})
+
+
+# --- Dynamo state ------------------------------------------------------------------------------
+
+
+def reset_dynamo() -> None:
+    """Forget every compiled graph and counter, so a replay starts from a cold process."""
+    torch._dynamo.reset()
+
+
+def _recompile_limit_names() -> tuple[str, str]:
+    config = torch._dynamo.config
+    # torch >= 2.6 renamed cache_size_limit to recompile_limit (the old name stays an alias).
+    if hasattr(config, "recompile_limit"):
+        return "recompile_limit", "accumulated_recompile_limit"
+    return "cache_size_limit", "accumulated_cache_size_limit"  # pragma: no cover - torch < 2.6
+
+
+def recompile_limit() -> int:
+    return int(getattr(torch._dynamo.config, _recompile_limit_names()[0]))
+
+
+@contextlib.contextmanager
+def raised_recompile_limit(limit: int) -> Iterator[None]:
+    """Raise Dynamo's per-frame and accumulated recompile limits; restore them on exit."""
+    config = torch._dynamo.config
+    names = _recompile_limit_names()
+    saved = {name: getattr(config, name) for name in names}
+    try:
+        for name in names:
+            setattr(config, name, max(limit, saved[name]))
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(config, name, value)
+
+
+@contextlib.contextmanager
+def patched_config(settings: dict[str, Any]) -> Iterator[None]:
+    """Apply ``{"torch.fx.experimental._config.use_duck_shape": False, ...}``; restore on exit."""
+    import importlib
+
+    saved: list[tuple[Any, str, Any]] = []
+    try:
+        for dotted, value in settings.items():
+            module_name, _, attr = dotted.rpartition(".")
+            module = importlib.import_module(module_name)
+            saved.append((module, attr, getattr(module, attr)))
+            setattr(module, attr, value)
+        yield
+    finally:
+        for module, attr, value in reversed(saved):
+            setattr(module, attr, value)
+
+
+DUCK_SHAPE_SETTING = "torch.fx.experimental._config.use_duck_shape"
+
+
+# --- cache entries and guards ------------------------------------------------------------------
+
+
+def code_of(model: Any) -> Any:
+    """The code object Dynamo compiles for ``model(...)``: ``forward`` for an nn.Module."""
+    if isinstance(model, torch.nn.Module):
+        return type(model).forward.__code__
+    function = getattr(model, "__func__", model)
+    return getattr(function, "__code__", None)
+
+
+def cache_entries(code: Any) -> list[tuple[str, Callable[[dict[str, Any]], bool]]] | None:
+    """``[(compile_id, check)]`` for a code object, in lookup order; None if torch hides them."""
+    getter = getattr(torch._dynamo.eval_frame, "_debug_get_cache_entry_list", None)
+    if getter is None or code is None:
+        return None
+    try:
+        entries = getter(code)
+    except Exception:  # pragma: no cover - defensive: a torch build without the debug hook
+        return None
+    result = []
+    for entry in entries:
+        manager = getattr(entry, "guard_manager", None)
+        check = getattr(manager, "check", None)
+        if check is None:
+            return None
+        result.append((str(entry.compile_id), check))
+    return result
+
+
+def serving_entry(code: Any, f_locals: dict[str, Any]) -> str | None:
+    """Compile id of the cache entry that would run a call with these frame locals, or None."""
+    entries = cache_entries(code) or []
+    for compile_id, check in entries:
+        try:
+            if check(f_locals):
+                return compile_id
+        except Exception:
+            continue
+    return None
+
+
+def warn_once(message: str) -> None:
+    warnings.warn(message, RuntimeWarning, stacklevel=2)

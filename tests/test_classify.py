@@ -1,0 +1,116 @@
+"""Classification of real recompile reasons, as torch 2.11/2.13 print them."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from guardscope.classify import classify_reason, normalize_reason
+from guardscope.model import FailureKind as K
+
+DUCK = (
+    "0/0: cross_edge_index.size()[1] == local_edge_index.size()[1]  # duck sizing added this "
+    "equality because these variables had the same size 3888 (to avoid this specialization, set "
+    "torch.fx.experimental._config.use_duck_shape = False)"
+)
+ZERO_ONE = (
+    "0/1: 2 <= local_edge_index.size()[1]  # message_projection(state[local_edge_index[0]])  # "
+    "gnn/model.py:58 in forward (user code shown is first use of this value--the guard itself is "
+    "not due user code but due to 0/1 specialization in the framework; to avoid specialization try "
+    "torch._dynamo.decorators.mark_unbacked(tensor, dim))"
+)
+# The article's console form (an older/newer printer keeps the int64/int32 upper bound).
+ZERO_ONE_BOUNDED = ZERO_ONE.replace("2 <= local_edge_index.size()[1]", "2 <= local_edge_index.size()[1] <= 2147483647")
+BRANCH = (
+    "0/0: 2 <= x.size()[0] <= 16  # if x.shape[0] > 16:  # app/model.py:16 in forward (user code "
+    "shown is first use of this value--the guard itself is not due user code but due to 0/1 "
+    "specialization in the framework; to avoid specialization try "
+    "torch._dynamo.decorators.mark_unbacked(tensor, dim)) and if x.shape[0] > 16:  # "
+    "app/model.py:16 in forward (_dynamo/variables/tensor.py:2606 in evaluate_expr)"
+)
+
+
+def test_duck_sizing_names_both_dims_and_the_hint():
+    failure = classify_reason(DUCK)
+    assert failure.kind is K.DUCK_SIZING
+    assert failure.against == "0/0"
+    assert failure.dims == ("cross_edge_index.size()[1]", "local_edge_index.size()[1]")
+    assert failure.inputs == ("cross_edge_index", "local_edge_index")
+    assert failure.hint.endswith("use_duck_shape = False")
+    assert failure.raw == DUCK
+
+
+@pytest.mark.parametrize("reason", [ZERO_ONE, ZERO_ONE_BOUNDED])
+def test_zero_one_specialization(reason):
+    failure = classify_reason(reason)
+    assert failure.kind is K.ZERO_ONE_SPECIALIZATION
+    assert failure.causes == (K.ZERO_ONE_SPECIALIZATION,)
+    assert failure.dims == ("local_edge_index.size()[1]",)
+    assert failure.user_source == "gnn/model.py:58 in forward: message_projection(state[local_edge_index[0]])"
+    assert "mark_unbacked" in failure.hint
+
+
+def test_user_branch_carries_both_causes():
+    failure = classify_reason(BRANCH)
+    assert failure.kind is K.SHAPE_RELATION
+    assert set(failure.causes) == {K.SHAPE_RELATION, K.ZERO_ONE_SPECIALIZATION}
+    assert failure.user_source == "app/model.py:16 in forward: if x.shape[0] > 16:"
+
+
+@pytest.mark.parametrize(
+    "reason, kind, dims, expected, actual",
+    [
+        ("0/0: tensor 'cross_edge_index' stride mismatch at index 0. expected 0, actual 3888",
+         K.STRIDE_MISMATCH, ("cross_edge_index.stride()[0]",), "0", "3888"),
+        ("0/3: tensor 'x' size mismatch at index 0. expected 0, actual 1311",
+         K.SIZE_MISMATCH, ("x.size()[0]",), "0", "1311"),
+        ("0/0: tensor 'x' dtype mismatch. expected Float, actual Double", K.DTYPE_MISMATCH, (), "Float", "Double"),
+        ("0/0: tensor 'x' rank mismatch. expected 2, actual 3", K.NDIM_MISMATCH, (), "2", "3"),
+        ("0/0: tensor 'x' requires_grad mismatch. expected requires_grad=0", K.REQUIRES_GRAD_MISMATCH, (), "0", None),
+        ("0/0: tensor 'x' Tensor device index mismatch. Expected device index to be 0, actual 1",
+         K.DEVICE_MISMATCH, (), "0", "1"),
+        ("0/0: tensor 'x' dispatch key set mismatch. expected DispatchKeySet(CPU), actual DispatchKeySet(CUDA)",
+         K.DEVICE_MISMATCH, (), "DispatchKeySet(CPU)", "DispatchKeySet(CUDA)"),
+    ],
+)
+def test_tensor_checks(reason, kind, dims, expected, actual):
+    failure = classify_reason(reason)
+    assert failure.kind is kind
+    assert failure.dims == dims
+    assert failure.expected == expected
+    assert failure.actual == actual
+
+
+def test_list_length_constant_type_and_global_state():
+    length = classify_reason(
+        "0/0: len(xs) == 2                                             # return sum(xs)  # m.py:3 in forward"
+        "\nUser stack trace:\n  File \"m.py\", line 3, in forward\n    return sum(xs)"
+    )
+    assert (length.kind, length.inputs, length.expected) == (K.LIST_LENGTH, ("xs",), "2")
+    assert length.user_source == "m.py:3 in forward: return sum(xs)"
+    constant = classify_reason("0/0: flag == True  # return x if flag else y  # m.py:4 in forward")
+    assert (constant.kind, constant.inputs, constant.expected) == (K.CONSTANT_VALUE, ("flag",), "True")
+    typed = classify_reason("0/0: ___check_type_id(n, 139879732575456), type=<class 'int'>  # x * n  # m.py:5 in forward")
+    assert typed.kind is K.TYPE_MISMATCH and typed.inputs == ("n",)
+    assert "139879732575456" not in typed.raw  # addresses never reach the catalog
+    assert classify_reason("0/0: GLOBAL_STATE changed: grad_mode ").kind is K.GLOBAL_STATE
+
+
+def test_unknown_text_is_kept_as_other():
+    failure = classify_reason("0/2: something torch 3.0 says")
+    assert failure.kind is K.OTHER
+    assert failure.raw == "0/2: something torch 3.0 says"
+    assert failure.against == "0/2"
+
+
+def test_normalize_reason_is_idempotent():
+    text = "0/0: ___check_obj_id(x, 1234)"
+    assert normalize_reason(normalize_reason(text)) == normalize_reason(text) == "0/0: ___check_obj_id(x, <id>)"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_any_text_classifies_without_raising(text):
+    failure = classify_reason(text)
+    assert isinstance(failure.kind, K)
