@@ -171,6 +171,10 @@ def render_facts(
     return tuple(text for _, text in sorted(facts))
 
 
+def _against_order(failure: Any) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", failure.against or "")) or (1 << 30,)
+
+
 # --- the builder -------------------------------------------------------------------------------
 
 
@@ -306,9 +310,15 @@ class CatalogBuilder:
         compile_options: dict[str, Any],
         replay_mode: str = "full",
         unparsed: dict[str, int] | None = None,
+        arguments: tuple[str, ...] = (),
     ) -> Catalog:
         ordered = sorted(events, key=lambda e: (e.frame_id, e.frame_compile_id))
-        compiles = tuple(ClassifiedCompile(e, classify_reasons(e.reasons)) for e in ordered)
+        # Dynamo lists the rejecting entries most-recently-used first, which depends on replay
+        # history; order them by compile id so the catalog does not.
+        compiles = tuple(
+            ClassifiedCompile(e, tuple(sorted(classify_reasons(e.reasons), key=_against_order)))
+            for e in ordered
+        )
         counts = dict(unparsed or {})
         others = sum(1 for c in compiles for f in c.failures if f.kind.value == "other")
         if others:
@@ -323,6 +333,7 @@ class CatalogBuilder:
             topologies=self.topologies(ordered),
             dimensions=self.dimensions(),
             failed_samples=tuple(self.failed),
+            arguments=arguments,
             replay_mode=replay_mode,
             unparsed=counts,
         )

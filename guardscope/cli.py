@@ -68,13 +68,17 @@ def main() -> None:
               help="Apply --mark-unbacked to every sample or only the first (the seed article's Option 3).")
 @click.option("--recompile-limit", type=int, default=4096, show_default=True,
               help="Dynamo recompile limit during the replay (raised so every topology is seen).")
+@click.option("--replay", "replay_mode", type=click.Choice(["auto", "guards", "full"]), default="auto",
+              show_default=True, help="'guards' skips the forward of samples an existing graph's guards accept "
+              "(they cannot recompile; needs fullgraph); 'full' runs every sample; 'auto' = guards when sound.")
 @click.option("--strict", is_flag=True, help="Fail when any guard failure is unclassified or a trace record unreadable.")
 @click.option("--force", is_flag=True, help="Overwrite an existing analysis in --out.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @_friendly_errors
 def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: str, dynamic: str | None,
             fullgraph: bool | None, mode: str | None, no_duck_shape: bool, marks: tuple[str, ...],
-            mark_samples: str, recompile_limit: int, strict: bool, force: bool, quiet: bool) -> None:
+            mark_samples: str, recompile_limit: int, replay_mode: str, strict: bool, force: bool,
+            quiet: bool) -> None:
     """Replay CORPUS through torch.compile and catalog every recompile.
 
     Writes OUT/catalog.json (compiles, classified guard failures, topologies, per-dimension
@@ -114,10 +118,11 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
             last[0] = done
 
         analysis = pipeline.analyze(corpus, out_dir, model=model, strict=strict, force=force,
-                                    progress=progress, **overrides)
+                                    progress=progress, replay_mode=replay_mode, **overrides)
     for warning in analysis.warnings:
         click.secho(f"warning: {warning}", fg="yellow", err=True)
     click.echo(format_summary(analysis))
+
 
 
 def format_summary(analysis: Any) -> str:

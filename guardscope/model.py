@@ -218,6 +218,7 @@ class Catalog:
     topologies: tuple[Topology, ...]
     dimensions: tuple[DimensionStats, ...]
     failed_samples: tuple[FailedSample, ...] = ()
+    arguments: tuple[str, ...] = ()  # forward's parameter names, in order
     replay_mode: str = "full"
     unparsed: dict[str, int] = field(default_factory=dict)
 
@@ -241,6 +242,7 @@ class Catalog:
             "torch_version": self.torch_version,
             "corpus": {"path": self.corpus_path, "samples": self.samples},
             "model": self.model,
+            "arguments": list(self.arguments),
             "compile": dict(sorted(self.compile.items())),
             "replay_mode": self.replay_mode,
             "summary": {

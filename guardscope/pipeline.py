@@ -57,11 +57,15 @@ def analyze(
     strict: bool = False,
     force: bool = False,
     progress: Callable[[int], None] | None = None,
+    replay_mode: str = "auto",
     **overrides: Any,
 ) -> Analysis:
     """Replay ``corpus_dir`` and write ``catalog.json``, ``timings.json`` and ``trace/``.
 
     ``overrides`` are :class:`ReplayOptions` fields (``backend``, ``dynamic``, ``device``...).
+    ``replay_mode``: ``"guards"`` skips the forward of samples an existing graph accepts (only
+    with ``fullgraph``; see :func:`guardscope.replay.replay`), ``"full"`` runs every sample,
+    ``"auto"`` picks ``"guards"`` when it is sound.
     With ``strict``, an unclassified guard failure or unreadable trace record raises
     :class:`TraceParseError` after the outputs are written.
     """
@@ -69,6 +73,13 @@ def analyze(
     spec = model or corpus.manifest.model
     options = options_from_manifest(corpus.manifest.compile, **overrides)
     options.validate()
+    if replay_mode not in ("auto", "guards", "full"):
+        raise CompileOptionsError(f"replay mode {replay_mode!r} is not auto, guards or full")
+    if replay_mode == "guards" and not options.fullgraph:
+        raise CompileOptionsError(
+            "--replay guards needs fullgraph=True: with graph breaks later frames see runtime "
+            "values, so a sample cannot be skipped on the first frame's guards; use --replay full or auto"
+        )
     warnings = [w for w in (torch_compat.check_supported_version(),) if w]
     user_model = load_model(spec, base_dir=corpus.path)
     out = output.prepare_output_dir(out_dir, force=force)
@@ -82,6 +93,7 @@ def analyze(
             on_sample=builder.add_sample,
             trace_stream=trace_stream,
             progress=progress,
+            guard_only=replay_mode in ("auto", "guards"),
         )
     catalog = builder.build(
         events=result.events,
@@ -91,6 +103,7 @@ def analyze(
         compile_options=options.compile_json(),
         replay_mode=result.replay_mode,
         unparsed=result.unparsed,
+        arguments=result.arguments,
     )
     catalog_path = output.write_json(out / output.CATALOG, catalog.to_json())
     timings_path = output.write_json(

@@ -81,6 +81,7 @@ class ReplayResult:
     unparsed: dict[str, int]
     samples: int
     seconds: float
+    arguments: tuple[str, ...] = ()
     replay_mode: str = "full"
     dropped_records: int = 0
     torch_version: str = field(default_factory=torch_compat.torch_version)
@@ -167,6 +168,11 @@ def _to_device(value: Any, device: str) -> Any:
     return value
 
 
+def argument_names(signature: inspect.Signature | None) -> tuple[str, ...]:
+    """Forward's parameter names in order (``*args``/``**kwargs`` by their own names)."""
+    return tuple(signature.parameters) if signature is not None else ()
+
+
 # --- the replay --------------------------------------------------------------------------------
 
 
@@ -179,6 +185,53 @@ def compile_model(model: Any, options: ReplayOptions) -> Any:
     if options.mode is not None and options.backend == "inductor":
         kwargs["mode"] = options.mode
     return torch.compile(model, **kwargs)
+
+
+class _Runner:
+    """A fresh ``torch.compile`` of ``model`` with the replay's settings and marking rules."""
+
+    def __init__(self, model: Any, options: ReplayOptions) -> None:
+        options.validate()
+        if isinstance(model, torch.nn.Module):
+            model = model.to(options.device).eval()
+        self.model = model
+        self.options = options
+        forward = model.forward if isinstance(model, torch.nn.Module) else model
+        try:
+            self.signature: inspect.Signature | None = inspect.signature(forward)
+        except (TypeError, ValueError):
+            self.signature = None
+        self.code = torch_compat.code_of(model)
+        self.self_local = (
+            {self.code.co_varnames[0]: model} if isinstance(model, torch.nn.Module) and self.code else {}
+        )
+        self.grad_context = torch.inference_mode if options.inference_mode else torch.no_grad
+        torch_compat.reset_dynamo()
+        self.compiled = compile_model(model, options)
+
+    def prepare(self, sample: Sample, mark: bool) -> tuple[tuple, dict, dict[str, Any]]:
+        args = _to_device(sample.args, self.options.device)
+        kwargs = _to_device(sample.kwargs, self.options.device)
+        bound = _bind(self.signature, Sample(sample.index, args, kwargs))
+        if mark:
+            for path, dim in self.options.mark_unbacked:
+                value = _lookup(bound, path)
+                if isinstance(value, torch.Tensor) and value.dim() > dim:
+                    torch._dynamo.decorators.mark_unbacked(value, dim)
+        return args, kwargs, bound
+
+    def run(self, sample: Sample, mark: bool = True) -> None:
+        args, kwargs, _ = self.prepare(sample, mark)
+        with self.grad_context():
+            self.compiled(*args, **kwargs)
+
+    def serving(self, sample: Sample, mark: bool = True) -> str | None:
+        _, _, bound = self.prepare(sample, mark)
+        with self.grad_context():
+            return torch_compat.serving_entry(self.code, {**self.self_local, **bound})
+
+    def graphs(self) -> int:
+        return len(torch_compat.cache_entries(self.code) or [])
 
 
 @contextlib.contextmanager
@@ -198,47 +251,37 @@ def replay(
     on_sample: Callable[[SampleMeta], None],
     trace_stream: IO[str] | None = None,
     progress: Callable[[int], None] | None = None,
+    guard_only: bool = False,
 ) -> ReplayResult:
     """Replay ``samples`` through ``torch.compile(model)``; report each sample to ``on_sample``.
 
     ``on_sample`` receives a :class:`SampleMeta` per sample (streamed, so memory stays bounded by
     a shard); the returned :class:`ReplayResult` holds the compile events.
-    """
-    options.validate()
-    if isinstance(model, torch.nn.Module):
-        model = model.to(options.device).eval()
-    forward = model.forward if isinstance(model, torch.nn.Module) else model
-    try:
-        signature: inspect.Signature | None = inspect.signature(forward)
-    except (TypeError, ValueError):
-        signature = None
-    code = torch_compat.code_of(model)
-    # The guards read the frame's locals, "self" included, under whatever name forward uses.
-    self_local = {code.co_varnames[0]: model} if isinstance(model, torch.nn.Module) and code else {}
-    grad_context = torch.inference_mode if options.inference_mode else torch.no_grad
 
-    torch_compat.reset_dynamo()
+    With ``guard_only``, a sample that an existing graph's guards accept is not run: it cannot
+    recompile. That is only sound when the model compiles to one frame, so it applies with
+    ``fullgraph=True``; otherwise every sample runs (later frames see runtime values).
+    """
+    skip_served = guard_only and options.fullgraph
     count = 0
     started = time.perf_counter()
     with _replay_settings(options), TraceCapture(trace_stream) as capture:
-        compiled = compile_model(model, options)
+        runner = _Runner(model, options)
         for sample in samples:
             capture.set_sample(sample.index)
-            args = _to_device(sample.args, options.device)
-            kwargs = _to_device(sample.kwargs, options.device)
-            placed = Sample(sample.index, args, kwargs)
-            bound = _bind(signature, placed)
-            if options.mark_unbacked and (options.mark_samples == "all" or count == 0):
-                for path, dim in options.mark_unbacked:
-                    torch._dynamo.decorators.mark_unbacked(_lookup(bound, path), dim)
+            mark = bool(options.mark_unbacked) and (options.mark_samples == "all" or count == 0)
+            args, kwargs, bound = runner.prepare(sample, mark)
             error = None
-            with grad_context():
-                try:
-                    compiled(*args, **kwargs)
-                except Exception as exc:  # a failing sample is recorded, the replay goes on
-                    first_line = (str(exc).strip().splitlines() or [""])[0]
-                    error = f"{type(exc).__name__}: {first_line}"[:500]
-                serving = None if error else torch_compat.serving_entry(code, {**self_local, **bound})
+            f_locals = {**runner.self_local, **bound}
+            with runner.grad_context():
+                serving = torch_compat.serving_entry(runner.code, f_locals) if skip_served else None
+                if serving is None:
+                    try:
+                        runner.compiled(*args, **kwargs)
+                    except Exception as exc:  # a failing sample is recorded, the replay goes on
+                        first_line = (str(exc).strip().splitlines() or [""])[0]
+                        error = f"{type(exc).__name__}: {first_line}"[:500]
+                    serving = None if error else torch_compat.serving_entry(runner.code, f_locals)
             capture.set_sample(None)
             on_sample(describe(bound, sample.index, serving, error))
             count += 1
@@ -252,5 +295,29 @@ def replay(
         unparsed=parsed.unparsed,
         samples=count,
         seconds=seconds,
+        arguments=argument_names(runner.signature),
+        replay_mode="guards" if skip_served else "full",
         dropped_records=capture.dropped,
     )
+
+
+def serving_after_warmup(
+    model: Any, warmup: list[Sample], probes: list[Sample], options: ReplayOptions
+) -> tuple[list[str | None], int]:
+    """Run ``warmup`` in order through a fresh compile, then — without running them — find the
+    cache entry that would serve each probe (None: the probe would recompile).
+
+    Returns (serving compile id per probe, graphs compiled by the warmup). Marks from
+    ``options.mark_unbacked`` apply to warmup samples and probes alike when ``mark_samples`` is
+    ``"all"``.
+    """
+    mark = options.mark_samples == "all"
+    with _replay_settings(options):
+        runner = _Runner(model, options)
+        try:
+            for sample in warmup:
+                runner.run(sample, mark=mark)
+            serving = [runner.serving(probe, mark=mark) for probe in probes]
+            return serving, runner.graphs()
+        finally:
+            torch_compat.reset_dynamo()

@@ -154,9 +154,17 @@ def cache_entries(code: Any) -> list[tuple[str, Callable[[dict[str, Any]], bool]
     return result
 
 
+def _compile_order(compile_id: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", compile_id))
+
+
 def serving_entry(code: Any, f_locals: dict[str, Any]) -> str | None:
-    """Compile id of the cache entry that would run a call with these frame locals, or None."""
-    entries = cache_entries(code) or []
+    """Compile id of the earliest-compiled cache entry whose guards accept these frame locals.
+
+    Dynamo itself tries entries most-recently-used first, so which of two accepting graphs runs
+    depends on history; the earliest-compiled one is the stable answer (None: it would compile).
+    """
+    entries = sorted(cache_entries(code) or [], key=lambda entry: _compile_order(entry[0]))
     for compile_id, check in entries:
         try:
             if check(f_locals):

@@ -59,7 +59,14 @@ def test_eleven_topologies_with_facts(seed_analysis):
     assert [t["first_sample"] for t in topologies] == ARTICLE_COMPILES
     assert sum(t["count"] for t in topologies) == 300
     general = topologies[1]
-    assert general["count"] == 290 and general["compile_id"] == "0/1"
+    assert general["compile_id"] == "0/1" and general["count"] == max(t["count"] for t in topologies)
+    # A sample joins the earliest graph that accepts it: T0 holds every request whose local and
+    # cross edge counts happen to be equal, not only the injected one.
+    corpus = guardscope.load_corpus(SEED_CORPUS)
+    for index in topologies[0]["samples"]:
+        kwargs = corpus.sample(index).kwargs
+        assert kwargs["local_edge_index"].shape[1] == kwargs["cross_edge_index"].shape[1] > 1
+    assert all(t["count"] == 1 for t in topologies[2:])
     assert "cross_edge_index dim 1 equals local_edge_index dim 1" in topologies[0]["facts"]
     assert "local_edge_index dim 1 is 0" in topologies[2]["facts"]
     assert "cross_edge_index dim 1 is 0" in topologies[3]["facts"]
