@@ -153,6 +153,15 @@ def _dims(guard: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(dims), tuple(inputs)
 
 
+_DEVICE_KEYS = re.compile(r"\b(CPU|CUDA|XPU|MPS|HPU|XLA|Meta|PrivateUse1|MTIA|Lazy|IPU|VE|HIP)\b")
+
+
+def _device_keys_differ(expected: str | None, actual: str | None) -> bool:
+    if expected is None or actual is None:
+        return True  # "device index mismatch": a different device by definition
+    return set(_DEVICE_KEYS.findall(expected)) != set(_DEVICE_KEYS.findall(actual))
+
+
 def _is_user_bounded(guard: str) -> bool:
     """True when a 0/1-specialization guard also carries bounds from the user's own code."""
     match = _BOUNDS.match(guard)
@@ -176,6 +185,10 @@ def classify_reason(reason: str) -> GuardFailure:
         if not match:
             continue
         fields = match.groupdict()
+        if kind is K.DEVICE_MISMATCH and not _device_keys_differ(fields.get("expected"), fields.get("actual")):
+            # Same device, other keys: e.g. an inference-mode tensor (no ADInplaceOrView) against
+            # a normal one. The tensor's kind differs, not its device.
+            kind = K.TYPE_MISMATCH
         name = fields["input"]
         axis = fields.get("axis")
         dims: tuple[str, ...] = ()

@@ -45,7 +45,10 @@ def main() -> None:
 
     \b
     Typical use:
-      guardscope analyze samples/gnn/corpus --out out/
+      guardscope analyze samples/gnn/corpus --out out/   # catalog.json, report.html, trace/
+      guardscope emit-warmup out/                        # warmup.py, unbacked.py, export_dims.py
+      guardscope verify out/                             # proves each fix on the corpus
+      guardscope report out/                             # re-renders report.html
     """
 
 
@@ -123,6 +126,103 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
         click.secho(f"warning: {warning}", fg="yellow", err=True)
     click.echo(format_summary(analysis))
 
+
+@main.command()
+@click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=str))
+@_friendly_errors
+def report(out_dir: str) -> None:
+    """Re-render DIR/report.html from the analysis files in DIR.
+
+    Reads DIR/catalog.json and, when present, timings.json, fixes.json (from emit-warmup) and
+    verification.json (from verify); replays nothing. The page is self-contained: open it in a
+    browser or attach it to a code review.
+
+    \b
+    Example:
+      guardscope report out/
+    """
+    from .report import write_report
+
+    click.echo(f"wrote       {write_report(out_dir)}")
+
+
+@main.command("emit-warmup")
+@click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=str))
+@click.option("--margin", type=float, default=0.0, show_default=True,
+              help="Headroom on torch.export Dim maxima, as a fraction (0.25 = 25%).")
+@_friendly_errors
+def emit_warmup(out_dir: str, margin: float) -> None:
+    """Write the fixes for the analysis in DIR: a warmup set, a mark_unbacked plan, export Dims.
+
+    Reads DIR/catalog.json and the corpus it names; writes DIR/warmup/ + DIR/warmup.py,
+    DIR/unbacked_warmup/ + DIR/unbacked.py, DIR/export_dims.py and DIR/fixes.json, then refreshes
+    DIR/report.html. Prove them with 'guardscope verify DIR' before trusting them.
+
+    \b
+    Example:
+      guardscope analyze samples/gnn/corpus --out out/
+      guardscope emit-warmup out/
+      guardscope verify out/
+    """
+    from . import pipeline
+
+    click.echo("planning the warmup (compiles each topology's representative once)...", err=True)
+    fixes = pipeline.emit_warmup(out_dir, margin=margin)
+    warmup, unbacked = fixes.warmup, fixes.unbacked
+    click.echo(f"warmup      {len(warmup.steps)} samples {[s.sample for s in warmup.steps]} compile "
+               f"{warmup.graphs} graphs for {warmup.topologies} topologies "
+               f"(one per topology: {warmup.one_per_topology})")
+    click.echo(f"unbacked    {len(unbacked.dims)} dims "
+               f"{[f'{d.argument}:{d.axis}' for d in unbacked.dims]}, duck sizing "
+               f"{'on' if unbacked.duck_shape else 'off'}; residual warmup {list(unbacked.residual)} "
+               f"({unbacked.graphs} graphs)")
+    click.echo(f"export      {len(fixes.export.dims)} Dims: "
+               + ", ".join(f"{d.name}[{d.min}..{d.max}]" for d in fixes.export.dims))
+    click.echo("wrote       " + ", ".join(str(p) for p in fixes.files))
+
+
+@main.command()
+@click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=str))
+@click.option("--artifact", "artifacts", multiple=True, type=click.Choice(["warmup", "unbacked", "export"]),
+              help="Verify only these artifacts (repeatable); default all three.")
+@click.option("--holdout", type=float, default=None,
+              help="Replay only the last FRACTION of the corpus (e.g. 0.3), to test on samples the plan did not see first.")
+@click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds allowed per artifact.")
+@_friendly_errors
+def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, timeout: float) -> None:
+    """Prove the fixes in DIR on the corpus, each in a fresh subprocess.
+
+    Each artifact is applied as its docstring says (warmup; configure + mark + warmup; export),
+    then the corpus is replayed with every compile counted as a failure. Writes
+    DIR/verification.json and refreshes DIR/report.html. Exits with status 1 when any artifact
+    fails or crashes.
+
+    \b
+    Example:
+      guardscope verify out/
+      guardscope verify out/ --artifact warmup --holdout 0.3
+    """
+    from . import pipeline
+
+    document = pipeline.verify(out_dir, artifacts=artifacts or None, holdout=holdout, timeout=timeout,
+                               progress=lambda name: click.echo(f"verifying {name}...", err=True))
+    for result in document["artifacts"]:
+        line = f"{result['name']:<9} {result['status'].upper():<8}"
+        if result["setup_graphs"] is not None:
+            line += f" set-up {result['setup_graphs']} graphs in {result['setup_seconds']:.1f} s"
+        if result["replay_recompiles"] is not None:
+            line += f"; replay of {result['samples_replayed']} samples: {result['replay_recompiles']} recompiles"
+            if result["recompile_samples"]:
+                line += f" at {result['recompile_samples']}"
+        if result["topologies"]:
+            passed = sum(t["passed"] for t in result["topologies"])
+            line += f"; {passed}/{len(result['topologies'])} topologies run"
+        click.echo(line)
+        if result["reason"]:
+            click.echo(f"          {result['reason']}")
+    click.echo(f"verdict     {'PASSED' if document['passed'] else 'FAILED'} (DIR/verification.json)")
+    if not document["passed"]:
+        sys.exit(1)
 
 
 def format_summary(analysis: Any) -> str:

@@ -68,3 +68,32 @@ def open_trace_stream(directory: str | Path) -> IO[str]:
     trace_dir = Path(directory) / TRACE_DIR
     trace_dir.mkdir(parents=True, exist_ok=True)
     return open(trace_dir / TRACE_FILE, "w", encoding="utf-8")
+
+
+FIXES = "fixes.json"
+VERIFICATION = "verification.json"
+
+
+def read_json(path: str | Path, what: str) -> Any:
+    """Read one of guardscope's JSON results; a missing or broken file says how to make it."""
+    from .errors import CatalogError
+
+    path = Path(path)
+    if not path.is_file():
+        raise CatalogError(f"{path} not found: {what}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CatalogError(f"{path} is not readable JSON ({exc}): {what}") from exc
+
+
+def read_catalog(directory: str | Path) -> dict[str, Any]:
+    catalog = read_json(Path(directory) / CATALOG, "run 'guardscope analyze CORPUS --out DIR' first")
+    if not isinstance(catalog, dict) or catalog.get("schema") != 1:
+        from .errors import CatalogError
+
+        raise CatalogError(
+            f"{Path(directory) / CATALOG} has schema {catalog.get('schema') if isinstance(catalog, dict) else None!r}; "
+            "this guardscope reads schema 1: re-run 'guardscope analyze'"
+        )
+    return catalog

@@ -116,6 +116,9 @@ def analyze(
             ],
         },
     )
+    from .report import write_report
+
+    write_report(out)
     analysis = Analysis(
         catalog=catalog,
         out_dir=out,
@@ -136,3 +139,194 @@ def analyze(
 
 def compile_seconds(analysis: Analysis) -> dict[str, float | None]:
     return {e.event.compile_id: e.event.seconds for e in analysis.catalog.compiles}
+
+
+# --- emit-warmup -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fixes:
+    out_dir: Path
+    files: tuple[Path, ...]
+    warmup: Any
+    unbacked: Any
+    export: Any
+
+
+def production_options(catalog: dict[str, Any], **overrides: Any) -> ReplayOptions:
+    """The analysed compile options without the analysis-only marks and settings."""
+    compile_options = catalog["compile"]
+    options = ReplayOptions(
+        backend=compile_options.get("backend", "eager"),
+        dynamic=compile_options.get("dynamic"),
+        fullgraph=bool(compile_options.get("fullgraph", False)),
+        mode=compile_options.get("mode"),
+        device=compile_options.get("device", "cpu"),
+        inference_mode=bool(compile_options.get("inference_mode", True)),
+    )
+    return replace(options, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _respec(spec: str, corpus_dir: Path, new_dir: Path) -> str:
+    """Re-express a file model spec relative to another corpus directory."""
+    from .modelspec import split_spec
+
+    target, attr = split_spec(spec)
+    if not (target.endswith(".py") or "/" in target) or Path(target).is_absolute():
+        return spec
+    source = corpus_dir / target if (corpus_dir / target).is_file() else Path.cwd() / target
+    return f"{Path(os.path.relpath(source.resolve(), new_dir.resolve())).as_posix()}:{attr}"
+
+
+def _load_analysis(out_dir: str | Path) -> tuple[Path, dict[str, Any], Any, Any]:
+    out = Path(out_dir)
+    catalog = output.read_catalog(out)
+    corpus = load_corpus(out / catalog["corpus"]["path"])
+    model = load_model(catalog["model"], base_dir=corpus.path)
+    return out, catalog, corpus, model
+
+
+def emit_warmup(out_dir: str | Path, *, margin: float = 0.0) -> Fixes:
+    """Write the three fixes for the analysis in ``out_dir`` (see DESIGN "Emitted modules")."""
+    from . import plan as planning
+    from .corpus import CorpusWriter
+    from .emit.export_dims import render_export_dims
+    from .emit.unbacked import render_unbacked
+    from .emit.warmup import render_warmup
+
+    if margin < 0:
+        raise CompileOptionsError(f"margin {margin} must be >= 0")
+    out, catalog, corpus, model = _load_analysis(out_dir)
+    options = production_options(catalog)
+    warmup_plan = planning.plan_warmup(model, catalog["topologies"], corpus.sample, options)
+    unbacked_plan = planning.residual_samples(model, corpus, planning.choose_unbacked(catalog), options)
+    export_plan = planning.choose_export_dims(catalog, margin)
+
+    for folder, samples in (
+        ("warmup", [step.sample for step in warmup_plan.steps]),
+        ("unbacked_warmup", list(unbacked_plan.residual)),
+    ):
+        target = out / folder
+        spec = _respec(catalog["model"], corpus.path, target)
+        with CorpusWriter(target, model=spec, compile=corpus.manifest.compile, overwrite=True) as writer:
+            for index in samples:
+                sample = corpus.sample(index)
+                writer.add(*sample.args, **sample.kwargs)
+
+    codes = {
+        "warmup": render_warmup(catalog, warmup_plan),
+        "unbacked": render_unbacked(
+            catalog, unbacked_plan, plain_graphs=warmup_plan.graphs,
+            supports_unbacked_sources=torch_compat.supports_unbacked_sources(),
+        ),
+        "export": render_export_dims(catalog, export_plan),
+    }
+    files = {"warmup": "warmup.py", "unbacked": "unbacked.py", "export": "export_dims.py"}
+    written = [output.write_text(out / files[name], code) for name, code in codes.items()]
+    fixes = {
+        "schema": 1,
+        "artifacts": [
+            {
+                "name": "warmup",
+                "file": files["warmup"],
+                "title": "Warmup set",
+                "summary": (
+                    f"{len(warmup_plan.steps)} samples compile {warmup_plan.graphs} graphs for "
+                    f"{warmup_plan.topologies} topologies (one sample per topology, in corpus order: "
+                    f"{warmup_plan.one_per_topology} graphs)"
+                ),
+                "code": codes["warmup"],
+                "details": {
+                    "samples": [step.sample for step in warmup_plan.steps],
+                    "graphs": warmup_plan.graphs,
+                    "one_per_topology_graphs": warmup_plan.one_per_topology,
+                    "covers": {f"T{s.topology}": [f"T{c}" for c in s.covers] for s in warmup_plan.steps if s.covers},
+                },
+            },
+            {
+                "name": "unbacked",
+                "file": files["unbacked"],
+                "title": "mark_unbacked configuration",
+                "summary": (
+                    f"{len(unbacked_plan.dims)} dims unbacked, duck sizing "
+                    f"{'on' if unbacked_plan.duck_shape else 'off'}; {len(unbacked_plan.residual)} residual "
+                    f"warmup samples, {unbacked_plan.graphs} graphs (plain warmup: {warmup_plan.graphs})"
+                ),
+                "code": codes["unbacked"],
+                "details": {
+                    "dims": [f"{d.argument}:{d.axis}" for d in unbacked_plan.dims],
+                    "duck_shape": unbacked_plan.duck_shape,
+                    "residual_samples": list(unbacked_plan.residual),
+                    "graphs": unbacked_plan.graphs,
+                },
+            },
+            {
+                "name": "export",
+                "file": files["export"],
+                "title": "torch.export Dim bounds",
+                "summary": f"{len(export_plan.dims)} Dims for {sum(len(d.members) for d in export_plan.dims)} dynamic dims"
+                + (f", margin {export_plan.margin:.0%}" if export_plan.margin else ""),
+                "code": codes["export"],
+                "details": {
+                    "dims": {d.name: [d.min, d.max] for d in export_plan.dims},
+                    "example_sample": export_plan.example_sample,
+                    "not_declared": list(export_plan.warnings),
+                },
+            },
+        ],
+    }
+    written.append(output.write_json(out / output.FIXES, fixes))
+    from .report import write_report
+
+    written.append(write_report(out))
+    return Fixes(out_dir=out, files=tuple(written), warmup=warmup_plan, unbacked=unbacked_plan, export=export_plan)
+
+
+# --- verify ------------------------------------------------------------------------------------
+
+
+def verify(
+    out_dir: str | Path,
+    *,
+    artifacts: tuple[str, ...] | None = None,
+    holdout: float | None = None,
+    timeout: float = 3600.0,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Verify each emitted artifact in a fresh subprocess; write ``verification.json``.
+
+    Returns the verification document: ``{"schema": 1, "passed": bool, "artifacts": [...]}``.
+    """
+    from .verify import ARTIFACTS, run_artifact
+
+    out = Path(out_dir)
+    output.read_catalog(out)  # a clear error before any subprocess starts
+    if holdout is not None and not 0.0 < holdout < 1.0:
+        raise CompileOptionsError(f"--holdout {holdout} must be a fraction between 0 and 1")
+    chosen = artifacts or ARTIFACTS
+    unknown = sorted(set(chosen) - set(ARTIFACTS))
+    if unknown:
+        raise CompileOptionsError(f"unknown artifacts {unknown}; choose from {', '.join(ARTIFACTS)}")
+    results = []
+    for name in chosen:
+        if progress is not None:
+            progress(name)
+        results.append(run_artifact(out, name, holdout=holdout, timeout=timeout))
+    # Artifacts not re-run this time keep their last result.
+    previous_path = out / output.VERIFICATION
+    if artifacts and previous_path.is_file():
+        previous = output.read_json(previous_path, "rerun 'guardscope verify DIR'")
+        kept = [r for r in previous.get("artifacts", []) if r.get("name") not in chosen]
+        results = sorted(kept + results, key=lambda r: ARTIFACTS.index(r["name"]))
+    document = {
+        "schema": 1,
+        "holdout": holdout,
+        "passed": all(r["status"] in ("passed", "skipped") for r in results)
+        and any(r["status"] == "passed" for r in results),
+        "artifacts": results,
+    }
+    output.write_json(out / output.VERIFICATION, document)
+    from .report import write_report
+
+    write_report(out)
+    return document

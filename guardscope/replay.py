@@ -187,7 +187,7 @@ def compile_model(model: Any, options: ReplayOptions) -> Any:
     return torch.compile(model, **kwargs)
 
 
-class _Runner:
+class Runner:
     """A fresh ``torch.compile`` of ``model`` with the replay's settings and marking rules."""
 
     def __init__(self, model: Any, options: ReplayOptions) -> None:
@@ -266,7 +266,7 @@ def replay(
     count = 0
     started = time.perf_counter()
     with _replay_settings(options), TraceCapture(trace_stream) as capture:
-        runner = _Runner(model, options)
+        runner = Runner(model, options)
         for sample in samples:
             capture.set_sample(sample.index)
             mark = bool(options.mark_unbacked) and (options.mark_samples == "all" or count == 0)
@@ -313,7 +313,7 @@ def serving_after_warmup(
     """
     mark = options.mark_samples == "all"
     with _replay_settings(options):
-        runner = _Runner(model, options)
+        runner = Runner(model, options)
         try:
             for sample in warmup:
                 runner.run(sample, mark=mark)

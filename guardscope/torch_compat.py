@@ -176,3 +176,14 @@ def serving_entry(code: Any, f_locals: dict[str, Any]) -> str | None:
 
 def warn_once(message: str) -> None:
     warnings.warn(message, RuntimeWarning, stacklevel=2)
+
+
+def supports_unbacked_sources() -> bool:
+    """``torch.compiler.config.unbacked_sources`` (env ``TORCH_COMPILE_UNBACKED_SOURCES``) with
+    per-dim ``:N`` entries; present in torch 2.13, absent in older releases."""
+    config = getattr(torch.compiler, "config", None)
+    if config is None or not hasattr(config, "unbacked_sources"):
+        return False
+    from torch._dynamo.variables import builder
+
+    return hasattr(builder, "_parse_source_entry")

@@ -1,0 +1,642 @@
+"""The HTML guard report: the analysis folder's JSON files -> one self-contained ``report.html``.
+
+Context builders are pure (loaded JSON in, plain dicts out); one jinja Environment with
+autoescape renders them through ``templates/report.html``, so guard text, paths and user code
+always reach the page as text. The page has inline CSS and SVG only: no scripts, nothing fetched
+from the network, and nothing that changes between two renders of the same files (no clocks, no
+absolute paths beyond those already in the JSON).
+
+:func:`read_inputs` and :func:`write_report` are the only functions here that touch the disk;
+the writing itself goes through :mod:`guardscope.output`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Iterable
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+from . import output
+from .resources import templates_dir
+
+TEMPLATES = templates_dir()
+REPORT = "report.html"
+
+# Size limits that keep the page readable (and under 2 MB) for corpora of 10,000+ samples.
+TIMELINE_BINS = 600          # per-sample times: at most this many x-bins (max per bin)
+TIMELINE_MARKERS = 300       # compile markers: at most this many, binned the same way
+TIMELINE_LABELS = 24         # spikes labelled with topology and sample (the costliest first)
+SAMPLE_RANGES_SHOWN = 200    # a member list shows this many runs, then "and N more"
+LIST_SHOWN = 200             # rows of long tables (compiles, failed samples)
+GUARD_TEXTS_SHOWN = 50       # distinct guard texts listed per failure kind
+
+# What each failure kind means, for a reader who has never seen a Dynamo guard.
+KIND_EXPLANATIONS: dict[str, tuple[str, str]] = {
+    "duck_sizing": (
+        "Duck sizing",
+        "When two dimensions had the same size while a graph was compiled, Dynamo gave them one "
+        "shared symbol and guarded that they stay equal; an input where they differ fails that "
+        "guard. Turning duck sizing off (torch.fx.experimental._config.use_duck_shape = False) "
+        "gives every dimension a symbol of its own.",
+    ),
+    "zero_one_specialization": (
+        "0/1 specialization",
+        "Dynamo treats sizes 0 and 1 as constants (empty tensors and broadcasting behave "
+        "differently), so a graph compiled for larger sizes guards 2 <= size and a size of 0 or "
+        "1 compiles a graph of its own. Marking the dimension with mark_unbacked compiles one "
+        "graph for every size, 0 and 1 included.",
+    ),
+    "unbacked": (
+        "Unbacked dimension",
+        "A dimension marked with mark_unbacked is compiled without an example size, so its graph "
+        "serves every size. A failure here involves such a dimension: usually a call whose inputs "
+        "were not marked (marks apply per call) or a guard the model's own code needs on it.",
+    ),
+    "size_mismatch": (
+        "Size mismatch",
+        "The graph was compiled with this dimension static (a fixed size: it was 0 or 1 at "
+        "compile time, or the compile was not dynamic) and the input has another size.",
+    ),
+    "stride_mismatch": (
+        "Stride mismatch",
+        "The input's memory layout (strides: a transpose, a slice, an expanded or size-0/1 view) "
+        "differs from the one the graph was compiled for. Making inputs contiguous before the call "
+        "removes it.",
+    ),
+    "dtype_mismatch": (
+        "Dtype mismatch",
+        "The input has another dtype (float32 vs bfloat16, int64 vs int32) than the graph was "
+        "compiled for; each dtype needs its own graph. Cast at the boundary if one dtype will do.",
+    ),
+    "device_mismatch": (
+        "Device mismatch",
+        "The input lives on another device than the graph was compiled for; each device needs "
+        "its own graph.",
+    ),
+    "requires_grad_mismatch": (
+        "requires_grad mismatch",
+        "The input's requires_grad flag differs from the compiled graph's: a graph that records "
+        "autograd differs from an inference graph. Use no_grad or inference_mode consistently.",
+    ),
+    "ndim_mismatch": (
+        "Number of dimensions",
+        "The input has a different number of dimensions than the graph was compiled for.",
+    ),
+    "type_mismatch": (
+        "Python type mismatch",
+        "An argument has another Python type (a tensor vs None, int vs float, list vs tuple) than "
+        "the graph was compiled for.",
+    ),
+    "list_length": (
+        "List length",
+        "A list or tuple argument has another length. Dynamo unrolls containers, so every length "
+        "gets its own graph; one stacked tensor instead of a list avoids it.",
+    ),
+    "constant_value": (
+        "Constant value",
+        "A Python scalar, string or flag changed value. Dynamo bakes non-tensor arguments into the "
+        "graph as constants; values that vary per call are better passed as tensors.",
+    ),
+    "shape_relation": (
+        "Shape relation in your code",
+        "A guard from the model's own shape logic (a branch such as if x.shape[0] > 16, an "
+        "assertion, a reshape): the graph took one branch and the input needs another. Marking the "
+        "dimension unbacked cannot remove it; one warmup sample per branch can.",
+    ),
+    "global_state": (
+        "Global state",
+        "State outside the arguments changed between calls: grad mode, autocast, the default "
+        "dtype, a torch function mode. Keep it fixed around the compiled model.",
+    ),
+    "other": (
+        "Unclassified",
+        "A guard guardscope could not classify, kept verbatim so nothing is lost. The raw text is "
+        "torch's own; tlparse on the trace shows the guard in context.",
+    ),
+}
+
+VERIFY_STATUSES = ("passed", "failed", "crashed", "skipped")
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+def read_inputs(out_dir: str | Path) -> dict[str, Any]:
+    """Load an analysis folder: ``catalog`` (required), ``timings``, ``fixes``, ``verification``
+    (``None`` when the file does not exist). Keys match :func:`render_report`'s arguments."""
+    out = Path(out_dir)
+    inputs: dict[str, Any] = {"catalog": output.read_catalog(out)}
+    optional = {
+        "timings": (output.TIMINGS, f"re-run 'guardscope analyze CORPUS --out {out} --force'"),
+        "fixes": (output.FIXES, f"re-run 'guardscope emit-warmup {out}'"),
+        "verification": (output.VERIFICATION, f"re-run 'guardscope verify {out}'"),
+    }
+    for key, (name, fix) in optional.items():
+        path = out / name
+        inputs[key] = output.read_json(path, fix) if path.is_file() else None
+    return inputs
+
+
+# --- formatting (also jinja filters) ---------------------------------------------------------
+
+def format_seconds(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    if value >= 100:
+        return f"{value:.0f} s"
+    if value >= 1:
+        return f"{value:.2f} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value * 1e6:.3g} µs"
+
+
+def _tick_text(value: float) -> str:
+    value = float(f"{value:.6g}")
+    if value >= 1:
+        return f"{value:g} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:g} ms"
+    return f"{value * 1e6:g} µs"
+
+
+def sample_runs(samples: Iterable[int]) -> list[tuple[int, int]]:
+    """Sorted sample indices as runs of consecutive indices: [1, 2, 3, 5] -> [(1, 3), (5, 5)]."""
+    runs: list[tuple[int, int]] = []
+    for index in sorted(set(samples)):
+        if runs and index == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], index)
+        else:
+            runs.append((index, index))
+    return runs
+
+
+def format_samples(samples: Iterable[int], limit: int = SAMPLE_RANGES_SHOWN) -> str:
+    """``1–3, 5, 7–9`` for at most ``limit`` runs, then ``… and N more``."""
+    runs = sample_runs(samples)
+    shown = runs[:limit]
+    text = ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in shown)
+    hidden = sum(b - a + 1 for a, b in runs[limit:])
+    if hidden:
+        text += f" … and {hidden:,} more"
+    return text or "none"
+
+
+def _number(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def _option(value: Any) -> str:
+    """A compile option as the user wrote it in Python."""
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return ", ".join(":".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v) for v in value) or "—"
+    return str(value)
+
+
+def _percent(part: int, whole: int) -> str:
+    if not whole:
+        return "0 %"
+    share = 100 * part / whole
+    return f"{share:.1f} %" if share >= 0.1 or not part else "<0.1 %"
+
+
+# --- context builders (pure) -----------------------------------------------------------------
+
+def _compile_seconds(timings: dict | None) -> dict[str, float]:
+    return {
+        c["compile_id"]: c["seconds"]
+        for c in (timings or {}).get("compiles", [])
+        if c.get("seconds") is not None
+    }
+
+
+def _topology_of_compile(catalog: dict) -> dict[str, int]:
+    return {t["compile_id"]: t["id"] for t in catalog["topologies"] if t.get("compile_id") is not None}
+
+
+def _verification_by_name(verification: dict | None) -> dict[str, dict]:
+    return {a["name"]: a for a in (verification or {}).get("artifacts", [])}
+
+
+def verdict_context(verification: dict | None) -> dict | None:
+    """Overall result of ``guardscope verify``: passed only when every artifact passed."""
+    if verification is None:
+        return None
+    artifacts = verification.get("artifacts", [])
+    counts = Counter(a["status"] for a in artifacts)
+    if not artifacts:
+        status = "skipped"
+    elif counts["failed"] or counts["crashed"]:
+        status = "failed"
+    elif counts["passed"]:
+        status = "passed"
+    else:
+        status = "skipped"
+    parts = [f"{counts[s]} {s}" for s in VERIFY_STATUSES if counts[s]]
+    return {
+        "status": status,
+        "text": ", ".join(parts) or "no artifacts verified",
+        "artifacts": [{"name": a["name"], "status": a["status"]} for a in artifacts],
+    }
+
+
+def summary_context(catalog: dict, timings: dict | None, verification: dict | None) -> dict:
+    summary = catalog["summary"]
+    seconds = _compile_seconds(timings)
+    timed = [c for c in catalog["compiles"] if c["compile_id"] in seconds]
+    worst = max(timed, key=lambda c: seconds[c["compile_id"]], default=None)
+    compile_options = {k: _option(v) for k, v in sorted(catalog["compile"].items()) if k not in ("backend", "device")}
+    return {
+        "corpus_path": catalog["corpus"]["path"],
+        "samples": catalog["corpus"]["samples"],
+        "model": catalog["model"],
+        "torch_version": catalog["torch_version"],
+        "backend": catalog["compile"].get("backend"),
+        "device": catalog["compile"].get("device"),
+        "replay_mode": catalog.get("replay_mode"),
+        "compile_options": compile_options,
+        "compiles": summary["compiles"],
+        "recompiles": summary["recompiles"],
+        "recompile_samples": format_samples(summary["recompile_samples"]),
+        "topologies": summary["topologies"],
+        "failures": sum(summary["failures_by_kind"].values()),
+        "total_compile_seconds": sum(seconds[c["compile_id"]] for c in timed) if timed else None,
+        "worst": None if worst is None else {
+            "seconds": seconds[worst["compile_id"]],
+            "compile_id": worst["compile_id"],
+            "sample": worst["sample"],
+        },
+        "replay_seconds": (timings or {}).get("replay_seconds"),
+        "has_timings": timings is not None,
+        "failed_samples": [
+            {"sample": f["sample"], "error": f["error"]} for f in catalog.get("failed_samples", [])[:LIST_SHOWN]
+        ],
+        "failed_count": summary.get("failed_samples", len(catalog.get("failed_samples", []))),
+        "unparsed": dict(sorted(summary.get("unparsed", {}).items())),
+        "skipped_shards": [{"file": s["file"], "error": s["error"]} for s in catalog.get("skipped_shards", [])],
+        "not_analysed": format_samples(catalog.get("not_analysed", [])) if catalog.get("not_analysed") else None,
+        "not_analysed_count": len(catalog.get("not_analysed", [])),
+        "verdict": verdict_context(verification),
+    }
+
+
+def _nice_step(span: float, most: int) -> int:
+    """The smallest 1-2-5 step that cuts ``span`` into at most ``most`` intervals."""
+    step = 1
+    while span / step > most:
+        for factor in (2, 2.5, 2):
+            step = int(step * factor)
+            if span / step <= most:
+                break
+    return step
+
+
+def _log_ticks(low: float, high: float) -> tuple[float, float, list[float]]:
+    """A 1-2-5 log axis covering [low, high]; decades only when that would be too many ticks."""
+    ladder = [m * 10.0 ** e for e in range(-7, 5) for m in (1, 2, 5)]
+    bottom = max([v for v in ladder if v <= low * 1.0000001] or ladder[:1])
+    top = min([v for v in ladder if v >= high / 1.0000001] or ladder[-1:])
+    if top <= bottom:
+        top = next(v for v in ladder if v > bottom)
+    ticks = [v for v in ladder if bottom / 1.0000001 <= v <= top * 1.0000001]
+    if len(ticks) > 7:
+        bottom = 10.0 ** math.floor(math.log10(bottom) + 1e-9)
+        top = 10.0 ** math.ceil(math.log10(top) - 1e-9)
+        ticks = [10.0 ** e for e in range(round(math.log10(bottom)), round(math.log10(top)) + 1)]
+    return bottom, top, ticks
+
+
+def _spread_labels(wanted: list[float], widths: list[float], left: float, right: float,
+                   gap: float = 8) -> list[float] | None:
+    """Centres for labels on one row, as close to ``wanted`` (sorted) as overlap allows."""
+    if sum(widths) + gap * (len(widths) - 1) > right - left:
+        return None
+    placed: list[float] = []
+    edge = left
+    for x, w in zip(wanted, widths):
+        start = max(x - w / 2, edge)
+        placed.append(start + w / 2)
+        edge = start + w + gap
+    edge = right
+    for i in range(len(placed) - 1, -1, -1):
+        end = min(placed[i] + widths[i] / 2, edge)
+        placed[i] = end - widths[i] / 2
+        edge = end - widths[i] - gap
+    return placed
+
+
+def _label_text(marker: dict) -> str:
+    """``T3 #12``: the topology the new graph serves and the sample; ``+`` when binned."""
+    lead = marker["lead"]
+    return f"{lead['topology'] or ''} #{lead['sample']}".strip() + ("+" if marker["count"] > 1 else "")
+
+
+def timeline_context(catalog: dict, timings: dict | None) -> dict:
+    """Geometry of the timeline SVG: sample index on x, seconds on a log y axis.
+
+    With per-sample times (``timings["samples"]``) the line is the slowest sample of each
+    x-bin; compile markers sit on top. Without them the compile events stand alone, one
+    lollipop per compile at its compile time. Without any timings the markers sit on one row.
+    """
+    width, height = 960, 320
+    left, right, top, bottom = 78, 16, 74, 44
+    plot_w, plot_h = width - left - right, height - top - bottom
+    n = max(catalog["corpus"]["samples"], 1)
+    seconds = _compile_seconds(timings)
+    topology = _topology_of_compile(catalog)
+    per_sample = {s["sample"]: s["seconds"] for s in (timings or {}).get("samples", []) if s.get("seconds")}
+
+    def x_of(sample: float) -> float:
+        return round(left + (plot_w * sample / (n - 1) if n > 1 else plot_w / 2), 1)
+
+    compiles = []
+    for c in catalog["compiles"]:
+        kinds = sorted({cause for f in c["failures"] for cause in f.get("causes", [f["kind"]])})
+        tid = topology.get(c["compile_id"])
+        compiles.append({
+            "sample": c["sample"],
+            "compile_id": c["compile_id"],
+            "topology": f"T{tid}" if tid is not None else None,
+            "seconds": seconds.get(c["compile_id"]),
+            # A compiling call took at least its compile time, whatever per-sample clock says.
+            "value": max(filter(None, (per_sample.get(c["sample"]), seconds.get(c["compile_id"]))), default=None),
+            "kinds": kinds,
+            "first": not c["failures"],
+        })
+
+    values = [v for v in per_sample.values() if v > 0] + [c["value"] for c in compiles if c["value"]]
+    timed = bool(values)
+    if timed:
+        y_low, y_high, y_ticks = _log_ticks(min(values), max(values))
+        span = math.log10(y_high) - math.log10(y_low)
+
+        def y_of(value: float | None) -> float:
+            value = min(max(value or y_low, y_low), y_high)
+            return round(top + plot_h * (1 - (math.log10(value) - math.log10(y_low)) / span), 1)
+    else:
+        y_ticks = []
+
+        def y_of(value: float | None) -> float:
+            return round(top + plot_h / 2, 1)
+
+    # Per-sample line: the slowest sample in each bin, so a spike never disappears in aggregation.
+    bin_size = max(1, math.ceil(n / TIMELINE_BINS))
+    path = []
+    if per_sample:
+        worst_per_bin: dict[int, float] = {}
+        for sample, value in per_sample.items():
+            b = sample // bin_size
+            worst_per_bin[b] = max(worst_per_bin.get(b, 0.0), value)
+        previous = None
+        for b in sorted(worst_per_bin):
+            x = x_of(min(b * bin_size + (bin_size - 1) / 2, n - 1))
+            path.append(f"{'L' if previous == b - 1 else 'M'}{x} {y_of(worst_per_bin[b])}")
+            previous = b
+
+    # Compile markers: binned like the line when there are too many to draw one by one.
+    marker_bin = max(1, math.ceil(n / TIMELINE_MARKERS)) if len(compiles) > TIMELINE_MARKERS else 1
+    binned: dict[int, list[dict]] = defaultdict(list)
+    for c in compiles:
+        binned[c["sample"] // marker_bin].append(c)
+    markers = []
+    for b in sorted(binned):
+        group = binned[b]
+        lead = max(group, key=lambda c: (c["value"] or 0, -c["sample"]))
+        title = (
+            f"{len(group)} compiles at samples {format_samples(c['sample'] for c in group)}; "
+            f"slowest {format_seconds(lead['seconds'])} (compile {lead['compile_id']})"
+            if len(group) > 1 else
+            f"sample {lead['sample']}: compile {lead['compile_id']} for {lead['topology'] or 'no topology'}, "
+            f"{format_seconds(lead['seconds'])}" + ("" if lead["first"] else f" — {', '.join(lead['kinds'])}")
+        )
+        markers.append({
+            "x": x_of(lead["sample"]),
+            "y": y_of(lead["value"]),
+            "first": lead["first"] and len(group) == 1,
+            "title": title,
+            "lead": lead,
+            "count": len(group),
+        })
+
+    # Labels: the costliest spikes first, spread over up to two rows above the plot.
+    candidates = sorted(markers, key=lambda m: (-(m["lead"]["value"] or 0), m["lead"]["sample"]))
+    labels: list[dict] = []
+    for count in range(min(len(candidates), TIMELINE_LABELS), 0, -1):
+        chosen = sorted(candidates[:count], key=lambda m: m["x"])
+        rows = [chosen[0::2], chosen[1::2]]  # alternate rows, so neighbours never collide
+        texts = [[_label_text(m) for m in row] for row in rows]
+        placements = [
+            _spread_labels([m["x"] for m in row], [len(t) * 7.2 + 4 for t in row_texts], 4, width - 4)
+            for row, row_texts in zip(rows, texts)
+        ]
+        if all(p is not None for p in placements):
+            for r, (row, row_texts, places) in enumerate(zip(rows, texts, placements)):
+                for m, text, x in zip(row, row_texts, places):
+                    labels.append({"text": text, "x": round(x, 1), "y": 18 + 20 * r,
+                                   "to_x": m["x"], "to_y": m["y"]})
+            break
+
+    x_step = _nice_step(n - 1, 10) if n > 1 else 1
+    return {
+        "width": width,
+        "height": height,
+        "left": left,
+        "top": top,
+        "plot_w": plot_w,
+        "plot_h": plot_h,
+        "baseline": top + plot_h,
+        "mode": "samples" if per_sample else ("compiles" if timed else "untimed"),
+        "path": " ".join(path),
+        "bin_size": bin_size,
+        "marker_bin": marker_bin,
+        "markers": markers,
+        "labels": sorted(labels, key=lambda label: (label["y"], label["x"])),
+        "x_ticks": [{"x": x_of(s), "text": f"{s:,}"} for s in range(0, n, x_step)],
+        "y_ticks": [{"y": y_of(v), "text": _tick_text(v)} for v in y_ticks],
+        "samples": n,
+        "compiles": compiles[:LIST_SHOWN],
+        "compiles_hidden": max(len(compiles) - LIST_SHOWN, 0),
+    }
+
+
+def _guard_text(failure: dict) -> str:
+    """The raw text without its leading ``0/1: `` (the graph it failed against, shown apart)."""
+    raw = failure.get("raw") or failure.get("guard") or ""
+    prefix = f"{failure.get('against')}: "
+    return raw[len(prefix):] if failure.get("against") and raw.startswith(prefix) else raw
+
+
+def _compile_key(compile_id: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else p for p in compile_id.replace("/", " ").split())
+
+
+def failures_context(catalog: dict) -> list[dict]:
+    """Failures grouped by cause (a failure with two causes counts under both), largest first."""
+    by_kind: dict[str, list[tuple[dict, int]]] = defaultdict(list)
+    for c in catalog["compiles"]:
+        for failure in c["failures"]:
+            for cause in failure.get("causes") or [failure["kind"]]:
+                by_kind[cause].append((failure, c["sample"]))
+    kinds = []
+    for kind, items in by_kind.items():
+        texts: dict[str, dict] = {}
+        for failure, sample in items:
+            text = _guard_text(failure)
+            entry = texts.setdefault(text, {
+                "text": text,
+                "guard": failure.get("guard"),
+                "user_source": failure.get("user_source"),
+                "hint": failure.get("hint"),
+                "also": [k for k in failure.get("causes", []) if k != kind],
+                "count": 0,
+                "against": Counter(),
+                "samples": set(),
+            })
+            entry["count"] += 1
+            entry["against"][failure.get("against") or "?"] += 1
+            entry["samples"].add(sample)
+        guards = sorted(texts.values(), key=lambda e: (-e["count"], e["text"]))
+        for entry in guards:
+            entry["against"] = ", ".join(
+                f"{graph} ×{count}" if count > 1 else graph
+                for graph, count in sorted(entry["against"].items(), key=lambda kv: _compile_key(kv[0]))
+            )
+            entry["samples"] = format_samples(entry["samples"], limit=40)
+        title, explanation = KIND_EXPLANATIONS.get(kind, (kind.replace("_", " ").capitalize(), KIND_EXPLANATIONS["other"][1]))
+        kinds.append({
+            "kind": kind,
+            "title": title,
+            "explanation": explanation,
+            "count": len(items),
+            "recompiles": len({sample for _, sample in items}),
+            "inputs": sorted({name for failure, _ in items for name in failure.get("inputs", [])}),
+            "guards": guards[:GUARD_TEXTS_SHOWN],
+            "guards_hidden": max(len(guards) - GUARD_TEXTS_SHOWN, 0),
+            "distinct": len(guards),
+        })
+    kinds.sort(key=lambda k: (-k["count"], k["kind"]))
+    most = max((k["count"] for k in kinds), default=1)
+    for k in kinds:
+        k["bar"] = round(100 * k["count"] / most, 1)
+    return kinds
+
+
+def topologies_context(catalog: dict, timings: dict | None) -> list[dict]:
+    seconds = _compile_seconds(timings)
+    compile_sample = {c["compile_id"]: c["sample"] for c in catalog["compiles"]}
+    total = catalog["corpus"]["samples"]
+    return [{
+        "id": t["id"],
+        "label": f"T{t['id']}",
+        "count": t["count"],
+        "share": _percent(t["count"], total),
+        "first_sample": t["first_sample"],
+        "compile_id": t.get("compile_id"),
+        "compile_sample": compile_sample.get(t.get("compile_id")),
+        "seconds": seconds.get(t.get("compile_id")),
+        "facts": list(t["facts"]),
+        "members": format_samples(t["samples"]),
+        "runs": len(sample_runs(t["samples"])),
+    } for t in catalog["topologies"]]
+
+
+def dimensions_context(catalog: dict) -> list[dict]:
+    return [{
+        "dim": d["dim"],
+        "min": d["min"],
+        "max": d["max"],
+        "dynamic": d["dynamic"],
+        "ever_zero": d["ever_zero"],
+        "ever_one": d["ever_one"],
+        "equal_to": list(d.get("equal_to", [])),
+    } for d in catalog.get("dimensions", [])]
+
+
+def fixes_context(fixes: dict | None, verification: dict | None) -> list[dict]:
+    """One entry per artifact in fixes.json, then any verified artifact fixes.json lacks."""
+    verified = _verification_by_name(verification)
+    artifacts = list((fixes or {}).get("artifacts", []))
+    known = {a["name"] for a in artifacts}
+    artifacts += [{"name": name} for name in verified if name not in known]
+    result = []
+    for artifact in artifacts:
+        check = verified.get(artifact["name"])
+        result.append({
+            "name": artifact["name"],
+            "title": artifact.get("title") or artifact["name"],
+            "file": artifact.get("file"),
+            "summary": artifact.get("summary"),
+            "code": artifact.get("code"),
+            "details": {str(k): _option(v) for k, v in (artifact.get("details") or {}).items()},
+            "verification": None if check is None else {
+                "status": check["status"],
+                "reason": check.get("reason"),
+                "setup_graphs": check.get("setup_graphs"),
+                "setup_seconds": check.get("setup_seconds"),
+                "replay_recompiles": check.get("replay_recompiles"),
+                "recompile_samples": format_samples(check.get("recompile_samples") or []),
+                "samples_replayed": check.get("samples_replayed"),
+                "failures": [
+                    {"sample": f["sample"], "reasons": list(f.get("reasons", []))}
+                    for f in (check.get("failures") or [])[:LIST_SHOWN]
+                ],
+                "failures_hidden": max(len(check.get("failures") or []) - LIST_SHOWN, 0),
+                "topologies": [
+                    {"id": t["id"], "passed": t["passed"], "error": t.get("error")}
+                    for t in check.get("topologies") or []
+                ],
+            },
+        })
+    return result
+
+
+def build_context(catalog: dict, *, timings: dict | None, fixes: dict | None,
+                  verification: dict | None, trace_dir: str = output.TRACE_DIR) -> dict:
+    return {
+        "title": f"guardscope report: {catalog['model']}",
+        "summary": summary_context(catalog, timings, verification),
+        "timeline": timeline_context(catalog, timings),
+        "failure_kinds": failures_context(catalog),
+        "topologies": topologies_context(catalog, timings),
+        "dimensions": dimensions_context(catalog),
+        "fixes": fixes_context(fixes, verification),
+        "has_fixes": fixes is not None,
+        "has_verification": verification is not None,
+        "trace_dir": trace_dir.rstrip("/"),
+        "trace_file": output.TRACE_FILE,
+        "catalog_file": output.CATALOG,
+        "timings_file": output.TIMINGS,
+        "fixes_file": output.FIXES,
+        "verification_file": output.VERIFICATION,
+    }
+
+
+# --- rendering -------------------------------------------------------------------------------
+
+ENVIRONMENT = Environment(
+    loader=FileSystemLoader(TEMPLATES),
+    autoescape=select_autoescape(default=True, default_for_string=True),
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+)
+ENVIRONMENT.filters.update(seconds=format_seconds, number=_number, samples=format_samples)
+
+
+def render_report(catalog: dict, *, timings: dict | None, fixes: dict | None,
+                  verification: dict | None, trace_dir: str = output.TRACE_DIR) -> str:
+    """The report page for already-loaded JSON (see :func:`read_inputs`). Reads and writes nothing."""
+    context = build_context(catalog, timings=timings, fixes=fixes, verification=verification,
+                            trace_dir=trace_dir)
+    return ENVIRONMENT.get_template("report.html").render(context)
+
+
+def write_report(out_dir: str | Path) -> Path:
+    """Render ``out_dir/report.html`` from the JSON files in ``out_dir``; returns its path."""
+    out = Path(out_dir)
+    return output.write_text(out / REPORT, render_report(**read_inputs(out)))

@@ -1,0 +1,235 @@
+"""Prove each emitted artifact on the corpus, each in a fresh subprocess.
+
+``verify(out_dir)`` starts ``python -m guardscope.verify ARTIFACT DIR RESULT`` once per
+artifact: a crash or segfault (AOTInductor has segfaulted on the seed model) becomes a ``crashed``
+result for that artifact, never the end of the others. The child compiles the model with the
+catalog's options, applies the artifact as its docstring says, replays the corpus and reports:
+
+* warmup / unbacked: graphs compiled during set-up, set-up seconds, and every compile during the
+  replay (a recompile: the artifact failed) with its sample and guard failures. With
+  ``fullgraph`` a sample the existing graphs' guards accept is not run — it cannot compile.
+* export: ``torch.export`` with the artifact's Dims, then every topology's representative
+  through the exported program, compared with eager.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ARTIFACTS = ("warmup", "unbacked", "export")
+FILES = {"warmup": "warmup.py", "unbacked": "unbacked.py", "export": "export_dims.py"}
+
+
+def _result(name: str, status: str, reason: str | None = None, **fields: Any) -> dict[str, Any]:
+    result = {
+        "name": name,
+        "status": status,
+        "reason": reason,
+        "setup_graphs": None,
+        "setup_seconds": None,
+        "replay_recompiles": None,
+        "recompile_samples": [],
+        "failures": [],
+        "samples_replayed": None,
+        "topologies": [],
+    }
+    result.update(fields)
+    return result
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: float) -> dict[str, Any]:
+    """Verify one artifact in a fresh interpreter; turn any death of it into a result."""
+    if not (out_dir / FILES[name]).is_file():
+        return _result(name, "skipped", f"{FILES[name]} not found: run 'guardscope emit-warmup {out_dir}'")
+    result_path = out_dir / f".verify-{name}.json"
+    if result_path.exists():
+        result_path.unlink()
+    command = [sys.executable, "-m", "guardscope.verify", name, str(out_dir), str(result_path)]
+    if holdout is not None:
+        command += ["--holdout", str(holdout)]
+    environment = dict(os.environ)
+    # The child must import this guardscope, wherever it is installed from.
+    package_root = str(Path(__file__).resolve().parent.parent)
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, environment.get("PYTHONPATH")]))
+    started = time.perf_counter()
+    try:
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment)
+    except subprocess.TimeoutExpired:
+        return _result(name, "crashed", f"timed out after {timeout:.0f} s")
+    try:
+        if completed.returncode == 0 and result_path.is_file():
+            return json.loads(result_path.read_text())
+        tail = (completed.stderr or completed.stdout or "").strip().splitlines()[-5:]
+        if completed.returncode < 0:
+            cause = f"the verification process died of {_signal_name(completed.returncode)}"
+        else:
+            cause = f"the verification process exited with status {completed.returncode}"
+        return _result(name, "crashed", cause + (": " + " | ".join(tail) if tail else ""),
+                       setup_seconds=round(time.perf_counter() - started, 3))
+    finally:
+        if result_path.exists():
+            result_path.unlink()
+
+
+# --- the child ---------------------------------------------------------------------------------
+
+
+def _import_artifact(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(f"guardscope_artifact_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def _replay_split(corpus: Any, holdout: float | None) -> list[Any]:
+    samples = list(corpus)
+    if holdout is None:
+        return samples
+    start = int(len(samples) * (1.0 - holdout))
+    return samples[start:]
+
+
+def _verify_compiled(name: str, out_dir: Path, catalog: dict, corpus: Any, model: Any, holdout: float | None) -> dict:
+    from . import torch_compat
+    from .capture import TraceCapture, events_from_records
+    from .classify import classify_reasons
+    from .pipeline import production_options
+    from .replay import Runner
+
+    module = _import_artifact(out_dir / FILES[name])
+    options = production_options(catalog)
+    if name == "unbacked":
+        module.configure()
+    # Dynamo's own recompile limit stays as in production: an artifact that needs more graphs
+    # than the default allows must raise it itself.
+    with TraceCapture() as capture:
+        runner = Runner(model, options)
+        started = time.perf_counter()
+        capture.set_sample(None)
+        module.warmup(runner.compiled, device=options.device, inference_mode=options.inference_mode)
+        setup_seconds = time.perf_counter() - started
+        setup_graphs = runner.graphs()
+        replayed = 0
+        for sample in _replay_split(corpus, holdout):
+            capture.set_sample(sample.index)
+            args, kwargs, bound = runner.prepare(sample, mark=False)
+            if name == "unbacked":
+                module.mark(*args, **kwargs)
+            with runner.grad_context():
+                accepted = options.fullgraph and torch_compat.serving_entry(
+                    runner.code, {**runner.self_local, **bound}
+                )
+                if not accepted:
+                    runner.compiled(*args, **kwargs)
+            replayed += 1
+        capture.set_sample(None)
+    events = events_from_records(capture.records).events
+    recompiles = [e for e in events if e.sample is not None]
+    failures = [
+        {"sample": e.sample, "reasons": [f"{f.kind.value}: {f.raw}" for f in classify_reasons(e.reasons)]}
+        for e in recompiles
+    ]
+    torch_compat.reset_dynamo()
+    return _result(
+        name,
+        "passed" if not recompiles else "failed",
+        None if not recompiles else f"{len(recompiles)} recompile(s) during the replay, first at sample {recompiles[0].sample}",
+        setup_graphs=setup_graphs,
+        setup_seconds=round(setup_seconds, 3),
+        replay_recompiles=len(recompiles),
+        recompile_samples=[e.sample for e in recompiles],
+        failures=failures,
+        samples_replayed=replayed,
+    )
+
+
+def _verify_export(out_dir: Path, catalog: dict, corpus: Any, model: Any) -> dict:
+    import torch
+
+    module = _import_artifact(out_dir / FILES["export"])
+    model = model.eval()
+    example = corpus.sample(module_example(out_dir, catalog))
+    started = time.perf_counter()
+    try:
+        program = module.export(model, *example.args, **example.kwargs)
+    except Exception as exc:
+        return _result("export", "failed", f"torch.export failed: {type(exc).__name__}: {str(exc).splitlines()[0][:400]}")
+    setup_seconds = time.perf_counter() - started
+    exported = program.module()
+    topologies = []
+    for topology in catalog["topologies"]:
+        sample = corpus.sample(topology["first_sample"])
+        try:
+            with torch.no_grad():
+                got = exported(*sample.args, **sample.kwargs)
+                want = model(*sample.args, **sample.kwargs)
+            same = all(
+                torch.allclose(a, b, rtol=1e-4, atol=1e-4)
+                for a, b in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want))
+                if isinstance(a, torch.Tensor)
+            )
+            error = None if same else "output differs from eager beyond rtol=atol=1e-4"
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:400]}"
+        topologies.append({"id": topology["id"], "passed": error is None, "error": error})
+    failed = [t for t in topologies if not t["passed"]]
+    return _result(
+        "export",
+        "passed" if not failed else "failed",
+        None if not failed else "the exported program rejects " + ", ".join(
+            f"T{t['id']} ({t['error']})" for t in failed),
+        setup_graphs=1,
+        setup_seconds=round(setup_seconds, 3),
+        samples_replayed=len(topologies),
+        topologies=topologies,
+    )
+
+
+def module_example(out_dir: Path, catalog: dict) -> int:
+    fixes = out_dir / "fixes.json"
+    if fixes.is_file():
+        for artifact in json.loads(fixes.read_text()).get("artifacts", []):
+            if artifact.get("name") == "export":
+                return int(artifact.get("details", {}).get("example_sample", 0))
+    largest = max(catalog["topologies"], key=lambda t: t["count"])
+    return int(largest["first_sample"])
+
+
+def child_main(argv: list[str]) -> int:
+    import argparse
+
+    from .output import write_json
+    from .pipeline import _load_analysis
+
+    parser = argparse.ArgumentParser(prog="python -m guardscope.verify")
+    parser.add_argument("artifact", choices=ARTIFACTS)
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("result", type=Path)
+    parser.add_argument("--holdout", type=float, default=None)
+    arguments = parser.parse_args(argv)
+    out, catalog, corpus, model = _load_analysis(arguments.out_dir)
+    if arguments.artifact == "export":
+        result = _verify_export(out, catalog, corpus, model)
+    else:
+        result = _verify_compiled(arguments.artifact, out, catalog, corpus, model, arguments.holdout)
+    write_json(arguments.result, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv[1:]))
