@@ -30,10 +30,6 @@ from .model import (
     Topology,
 )
 
-UNSERVED_FACT = (
-    "no compiled graph served these samples: Dynamo ran them eagerly (recompile limit reached, "
-    "or this torch build hides its cache entries)"
-)
 
 _SOURCE = re.compile(r"L\[['\"]([^'\"]+)['\"]\]")
 _DIM_TEXT = re.compile(r"^(?P<input>.+)\.(?P<which>size|stride)\(\)\[(?P<axis>\d+)\]$")
@@ -200,9 +196,12 @@ class CatalogBuilder:
 
     dims: dict[str, _DimAccumulator] = field(default_factory=dict)
     equal_candidates: dict[str, set[str] | None] = field(default_factory=dict)
-    members: dict[str | None, list[int]] = field(default_factory=dict)
-    first_meta: dict[str | None, SampleMeta] = field(default_factory=dict)
+    members: dict[str, list[int]] = field(default_factory=dict)
+    first_shapes: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     failed: list[FailedSample] = field(default_factory=list)
+    # Samples no compiled graph served: Dynamo ran them eagerly, which happens when a frame
+    # hit the recompile limit (or a torch build hides its cache entries from guardscope).
+    not_analysed: list[int] = field(default_factory=list)
     samples: int = 0
     described: int = 0  # samples whose forward ran (failed ones carry no shapes worth trusting)
 
@@ -234,8 +233,39 @@ class CatalogBuilder:
         for dim, candidates in self.equal_candidates.items():
             if dim not in present and candidates:
                 candidates.clear()
+        if meta.serving is None:
+            self.not_analysed.append(meta.index)
+            return
         self.members.setdefault(meta.serving, []).append(meta.index)
-        self.first_meta.setdefault(meta.serving, meta)
+        if meta.serving not in self.first_shapes:
+            self.first_shapes[meta.serving] = {path: list(t.shape) for path, t in meta.tensors}
+
+    def to_state(self) -> dict[str, Any]:
+        """Everything accumulated so far, as JSON values (for checkpoints)."""
+        return {
+            "dims": [[dim, a.input, a.axis, a.min, a.max, a.ever_zero, a.ever_one] for dim, a in self.dims.items()],
+            "equal_candidates": [[d, None if c is None else sorted(c)] for d, c in self.equal_candidates.items()],
+            "members": [[cid, m] for cid, m in self.members.items()],
+            "first_shapes": [[cid, shapes] for cid, shapes in self.first_shapes.items()],
+            "failed": [[f.index, f.error] for f in self.failed],
+            "not_analysed": list(self.not_analysed),
+            "samples": self.samples,
+            "described": self.described,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> CatalogBuilder:
+        builder = cls()
+        for dim, input_, axis, low, high, zero, one in state["dims"]:
+            builder.dims[dim] = _DimAccumulator(input_, axis, low, high, zero, one)
+        builder.equal_candidates = {d: None if c is None else set(c) for d, c in state["equal_candidates"]}
+        builder.members = {cid: list(m) for cid, m in state["members"]}
+        builder.first_shapes = {cid: shapes for cid, shapes in state["first_shapes"]}
+        builder.failed = [FailedSample(i, e) for i, e in state["failed"]]
+        builder.not_analysed = list(state["not_analysed"])
+        builder.samples = int(state["samples"])
+        builder.described = int(state["described"])
+        return builder
 
     def dimensions(self) -> tuple[DimensionStats, ...]:
         graph = nx.Graph()
@@ -263,10 +293,11 @@ class CatalogBuilder:
             )
         return tuple(stats)
 
-    def _fallback_facts(self, meta: SampleMeta) -> tuple[str, ...]:
+    def _fallback_facts(self, meta: dict[str, list[int]]) -> tuple[str, ...]:
+        """Facts from the topology's first sample, when torch gave no guards to read."""
         facts = []
-        for path, tensor in meta.tensors:
-            for axis, value in enumerate(tensor.shape):
+        for path, shape in meta.items():
+            for axis, value in enumerate(shape):
                 acc = self.dims[f"{path}.size()[{axis}]"]
                 if value in (0, 1) and acc.min != acc.max:
                     facts.append(f"{path} dim {axis} is {value}")
@@ -281,14 +312,12 @@ class CatalogBuilder:
         ordered = sorted(self.members.items(), key=lambda item: item[1][0])
         topologies = []
         for position, (compile_id, members) in enumerate(ordered):
-            if compile_id is None:
-                facts: tuple[str, ...] = (UNSERVED_FACT,)
-            elif compile_id in atoms:
+            if compile_id in atoms:
                 own = atoms[compile_id] - shared
                 static = {a[1] for a in atoms[compile_id] if a[0] == "size"}
                 facts = render_facts(own, static, aliases, rank) if own else ("the graph every other input shares",)
             else:
-                facts = self._fallback_facts(self.first_meta[compile_id])
+                facts = self._fallback_facts(self.first_shapes[compile_id])
             topologies.append(
                 Topology(
                     id=position,
@@ -311,6 +340,7 @@ class CatalogBuilder:
         replay_mode: str = "full",
         unparsed: dict[str, int] | None = None,
         arguments: tuple[str, ...] = (),
+        skipped_shards: tuple[dict[str, str], ...] = (),
     ) -> Catalog:
         ordered = sorted(events, key=lambda e: (e.frame_id, e.frame_compile_id))
         # Dynamo lists the rejecting entries most-recently-used first, which depends on replay
@@ -334,6 +364,8 @@ class CatalogBuilder:
             dimensions=self.dimensions(),
             failed_samples=tuple(self.failed),
             arguments=arguments,
+            not_analysed=tuple(self.not_analysed),
+            skipped_shards=skipped_shards,
             replay_mode=replay_mode,
             unparsed=counts,
         )

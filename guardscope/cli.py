@@ -5,6 +5,7 @@ prints a summary. A :class:`GuardscopeError` becomes a one-paragraph message and
 from __future__ import annotations
 
 import functools
+import signal
 import sys
 from typing import Any, Callable
 
@@ -36,6 +37,11 @@ def _parse_marks(values: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
 
 
 _TRISTATE = {"true": True, "false": False, "auto": None}
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    # SIGTERM takes the same path as Ctrl-C: unwind, keep the last checkpoint, say how to resume.
+    raise KeyboardInterrupt
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -76,12 +82,15 @@ def main() -> None:
               "(they cannot recompile; needs fullgraph); 'full' runs every sample; 'auto' = guards when sound.")
 @click.option("--strict", is_flag=True, help="Fail when any guard failure is unclassified or a trace record unreadable.")
 @click.option("--force", is_flag=True, help="Overwrite an existing analysis in --out.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted analysis in --out (same corpus and options).")
+@click.option("--skip-bad-shards", is_flag=True,
+              help="Analyse the rest when a shard is corrupt; the catalog and report list what was skipped.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @_friendly_errors
 def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: str, dynamic: str | None,
             fullgraph: bool | None, mode: str | None, no_duck_shape: bool, marks: tuple[str, ...],
             mark_samples: str, recompile_limit: int, replay_mode: str, strict: bool, force: bool,
-            quiet: bool) -> None:
+            resume: bool, skip_bad_shards: bool, quiet: bool) -> None:
     """Replay CORPUS through torch.compile and catalog every recompile.
 
     Writes OUT/catalog.json (compiles, classified guard failures, topologies, per-dimension
@@ -92,6 +101,10 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
       guardscope analyze samples/gnn/corpus --out out/
       guardscope analyze corpus/ --out out/ --backend inductor --device cuda
       guardscope analyze corpus/ --out out/ --no-duck-shape --mark-unbacked x:0 --mark-samples first
+      guardscope analyze corpus/ --out out/ --resume     # after an interruption
+
+    The analysis checkpoints after every shard: on Ctrl-C, SIGTERM or a kill the finished shards
+    are kept, and --resume continues with the same result as an uninterrupted run.
     """
     from . import pipeline
     from .corpus import load_corpus
@@ -120,8 +133,17 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
             bar.update(done - last[0])
             last[0] = done
 
-        analysis = pipeline.analyze(corpus, out_dir, model=model, strict=strict, force=force,
-                                    progress=progress, replay_mode=replay_mode, **overrides)
+        previous = signal.signal(signal.SIGTERM, _terminate)
+        try:
+            analysis = pipeline.analyze(corpus, out_dir, model=model, strict=strict, force=force,
+                                        resume=resume, skip_bad_shards=skip_bad_shards,
+                                        progress=progress, replay_mode=replay_mode, **overrides)
+        except KeyboardInterrupt:
+            click.secho(f"\ninterrupted: finished shards are kept in {out_dir}; continue with "
+                        f"'guardscope analyze {corpus} --out {out_dir} --resume'", fg="yellow", err=True)
+            sys.exit(130)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     for warning in analysis.warnings:
         click.secho(f"warning: {warning}", fg="yellow", err=True)
     click.echo(format_summary(analysis))
@@ -256,9 +278,16 @@ def format_summary(analysis: Any) -> str:
         )
     if catalog.failed_samples:
         lines.append(f"failed      {len(catalog.failed_samples)} samples raised (see catalog.json)")
+    if catalog.not_analysed:
+        lines.append(f"not analysed {len(catalog.not_analysed)} samples ran without a compiled graph "
+                     f"(recompile limit reached), first {list(catalog.not_analysed[:10])}")
+    if catalog.skipped_shards:
+        lines.append(f"skipped     {len(catalog.skipped_shards)} corrupt shards: "
+                     + ", ".join(s['file'] for s in catalog.skipped_shards))
     if catalog.unparsed:
         lines.append(f"unparsed    {dict(sorted(catalog.unparsed.items()))}")
-    lines.append(f"replay      {analysis.replay_seconds:.1f} s ({catalog.replay_mode} replay)")
+    lines.append(f"replay      {analysis.replay_seconds:.1f} s ({catalog.replay_mode} replay; "
+                 f"Dynamo's recompile limit raised to {catalog.compile.get('recompile_limit')} for it)")
     lines.append(f"wrote       {analysis.catalog_path}, {analysis.timings_path}, {analysis.trace_path}")
     return "\n".join(lines)
 

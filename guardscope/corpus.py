@@ -424,7 +424,7 @@ class Corpus:
     def iter_shards(self) -> Iterator[tuple[ShardInfo, list[Sample]]]:
         """Yield each shard's manifest entry with its samples, in recorded order."""
         for shard in self.manifest.shards:
-            yield shard, self._load_shard(shard)
+            yield shard, self.load_shard(shard)
 
     def sample(self, index: int) -> Sample:
         """Sample ``index`` (negative counts from the end); loads only the shard holding it."""
@@ -434,9 +434,9 @@ class Corpus:
         if not 0 <= position < len(self):
             raise IndexError(f"sample {index} is out of range: the corpus has {len(self)} samples")
         shard = self.manifest.shards[bisect.bisect_right(self._firsts, position) - 1]
-        return self._load_shard(shard)[position - shard.first]
+        return self.load_shard(shard)[position - shard.first]
 
-    def _load_shard(self, shard: ShardInfo) -> list[Sample]:
+    def load_shard(self, shard: ShardInfo) -> list[Sample]:
         path = self.path / shard.file
         try:
             data = path.read_bytes()

@@ -219,14 +219,21 @@ class Catalog:
     dimensions: tuple[DimensionStats, ...]
     failed_samples: tuple[FailedSample, ...] = ()
     arguments: tuple[str, ...] = ()  # forward's parameter names, in order
+    not_analysed: tuple[int, ...] = ()  # samples no compiled graph served (recompile limit)
+    skipped_shards: tuple[dict[str, str], ...] = ()  # {"file", "error"} with --skip-bad-shards
     replay_mode: str = "full"
     unparsed: dict[str, int] = field(default_factory=dict)
 
     SCHEMA = 1
 
     @property
+    def graphs(self) -> tuple[ClassifiedCompile, ...]:
+        """Compiles that produced a graph (a failed attempt, e.g. past the recompile limit, did not)."""
+        return tuple(c for c in self.compiles if c.event.fail_type is None)
+
+    @property
     def recompiles(self) -> tuple[ClassifiedCompile, ...]:
-        return tuple(c for c in self.compiles if c.event.frame_compile_id > 0)
+        return tuple(c for c in self.graphs if c.event.frame_compile_id > 0)
 
     def failure_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -246,17 +253,22 @@ class Catalog:
             "compile": dict(sorted(self.compile.items())),
             "replay_mode": self.replay_mode,
             "summary": {
-                "compiles": len(self.compiles),
+                "compiles": len(self.graphs),
                 "recompiles": len(self.recompiles),
-                "compile_samples": [c.event.sample for c in self.compiles],
+                "failed_compiles": len(self.compiles) - len(self.graphs),
+                "compile_samples": [c.event.sample for c in self.graphs],
                 "recompile_samples": [c.event.sample for c in self.recompiles],
                 "failures_by_kind": self.failure_counts(),
                 "topologies": len(self.topologies),
                 "failed_samples": len(self.failed_samples),
+                "not_analysed": len(self.not_analysed),
+                "skipped_shards": len(self.skipped_shards),
                 "unparsed": dict(sorted(self.unparsed.items())),
             },
             "compiles": [c.to_json() for c in self.compiles],
             "topologies": [t.to_json() for t in self.topologies],
             "dimensions": [d.to_json() for d in self.dimensions],
             "failed_samples": [f.to_json() for f in self.failed_samples],
+            "not_analysed": list(self.not_analysed),
+            "skipped_shards": [dict(s) for s in self.skipped_shards],
         }

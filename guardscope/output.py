@@ -19,14 +19,28 @@ CATALOG = "catalog.json"
 TIMINGS = "timings.json"
 TRACE_DIR = "trace"
 TRACE_FILE = "torch_trace.log"
+CHECKPOINT = ".guardscope-checkpoint.json"
+CHECKPOINT_VERSION = 1
 
 
-def prepare_output_dir(directory: str | Path, *, force: bool = False) -> Path:
-    """Create ``directory``; refuse one that already holds results unless ``force``."""
+def prepare_output_dir(directory: str | Path, *, force: bool = False, resume: bool = False) -> Path:
+    """Create ``directory``; refuse one that already holds results unless ``force``, and one
+    holding an interrupted analysis unless ``resume`` or ``force``."""
     path = Path(directory)
     if path.exists() and not path.is_dir():
         raise OutputError(f"output path {path} exists and is not a directory")
-    if (path / CATALOG).exists() and not force:
+    if resume:
+        if not (path / CHECKPOINT).is_file():
+            raise OutputError(
+                f"nothing to resume in {path}: no interrupted analysis ({CHECKPOINT}) is there; "
+                "run without --resume"
+            )
+    elif (path / CHECKPOINT).exists() and not force:
+        raise OutputError(
+            f"{path} holds an interrupted analysis; pass --resume to continue it or --force to "
+            "start over"
+        )
+    elif (path / CATALOG).exists() and not force:
         raise OutputError(
             f"{path} already holds an analysis ({CATALOG}); pass --force to overwrite it "
             "or choose another --out directory"
@@ -63,11 +77,34 @@ def write_json(path: str | Path, data: Any) -> Path:
     return write_text(path, dumps(data))
 
 
-def open_trace_stream(directory: str | Path) -> IO[str]:
-    """The raw structured trace, streamed while the replay runs (readable by tlparse)."""
+def open_trace_stream(directory: str | Path, *, append: bool = False) -> IO[str]:
+    """The raw structured trace, streamed while the replay runs (readable by tlparse).
+
+    A resumed analysis appends: the trace then holds the re-run compiles twice."""
     trace_dir = Path(directory) / TRACE_DIR
     trace_dir.mkdir(parents=True, exist_ok=True)
-    return open(trace_dir / TRACE_FILE, "w", encoding="utf-8")
+    return open(trace_dir / TRACE_FILE, "a" if append else "w", encoding="utf-8")
+
+
+def write_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
+    """Progress after a finished shard, written atomically (an interruption keeps the last one)."""
+    return write_text(Path(directory) / CHECKPOINT, json.dumps({"version": CHECKPOINT_VERSION, **state}))
+
+
+def read_checkpoint(directory: str | Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
+    state = read_json(Path(directory) / CHECKPOINT, "run without --resume")
+    if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
+        raise OutputError(f"{Path(directory) / CHECKPOINT} is not a checkpoint this guardscope reads; use --force")
+    if state.get("fingerprint") != fingerprint:
+        raise OutputError(
+            f"the interrupted analysis in {directory} used another corpus, model, torch or options; "
+            "resume with the same command, or pass --force to start over"
+        )
+    return state
+
+
+def clear_checkpoint(directory: str | Path) -> None:
+    (Path(directory) / CHECKPOINT).unlink(missing_ok=True)
 
 
 FIXES = "fixes.json"

@@ -49,6 +49,17 @@ def options_from_manifest(compile_options: dict[str, Any], **overrides: Any) -> 
     return replace(options, **{k: v for k, v in overrides.items() if v is not None})
 
 
+def _fingerprint(corpus: Any, spec: str, options: ReplayOptions, replay_mode: str) -> dict[str, Any]:
+    """What a checkpoint must match to be resumed: the same corpus, model and options."""
+    return {
+        "shards": [shard.sha256 for shard in corpus.manifest.shards],
+        "model": spec,
+        "options": options.compile_json(),
+        "replay_mode": replay_mode,
+        "torch": torch_compat.torch_version(),
+    }
+
+
 def analyze(
     corpus_dir: str | Path,
     out_dir: str | Path,
@@ -56,19 +67,30 @@ def analyze(
     model: str | None = None,
     strict: bool = False,
     force: bool = False,
+    resume: bool = False,
+    skip_bad_shards: bool = False,
     progress: Callable[[int], None] | None = None,
     replay_mode: str = "auto",
     **overrides: Any,
 ) -> Analysis:
-    """Replay ``corpus_dir`` and write ``catalog.json``, ``timings.json`` and ``trace/``.
+    """Replay ``corpus_dir`` and write ``catalog.json``, ``timings.json``, ``trace/`` and
+    ``report.html``.
 
     ``overrides`` are :class:`ReplayOptions` fields (``backend``, ``dynamic``, ``device``...).
     ``replay_mode``: ``"guards"`` skips the forward of samples an existing graph accepts (only
-    with ``fullgraph``; see :func:`guardscope.replay.replay`), ``"full"`` runs every sample,
-    ``"auto"`` picks ``"guards"`` when it is sound.
-    With ``strict``, an unclassified guard failure or unreadable trace record raises
-    :class:`TraceParseError` after the outputs are written.
+    with ``fullgraph``; see :class:`guardscope.replay.ReplaySession`), ``"full"`` runs every
+    sample, ``"auto"`` picks ``"guards"`` when it is sound.
+
+    The replay goes shard by shard and checkpoints after each one, so an interrupted analysis
+    keeps its finished shards and ``resume=True`` continues it (the graphs of finished shards
+    are rebuilt by re-running only the samples that compiled). With ``skip_bad_shards`` a
+    corrupt shard is listed in the catalog instead of stopping the analysis. With ``strict``, an
+    unclassified guard failure or unreadable trace record raises :class:`TraceParseError` after
+    the outputs are written.
     """
+    from .errors import ShardError
+    from .replay import ReplaySession
+
     corpus = load_corpus(corpus_dir)
     spec = model or corpus.manifest.model
     options = options_from_manifest(corpus.manifest.compile, **overrides)
@@ -81,20 +103,56 @@ def analyze(
             "values, so a sample cannot be skipped on the first frame's guards; use --replay full or auto"
         )
     warnings = [w for w in (torch_compat.check_supported_version(),) if w]
+    fingerprint = _fingerprint(corpus, spec, options, replay_mode)
+    out = output.prepare_output_dir(out_dir, force=force, resume=resume)
+    state = output.read_checkpoint(out, fingerprint) if resume else None
+    if not resume:
+        output.clear_checkpoint(out)
     user_model = load_model(spec, base_dir=corpus.path)
-    out = output.prepare_output_dir(out_dir, force=force)
 
-    builder = CatalogBuilder()
-    with output.open_trace_stream(out) as trace_stream:
-        result = replay(
-            user_model,
-            corpus,
-            options,
-            on_sample=builder.add_sample,
-            trace_stream=trace_stream,
-            progress=progress,
-            guard_only=replay_mode in ("auto", "guards"),
-        )
+    builder = CatalogBuilder.from_state(state["builder"]) if state else CatalogBuilder()
+    skipped: list[dict[str, str]] = list(state["skipped_shards"]) if state else []
+    next_shard = state["next_shard"] if state else 0
+    done_before = builder.samples
+    if progress is not None and done_before:
+        progress(done_before)
+    with output.open_trace_stream(out, append=resume) as trace_stream, ReplaySession(
+        user_model,
+        options,
+        on_sample=builder.add_sample,
+        trace_stream=trace_stream,
+        progress=(lambda done: progress(done_before + done)) if progress else None,
+        guard_only=replay_mode in ("auto", "guards"),
+    ) as session:
+        if state:
+            # Rebuild the graphs the finished shards compiled: their compile events come back
+            # identical, so the catalog equals an uninterrupted run's.
+            session.warm(corpus.sample(index) for index in state["compile_samples"])
+        for position, shard in enumerate(corpus.manifest.shards):
+            if position < next_shard:
+                continue
+            try:
+                samples = corpus.load_shard(shard)
+            except ShardError as exc:
+                if not skip_bad_shards:
+                    raise
+                skipped.append({"file": shard.file, "error": str(exc)})
+                warnings.append(f"skipped shard {shard.file}: {exc}")
+            else:
+                session.replay(samples)
+            output.write_checkpoint(
+                out,
+                {
+                    "fingerprint": fingerprint,
+                    "next_shard": position + 1,
+                    "compile_samples": session.compile_samples(),
+                    "builder": builder.to_state(),
+                    "skipped_shards": skipped,
+                    "seconds": (state["seconds"] if state else 0.0) + session.seconds,
+                },
+            )
+        result = session.result()
+    replay_seconds = (state["seconds"] if state else 0.0) + result.seconds
     catalog = builder.build(
         events=result.events,
         torch_version=result.torch_version,
@@ -104,28 +162,35 @@ def analyze(
         replay_mode=result.replay_mode,
         unparsed=result.unparsed,
         arguments=result.arguments,
+        skipped_shards=tuple(skipped),
     )
     catalog_path = output.write_json(out / output.CATALOG, catalog.to_json())
     timings_path = output.write_json(
         out / output.TIMINGS,
         {
-            "replay_seconds": round(result.seconds, 6),
+            "replay_seconds": round(replay_seconds, 6),
             "compiles": [
                 {"compile_id": e.compile_id, "sample": e.sample, "seconds": e.seconds}
                 for e in sorted(result.events, key=lambda e: (e.frame_id, e.frame_compile_id))
             ],
         },
     )
+    output.clear_checkpoint(out)
     from .report import write_report
 
     write_report(out)
+    if catalog.not_analysed:
+        warnings.append(
+            f"{len(catalog.not_analysed)} samples ran without a compiled graph (Dynamo's recompile "
+            f"limit, {options.recompile_limit} here, was reached): they are listed as not analysed"
+        )
     analysis = Analysis(
         catalog=catalog,
         out_dir=out,
         catalog_path=catalog_path,
         trace_path=out / output.TRACE_DIR / output.TRACE_FILE,
         timings_path=timings_path,
-        replay_seconds=result.seconds,
+        replay_seconds=replay_seconds,
         warnings=tuple(warnings),
     )
     if strict and catalog.unparsed:

@@ -72,6 +72,7 @@ class ReplayOptions:
             "duck_shape": self.duck_shape,
             "mark_unbacked": [f"{path}:{dim}" for path, dim in self.mark_unbacked],
             "mark_samples": self.mark_samples if self.mark_unbacked else None,
+            "recompile_limit": self.recompile_limit,
         }
 
 
@@ -243,6 +244,121 @@ def _replay_settings(options: ReplayOptions) -> Iterator[None]:
         yield
 
 
+class ReplaySession:
+    """A replay that can be fed shard by shard: settings, trace capture and one compiled model
+    live for the whole session, and are restored or reset on exit.
+
+    ``warm(samples)`` re-runs samples without reporting them (a resumed analysis rebuilds the
+    compiled graphs of the shards it already finished); ``replay(samples)`` runs and reports.
+
+    With ``guard_only``, a sample that an existing graph's guards accept is not run: it cannot
+    recompile. That is only sound when the model compiles to one frame, so it applies with
+    ``fullgraph=True``; otherwise every sample runs (later frames see runtime values).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        options: ReplayOptions,
+        *,
+        on_sample: Callable[[SampleMeta], None],
+        trace_stream: IO[str] | None = None,
+        progress: Callable[[int], None] | None = None,
+        guard_only: bool = False,
+    ) -> None:
+        self.model = model
+        self.options = options
+        self.on_sample = on_sample
+        self.progress = progress
+        self.skip_served = guard_only and options.fullgraph
+        self.capture = TraceCapture(trace_stream)
+        self.count = 0
+        self.seconds = 0.0
+        self.current: int | None = None  # the sample being replayed, for crash reports
+        self._marked_first = False
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> ReplaySession:
+        self._stack.enter_context(_replay_settings(self.options))
+        self._stack.enter_context(self.capture)
+        self._stack.callback(torch_compat.reset_dynamo)
+        self.runner = Runner(self.model, self.options)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._stack.close()
+
+    def _mark(self) -> bool:
+        if not self.options.mark_unbacked:
+            return False
+        if self.options.mark_samples == "all":
+            return True
+        first, self._marked_first = not self._marked_first, True
+        return first
+
+    def warm(self, samples: Iterable[Sample]) -> None:
+        for sample in samples:
+            self.capture.set_sample(sample.index)
+            self._run(sample)
+            self.capture.set_sample(None)
+
+    def _run(self, sample: Sample) -> SampleMeta:
+        runner = self.runner
+        args, kwargs, bound = runner.prepare(sample, self._mark())
+        error = None
+        f_locals = {**runner.self_local, **bound}
+        with runner.grad_context():
+            serving = torch_compat.serving_entry(runner.code, f_locals) if self.skip_served else None
+            if serving is None:
+                try:
+                    runner.compiled(*args, **kwargs)
+                except Exception as exc:  # a failing sample is recorded, the replay goes on
+                    if torch_compat.is_recompile_limit_error(exc):
+                        # fullgraph turns "recompile limit reached" into an error; the sample
+                        # is not analysed (no graph serves it), not broken.
+                        return describe(bound, sample.index, None, None)
+                    first_line = (str(exc).strip().splitlines() or [""])[0]
+                    error = f"{type(exc).__name__}: {first_line}"[:500]
+                serving = None if error else torch_compat.serving_entry(runner.code, f_locals)
+        return describe(bound, sample.index, serving, error)
+
+    def replay(self, samples: Iterable[Sample]) -> None:
+        started = time.perf_counter()
+        try:
+            for sample in samples:
+                self.current = sample.index
+                self.capture.set_sample(sample.index)
+                meta = self._run(sample)
+                self.capture.set_sample(None)
+                self.on_sample(meta)
+                self.count += 1
+                if self.progress is not None:
+                    self.progress(self.count)
+            self.current = None
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def compile_samples(self) -> list[int]:
+        """Samples whose call compiled a graph so far, in order (what a resume re-runs)."""
+        samples: list[int] = []
+        for record in self.capture.records:
+            if record.name == "compilation_metrics" and record.sample is not None and record.sample not in samples:
+                samples.append(record.sample)
+        return samples
+
+    def result(self) -> ReplayResult:
+        parsed = events_from_records(self.capture.records)
+        return ReplayResult(
+            events=parsed.events,
+            unparsed=parsed.unparsed,
+            samples=self.count,
+            seconds=self.seconds,
+            arguments=argument_names(self.runner.signature),
+            replay_mode="guards" if self.skip_served else "full",
+            dropped_records=self.capture.dropped,
+        )
+
+
 def replay(
     model: Any,
     samples: Iterable[Sample],
@@ -253,52 +369,11 @@ def replay(
     progress: Callable[[int], None] | None = None,
     guard_only: bool = False,
 ) -> ReplayResult:
-    """Replay ``samples`` through ``torch.compile(model)``; report each sample to ``on_sample``.
-
-    ``on_sample`` receives a :class:`SampleMeta` per sample (streamed, so memory stays bounded by
-    a shard); the returned :class:`ReplayResult` holds the compile events.
-
-    With ``guard_only``, a sample that an existing graph's guards accept is not run: it cannot
-    recompile. That is only sound when the model compiles to one frame, so it applies with
-    ``fullgraph=True``; otherwise every sample runs (later frames see runtime values).
-    """
-    skip_served = guard_only and options.fullgraph
-    count = 0
-    started = time.perf_counter()
-    with _replay_settings(options), TraceCapture(trace_stream) as capture:
-        runner = Runner(model, options)
-        for sample in samples:
-            capture.set_sample(sample.index)
-            mark = bool(options.mark_unbacked) and (options.mark_samples == "all" or count == 0)
-            args, kwargs, bound = runner.prepare(sample, mark)
-            error = None
-            f_locals = {**runner.self_local, **bound}
-            with runner.grad_context():
-                serving = torch_compat.serving_entry(runner.code, f_locals) if skip_served else None
-                if serving is None:
-                    try:
-                        runner.compiled(*args, **kwargs)
-                    except Exception as exc:  # a failing sample is recorded, the replay goes on
-                        first_line = (str(exc).strip().splitlines() or [""])[0]
-                        error = f"{type(exc).__name__}: {first_line}"[:500]
-                    serving = None if error else torch_compat.serving_entry(runner.code, f_locals)
-            capture.set_sample(None)
-            on_sample(describe(bound, sample.index, serving, error))
-            count += 1
-            if progress is not None:
-                progress(count)
-    seconds = time.perf_counter() - started
-    parsed = events_from_records(capture.records)
-    torch_compat.reset_dynamo()
-    return ReplayResult(
-        events=parsed.events,
-        unparsed=parsed.unparsed,
-        samples=count,
-        seconds=seconds,
-        arguments=argument_names(runner.signature),
-        replay_mode="guards" if skip_served else "full",
-        dropped_records=capture.dropped,
-    )
+    """Replay ``samples`` through ``torch.compile(model)`` in one :class:`ReplaySession`."""
+    with ReplaySession(model, options, on_sample=on_sample, trace_stream=trace_stream,
+                       progress=progress, guard_only=guard_only) as session:
+        session.replay(samples)
+        return session.result()
 
 
 def serving_after_warmup(

@@ -187,3 +187,10 @@ def supports_unbacked_sources() -> bool:
     from torch._dynamo.variables import builder
 
     return hasattr(builder, "_parse_source_entry")
+
+
+def is_recompile_limit_error(exc: BaseException) -> bool:
+    """Dynamo's "recompile limit reached" under fullgraph=True (FailOnRecompileLimitHit in 2.9+;
+    older releases raise RecompileLimitExceeded / CacheLimitExceeded)."""
+    names = {"FailOnRecompileLimitHit", "RecompileLimitExceeded", "CacheLimitExceeded"}
+    return any(cls.__name__ in names for cls in type(exc).__mro__)
