@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import signal
 import sys
+from pathlib import Path
 from typing import Any, Callable
 
 import click
@@ -85,12 +86,15 @@ def main() -> None:
 @click.option("--resume", is_flag=True, help="Continue an interrupted analysis in --out (same corpus and options).")
 @click.option("--skip-bad-shards", is_flag=True,
               help="Analyse the rest when a shard is corrupt; the catalog and report list what was skipped.")
+@click.option("--isolate/--no-isolate", default=None,
+              help="Replay in a child process, so a crash (a segfault in a compiler backend) is reported "
+              "instead of killing guardscope; default: on for --backend inductor.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @_friendly_errors
 def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: str, dynamic: str | None,
             fullgraph: bool | None, mode: str | None, no_duck_shape: bool, marks: tuple[str, ...],
             mark_samples: str, recompile_limit: int, replay_mode: str, strict: bool, force: bool,
-            resume: bool, skip_bad_shards: bool, quiet: bool) -> None:
+            resume: bool, skip_bad_shards: bool, isolate: bool | None, quiet: bool) -> None:
     """Replay CORPUS through torch.compile and catalog every recompile.
 
     Writes OUT/catalog.json (compiles, classified guard failures, topologies, per-dimension
@@ -110,6 +114,9 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
     from .corpus import load_corpus
 
     total = len(load_corpus(corpus))
+    if isolate or (isolate is None and backend == "inductor"):
+        _analyze_in_child(out_dir)
+        return
     overrides = {
         "backend": backend,
         "device": device,
@@ -245,6 +252,35 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
     click.echo(f"verdict     {'PASSED' if document['passed'] else 'FAILED'} (DIR/verification.json)")
     if not document["passed"]:
         sys.exit(1)
+
+
+def _analyze_in_child(out_dir: str) -> None:
+    """Run this same command with --no-isolate in a child; report its death by a signal."""
+    import subprocess
+
+    from .output import CHECKPOINT
+
+    arguments = [a for a in sys.argv[1:] if a not in ("--isolate",)] + ["--no-isolate"]
+    completed = subprocess.run([sys.executable, "-m", "guardscope.cli", *arguments])
+    if completed.returncode > 0:
+        sys.exit(completed.returncode)
+    if completed.returncode == 0:
+        return
+    try:
+        name = signal.Signals(-completed.returncode).name
+    except ValueError:
+        name = f"signal {-completed.returncode}"
+    checkpoint = Path(out_dir) / CHECKPOINT
+    kept = ""
+    if checkpoint.is_file():
+        import json
+
+        done = json.loads(checkpoint.read_text()).get("next_shard", 0)
+        kept = f"; {done} finished shard(s) are kept: rerun with --resume to continue after them"
+    click.secho(f"error: the replay crashed ({name}) while compiling or running the model{kept}. "
+                "Try --backend eager (the guards, and so the catalog, are the same) to analyse anyway.",
+                fg="red", err=True)
+    sys.exit(3)
 
 
 def format_summary(analysis: Any) -> str:

@@ -35,3 +35,17 @@ class Fails(torch.nn.Module):
         if (x < 0).any():
             raise ValueError("negative input")
         return x.sum()
+
+
+class Segfaults(torch.nn.Module):
+    """Dies of SIGSEGV on its second call, as a crashing compiler backend would."""
+
+    calls = 0
+
+    def forward(self, x):
+        Segfaults.calls += 1
+        if Segfaults.calls > 1:
+            import ctypes
+
+            ctypes.string_at(0)  # reads address 0
+        return x.sin()

@@ -172,6 +172,15 @@ def test_sigterm_keeps_finished_shards_and_says_how_to_resume(sharded_seed, tmp_
     assert "--resume" in stderr and checkpoint.is_file()
 
 
+def test_a_crash_in_the_replay_is_reported_not_fatal(make_corpus, tmp_path):
+    corpus = make_corpus("Segfaults", [((torch.randn(3),), {}), ((torch.randn(4),), {})],
+                         compile_options={"dynamic": True, "fullgraph": False})
+    completed = subprocess.run(_analyze_command(corpus, tmp_path / "out", "--isolate"),
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 3, completed.stderr[-2000:]
+    assert "crashed (SIGSEGV)" in completed.stderr and "--backend eager" in completed.stderr
+
+
 def test_resume_with_other_options_is_refused(sharded_seed, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
