@@ -203,6 +203,7 @@ class CatalogBuilder:
     # hit the recompile limit (or a torch build hides its cache entries from guardscope).
     not_analysed: list[int] = field(default_factory=list)
     samples: int = 0
+    _partitions_seen: set = field(default_factory=set, repr=False)
     described: int = 0  # samples whose forward ran (failed ones carry no shapes worth trusting)
 
     def add_sample(self, meta: SampleMeta) -> None:
@@ -211,28 +212,36 @@ class CatalogBuilder:
             self.failed.append(FailedSample(meta.index, meta.error))
             return
         self.described += 1
-        by_value: dict[int, set[str]] = {}
-        present: set[str] = set()
+        dims: list[str] = []
+        values: list[int] = []
         for path, tensor in meta.tensors:
             for axis, value in enumerate(tensor.shape):
                 dim = f"{path}.size()[{axis}]"
-                present.add(dim)
-                by_value.setdefault(value, set()).add(dim)
+                dims.append(dim)
+                values.append(value)
                 accumulator = self.dims.get(dim)
                 if accumulator is None:
                     accumulator = self.dims[dim] = _DimAccumulator(path, axis, value, value)
                     # A dim first seen now was absent before: it cannot be equal in every sample.
-                    self.equal_candidates[dim] = set() if self.described > 1 else None  # type: ignore[assignment]
+                    self.equal_candidates[dim] = set() if self.described > 1 else None
                 accumulator.add(value)
-        for path, tensor in meta.tensors:
-            for axis, value in enumerate(tensor.shape):
-                dim = f"{path}.size()[{axis}]"
-                same = by_value[value] - {dim}
+        # Equality candidates only change when a sample's pattern of equal dims is new:
+        # intersecting with a partition already applied changes nothing.
+        first_of: dict[int, int] = {}
+        partition = (tuple(dims), tuple(first_of.setdefault(v, i) for i, v in enumerate(values)))
+        if partition not in self._partitions_seen:
+            self._partitions_seen.add(partition)
+            groups: dict[int, set[str]] = {}
+            for dim, value in zip(dims, values):
+                groups.setdefault(value, set()).add(dim)
+            for dim, value in zip(dims, values):
+                same = groups[value] - {dim}
                 current = self.equal_candidates.get(dim)
                 self.equal_candidates[dim] = set(same) if current is None else current & same
-        for dim, candidates in self.equal_candidates.items():
-            if dim not in present and candidates:
-                candidates.clear()
+            present = set(dims)
+            for dim, candidates in self.equal_candidates.items():
+                if dim not in present and candidates:
+                    candidates.clear()
         if meta.serving is None:
             self.not_analysed.append(meta.index)
             return

@@ -84,6 +84,8 @@ def main() -> None:
 @click.option("--strict", is_flag=True, help="Fail when any guard failure is unclassified or a trace record unreadable.")
 @click.option("--force", is_flag=True, help="Overwrite an existing analysis in --out.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted analysis in --out (same corpus and options).")
+@click.option("--checkpoint-every", type=float, default=10.0, show_default=True, metavar="SECONDS",
+              help="Checkpoint progress after a finished shard at most this often (0: after every shard).")
 @click.option("--skip-bad-shards", is_flag=True,
               help="Analyse the rest when a shard is corrupt; the catalog and report list what was skipped.")
 @click.option("--isolate/--no-isolate", default=None,
@@ -94,7 +96,8 @@ def main() -> None:
 def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: str, dynamic: str | None,
             fullgraph: bool | None, mode: str | None, no_duck_shape: bool, marks: tuple[str, ...],
             mark_samples: str, recompile_limit: int, replay_mode: str, strict: bool, force: bool,
-            resume: bool, skip_bad_shards: bool, isolate: bool | None, quiet: bool) -> None:
+            resume: bool, checkpoint_every: float, skip_bad_shards: bool, isolate: bool | None,
+            quiet: bool) -> None:
     """Replay CORPUS through torch.compile and catalog every recompile.
 
     Writes OUT/catalog.json (compiles, classified guard failures, topologies, per-dimension
@@ -144,6 +147,7 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
         try:
             analysis = pipeline.analyze(corpus, out_dir, model=model, strict=strict, force=force,
                                         resume=resume, skip_bad_shards=skip_bad_shards,
+                                        checkpoint_every=checkpoint_every,
                                         progress=progress, replay_mode=replay_mode, **overrides)
         except KeyboardInterrupt:
             click.secho(f"\ninterrupted: finished shards are kept in {out_dir}; continue with "

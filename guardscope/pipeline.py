@@ -7,6 +7,7 @@ The CLI is a thin layer over these functions; scripts can call them directly.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -71,6 +72,7 @@ def analyze(
     skip_bad_shards: bool = False,
     progress: Callable[[int], None] | None = None,
     replay_mode: str = "auto",
+    checkpoint_every: float = 10.0,
     **overrides: Any,
 ) -> Analysis:
     """Replay ``corpus_dir`` and write ``catalog.json``, ``timings.json``, ``trace/`` and
@@ -81,8 +83,9 @@ def analyze(
     with ``fullgraph``; see :class:`guardscope.replay.ReplaySession`), ``"full"`` runs every
     sample, ``"auto"`` picks ``"guards"`` when it is sound.
 
-    The replay goes shard by shard and checkpoints after each one, so an interrupted analysis
-    keeps its finished shards and ``resume=True`` continues it (the graphs of finished shards
+    The replay goes shard by shard and checkpoints after a finished shard at most every
+    ``checkpoint_every`` seconds (and after the first), so an interrupted analysis keeps its
+    finished shards and ``resume=True`` continues it (the graphs of finished shards
     are rebuilt by re-running only the samples that compiled). With ``skip_bad_shards`` a
     corrupt shard is listed in the catalog instead of stopping the analysis. With ``strict``, an
     unclassified guard failure or unreadable trace record raises :class:`TraceParseError` after
@@ -128,6 +131,7 @@ def analyze(
             # Rebuild the graphs the finished shards compiled: their compile events come back
             # identical, so the catalog equals an uninterrupted run's.
             session.warm(corpus.sample(index) for index in state["compile_samples"])
+        last_checkpoint = time.monotonic()
         for position, shard in enumerate(corpus.manifest.shards):
             if position < next_shard:
                 continue
@@ -140,6 +144,9 @@ def analyze(
                 warnings.append(f"skipped shard {shard.file}: {exc}")
             else:
                 session.replay(samples)
+            if time.monotonic() - last_checkpoint < checkpoint_every and position > next_shard:
+                continue
+            last_checkpoint = time.monotonic()
             output.write_checkpoint(
                 out,
                 {

@@ -50,9 +50,6 @@ class ReplayOptions:
             raise CompileOptionsError(
                 f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}"
             )
-        if self.mode is not None and self.backend != "inductor":
-            # torch.compile's mode selects inductor settings; guards do not depend on it.
-            pass
         if self.mark_samples not in ("first", "all"):
             raise CompileOptionsError("mark_samples must be 'first' or 'all'")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
@@ -62,6 +59,8 @@ class ReplayOptions:
             )
 
     def compile_json(self) -> dict[str, Any]:
+        # "mode" selects inductor settings and is passed only with backend="inductor"; guards do
+        # not depend on it, so an eager analysis of a mode="max-autotune" model is still faithful.
         return {
             "backend": self.backend,
             "dynamic": self.dynamic,
@@ -159,7 +158,7 @@ def _lookup(bound: dict[str, Any], path: str) -> Any:
 
 def _to_device(value: Any, device: str) -> Any:
     if isinstance(value, torch.Tensor):
-        return value if str(value.device) == device or device == "cpu" and value.device.type == "cpu" else value.to(device)
+        return value.to(device)  # the same tensor, strides and all, when it is already there
     if isinstance(value, tuple):
         return tuple(_to_device(v, device) for v in value)
     if isinstance(value, list):
@@ -207,6 +206,7 @@ class Runner:
             {self.code.co_varnames[0]: model} if isinstance(model, torch.nn.Module) and self.code else {}
         )
         self.grad_context = torch.inference_mode if options.inference_mode else torch.no_grad
+        self._entries: list | None = None
         torch_compat.reset_dynamo()
         self.compiled = compile_model(model, options)
 
@@ -222,6 +222,7 @@ class Runner:
         return args, kwargs, bound
 
     def run(self, sample: Sample, mark: bool = True) -> None:
+        self.forget_entries()
         args, kwargs, _ = self.prepare(sample, mark)
         with self.grad_context():
             self.compiled(*args, **kwargs)
@@ -229,7 +230,17 @@ class Runner:
     def serving(self, sample: Sample, mark: bool = True) -> str | None:
         _, _, bound = self.prepare(sample, mark)
         with self.grad_context():
-            return torch_compat.serving_entry(self.code, {**self.self_local, **bound})
+            return self.serving_locals({**self.self_local, **bound})
+
+    def serving_locals(self, f_locals: dict[str, Any]) -> str | None:
+        """The earliest-compiled graph accepting these frame locals (see torch_compat)."""
+        if self._entries is None:
+            self._entries = torch_compat.entries_by_age(self.code)
+        return torch_compat.first_accepting(self._entries, f_locals)
+
+    def forget_entries(self) -> None:
+        """A forward ran: it may have compiled a graph, so the entry list must be re-read."""
+        self._entries = None
 
     def graphs(self) -> int:
         return len(torch_compat.cache_entries(self.code) or [])
@@ -308,8 +319,9 @@ class ReplaySession:
         error = None
         f_locals = {**runner.self_local, **bound}
         with runner.grad_context():
-            serving = torch_compat.serving_entry(runner.code, f_locals) if self.skip_served else None
+            serving = runner.serving_locals(f_locals) if self.skip_served else None
             if serving is None:
+                runner.forget_entries()
                 try:
                     runner.compiled(*args, **kwargs)
                 except Exception as exc:  # a failing sample is recorded, the replay goes on
@@ -319,7 +331,7 @@ class ReplaySession:
                         return describe(bound, sample.index, None, None)
                     first_line = (str(exc).strip().splitlines() or [""])[0]
                     error = f"{type(exc).__name__}: {first_line}"[:500]
-                serving = None if error else torch_compat.serving_entry(runner.code, f_locals)
+                serving = None if error else runner.serving_locals(f_locals)
         return describe(bound, sample.index, serving, error)
 
     def replay(self, samples: Iterable[Sample]) -> None:

@@ -158,13 +158,18 @@ def _compile_order(compile_id: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", compile_id))
 
 
-def serving_entry(code: Any, f_locals: dict[str, Any]) -> str | None:
-    """Compile id of the earliest-compiled cache entry whose guards accept these frame locals.
+def entries_by_age(code: Any) -> list[tuple[str, Callable[[dict[str, Any]], bool]]]:
+    """The cache entries of ``code``, earliest-compiled first."""
+    return sorted(cache_entries(code) or [], key=lambda entry: _compile_order(entry[0]))
 
-    Dynamo itself tries entries most-recently-used first, so which of two accepting graphs runs
-    depends on history; the earliest-compiled one is the stable answer (None: it would compile).
+
+def first_accepting(entries: list[tuple[str, Callable[[dict[str, Any]], bool]]], f_locals: dict[str, Any]) -> str | None:
+    """Compile id of the first entry whose guards accept these frame locals, or None.
+
+    Given :func:`entries_by_age`, that is the earliest-compiled accepting graph: Dynamo itself
+    tries entries most-recently-used first, so which of two accepting graphs runs depends on
+    history, and the earliest-compiled one is the stable answer (None: the call would compile).
     """
-    entries = sorted(cache_entries(code) or [], key=lambda entry: _compile_order(entry[0]))
     for compile_id, check in entries:
         try:
             if check(f_locals):

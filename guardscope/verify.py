@@ -131,10 +131,9 @@ def _verify_compiled(name: str, out_dir: Path, catalog: dict, corpus: Any, model
             if name == "unbacked":
                 module.mark(*args, **kwargs)
             with runner.grad_context():
-                accepted = options.fullgraph and torch_compat.serving_entry(
-                    runner.code, {**runner.self_local, **bound}
-                )
+                accepted = options.fullgraph and runner.serving_locals({**runner.self_local, **bound})
                 if not accepted:
+                    runner.forget_entries()
                     runner.compiled(*args, **kwargs)
             replayed += 1
         capture.set_sample(None)

@@ -126,7 +126,8 @@ def test_pickle_that_would_run_code_is_refused(tmp_path):
 
 
 def _analyze_command(corpus: Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "guardscope.cli", "analyze", str(corpus), "--out", str(out), "-q", *extra]
+    return [sys.executable, "-m", "guardscope.cli", "analyze", str(corpus), "--out", str(out), "-q",
+            "--checkpoint-every", "0", *extra]
 
 
 def test_killed_analysis_resumes_to_the_same_catalog(sharded_seed, tmp_path):
