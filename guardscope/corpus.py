@@ -13,7 +13,7 @@ A corpus is a directory holding a manifest and shard files::
       "compile": {"dynamic": true, "fullgraph": true},
       "device": "cpu",
       "format": "guardscope-corpus",
-      "format_version": 1,
+      "format_version": 2,
       "model": "samples/gnn/model.py:small",
       "samples": 300,
       "shards": [
@@ -28,9 +28,33 @@ being resolved against the corpus directory, then the working directory); ``comp
 production ``torch.compile`` options; ``torch_version`` and ``device`` (the device types of the
 recorded tensors, comma-joined, ``"cpu"`` when there are none) describe the recording.
 
-A shard is ``torch.save({"format": "guardscope-corpus", "samples": [{"args": (...),
-"kwargs": {...}}, ...]})`` and is only ever read with ``torch.load(..., weights_only=True)``
-after its SHA-256 is checked against the manifest: reading a corpus never executes code.
+A shard (``format_version`` 2) is one ``torch.save`` archive holding a single tensor::
+
+    {"format": "guardscope-corpus", "format_version": 2,
+     "blob": <1-D uint8 tensor: the bytes of every distinct storage the shard's tensors use>,
+     "index": '{"segments": [[byte_start, byte_length], ...], "samples": [[args, kwargs], ...]}'}
+
+``index`` is JSON text. ``segments`` lists one byte range of the blob per recorded storage, in
+first-use order; ``samples`` holds each call's ``args`` and ``kwargs`` with every value tagged:
+``None``, ``bool``, ``int``, ``float`` and ``str`` are JSON values, everything else an array
+whose first item says what it is: ``["t", item, ...]`` a tuple, ``["l", item, ...]`` a list,
+``["d", key, value, key, value, ...]`` a dict (str or int keys, in order), ``["c", real, imag]``
+a complex, ``["y", "float32"]`` a ``torch.dtype``, ``["v", "cuda:0"]`` a ``torch.device``, and
+``["T", segment, storage_offset, shape, stride, dtype, requires_grad, device]`` a tensor
+(``dtype`` a name such as ``"float32"``, ``device`` the storage's location tag such as ``"cpu"``
+or ``"cuda:0"``, which ``map_location`` maps as ``torch.load`` does). Each storage is written
+once, so tensors that shared one when recorded (a view and its base) name the same segment and
+share one storage again when loaded; each segment becomes its own storage of exactly the
+recorded size. Every record is validated (types, tags, dtype names, segments within the blob,
+every element of a tensor within its segment) before a tensor is built on it, so a malformed
+shard gives a ``ShardError``, never a read outside the blob.
+
+Format 1 shards (still read) pickled every tensor: ``torch.save({"format": ...,
+"samples": [{"args": (...), "kwargs": {...}}, ...]})``; rebuilding each one through torch's
+pure-Python safe unpickler made loading about 8 times slower than format 2.
+
+Every shard is only ever read with ``torch.load(..., weights_only=True)`` after its SHA-256 is
+checked against the manifest: reading a corpus never executes code.
 
 What a sample may hold, and what survives the round trip:
 
@@ -38,19 +62,19 @@ What a sample may hold, and what survives the round trip:
   or ``empty_strided`` tensors included), storage offset, dtype, device, ``requires_grad``, and
   aliasing: tensors that share storage in one sample still share it when loaded, so a view and
   its base keep sharing one storage at their offsets. A view is stored with its whole base
-  storage; ``torch.save`` does not keep the autograd view relation (``_base``), only the shared
-  storage. A tensor with a ``grad_fn`` is stored detached, keeping ``requires_grad=True``; the
+  storage; the autograd view relation (``_base``) is not kept, only the shared storage. A tensor with a ``grad_fn`` is stored detached, keeping ``requires_grad=True``; the
   autograd graph that produced it is not recorded. Python attributes on tensors, Dynamo's
   ``mark_dynamic``/``mark_unbacked`` marks included, are not recorded: marking is replay
-  configuration, not data;
+  configuration, not data. A lazily conjugated or negated view (``x.conj()``) is stored
+  resolved, as its values;
 * ``None``, ``bool``, ``int``, ``float``, ``complex``, ``str``, ``torch.dtype``,
   ``torch.device``;
 * ``list``, ``tuple`` and ``dict`` (keys ``str`` or ``int``) of these, nested; tuples stay
   tuples, lists stay lists, dict order is kept.
 
-Anything else (an arbitrary object, a lambda, a set, a tensor subclass, a sparse tensor) is
-refused by :meth:`CorpusWriter.add` with a :class:`~guardscope.errors.SampleError` naming
-where it is, e.g. ``kwargs['d'][2]``.
+Anything else (an arbitrary object, a lambda, a set, a tensor subclass, a sparse, quantized or
+``meta`` tensor) is refused by :meth:`CorpusWriter.add` with a
+:class:`~guardscope.errors.SampleError` naming where it is, e.g. ``kwargs['d'][2]``.
 
 Output is deterministic: the same samples give byte-identical shards and manifest. (Shards are
 serialized in memory: ``torch.save`` to a *path* names the archive's inner folder after the
@@ -77,6 +101,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import gc
 import hashlib
 import io
 import json
@@ -97,7 +122,9 @@ from .model import Sample
 from .modelspec import split_spec
 
 FORMAT = "guardscope-corpus"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# The versions this guardscope reads; it writes FORMAT_VERSION.
+READ_VERSIONS = (1, 2)
 MANIFEST_NAME = "corpus.json"
 
 # What a corpus directory holds, for error messages that say what was expected.
@@ -108,6 +135,15 @@ _CORPUS_LAYOUT = (
 _SHARD_NAME = re.compile(r"shard-\d{5,}\.pt")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _SCALAR_TYPES = (type(None), bool, int, float, complex, str, torch.dtype, torch.device)
+# dtype names as written in placeholders ("float32"), and back.
+_DTYPES = {
+    str(value).removeprefix("torch."): value
+    for value in vars(torch).values()
+    if isinstance(value, torch.dtype)
+}
+_DTYPE_NAMES = {dtype: name for name, dtype in _DTYPES.items()}
+# Placeholder numbers (offsets, sizes, strides) must stay below this: no int64 overflow.
+_MAX_INDEX = 2**62
 
 
 @dataclass(frozen=True)
@@ -276,7 +312,7 @@ class CorpusWriter:
 
     def _flush(self) -> None:
         buffer = io.BytesIO()
-        torch.save({"format": FORMAT, "samples": self._pending}, buffer)
+        torch.save(_encode_shard(self._pending), buffer)
         data = buffer.getvalue()
         name = f"shard-{len(self._shards):05d}.pt"
         _atomic_write(self.directory / name, data)
@@ -309,6 +345,15 @@ def _check_value(value: Any, path: str, devices: set[str], active: set[int]) -> 
             raise SampleError(
                 f"{path} is a {value.layout} tensor; a corpus stores strided (dense) tensors "
                 "only: pass value.to_dense()"
+            )
+        if value.is_quantized:
+            raise SampleError(
+                f"{path} is a quantized tensor; a corpus stores plain tensors only: pass "
+                "value.dequantize()"
+            )
+        if value.device.type == "meta":
+            raise SampleError(
+                f"{path} is a meta tensor, which holds no data; a corpus stores real tensors"
             )
         devices.add(value.device.type)
         return
@@ -356,7 +401,10 @@ def _plain(value: Any) -> Any:
     ``mark_unbacked`` marks, which ``torch.save`` would otherwise record and replay would obey.
     """
     if type(value) is torch.Tensor:
-        return value.detach().requires_grad_(value.requires_grad)
+        plain = value.detach()
+        if plain.is_conj() or plain.is_neg():
+            plain = plain.resolve_conj().resolve_neg()
+        return plain.requires_grad_(value.requires_grad)
     if type(value) is list:
         return [_plain(item) for item in value]
     if type(value) is tuple:
@@ -364,6 +412,62 @@ def _plain(value: Any) -> Any:
     if type(value) is dict:
         return {key: _plain(item) for key, item in value.items()}
     return value
+
+
+def _encode_shard(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """A format 2 shard: one blob of storage bytes, and the samples as tagged JSON text.
+
+    Storages are grouped by identity, numbered in first-use order, and their bytes laid end to
+    end in the blob, so the same samples always give the same shard.
+    """
+    segments: list[list[int]] = []
+    parts: list[torch.Tensor] = []
+    numbers: dict[int, int] = {}
+    position = 0
+
+    def encode(value: Any) -> Any:
+        nonlocal position
+        kind = type(value)
+        if kind is torch.Tensor:
+            storage = value.untyped_storage()
+            number = numbers.get(storage._cdata)
+            if number is None:
+                number = numbers[storage._cdata] = len(segments)
+                data = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+                parts.append(data.cpu())
+                segments.append([position, storage.nbytes()])
+                position += storage.nbytes()
+            return [
+                "T",
+                number,
+                value.storage_offset(),
+                list(value.shape),
+                list(value.stride()),
+                _DTYPE_NAMES[value.dtype],
+                value.requires_grad,
+                torch.serialization.location_tag(storage),
+            ]
+        if kind is list:
+            return ["l", *(encode(item) for item in value)]
+        if kind is tuple:
+            return ["t", *(encode(item) for item in value)]
+        if kind is dict:
+            flat: list[Any] = ["d"]
+            for key, item in value.items():
+                flat += (key, encode(item))
+            return flat
+        if kind is complex:
+            return ["c", value.real, value.imag]
+        if kind is torch.dtype:
+            return ["y", _DTYPE_NAMES[value]]
+        if kind is torch.device:
+            return ["v", str(value)]
+        return value  # None, bool, int, float, str: JSON values
+
+    encoded = [[encode(s["args"]), encode(s["kwargs"])] for s in samples]
+    index = json.dumps({"segments": segments, "samples": encoded}, separators=(",", ":"))
+    blob = torch.cat(parts) if parts else torch.empty(0, dtype=torch.uint8)
+    return {"format": FORMAT, "format_version": 2, "blob": blob, "index": index}
 
 
 def _atomic_write(path: pathlib.Path, data: bytes) -> None:
@@ -456,9 +560,13 @@ class Corpus:
             )
         if not zipfile.is_zipfile(io.BytesIO(data)):
             raise ShardError(f"shard {path} is not a torch.save archive (truncated or not a shard)")
+        version = self.manifest.format_version
         try:
             content = torch.load(
-                io.BytesIO(data), map_location=self._map_location, weights_only=True
+                io.BytesIO(data),
+                # Format 2 holds one CPU blob; map_location applies to the rebuilt storages.
+                map_location=self._map_location if version == 1 else "cpu",
+                weights_only=True,
             )
         except pickle.UnpicklingError as exc:
             raise ShardError(
@@ -468,7 +576,9 @@ class Corpus:
             ) from None
         except Exception as exc:  # torch raises RuntimeError and others for corrupt archives
             raise ShardError(f"shard {path} cannot be loaded: {_first_line(exc)}") from None
-        return _samples_from_shard(path, shard, content)
+        if version == 1:
+            return _samples_from_shard(path, shard, content)
+        return _samples_from_shard(path, shard, _decode_shard(path, content, self._map_location))
 
 
 def _weights_only_reason(exc: BaseException) -> str:
@@ -511,6 +621,170 @@ def _samples_from_shard(path: pathlib.Path, shard: ShardInfo, content: Any) -> l
             )
         samples.append(Sample(shard.first + offset, entry["args"], entry["kwargs"]))
     return samples
+
+
+def _decode_shard(path: pathlib.Path, content: Any, map_location: Any) -> dict[str, Any]:
+    """A format 2 shard's samples, decoded and with their tensors built (ShardError if any part
+    is malformed: nothing is read outside the blob, no storage is resized)."""
+    # Decoding allocates tens of thousands of acyclic objects per shard, and the cyclic garbage
+    # collector's passes over them cost about as much as the decoding itself: pause it.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _decode_shard_unpaused(path, content, map_location)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any) -> dict[str, Any]:
+    if not isinstance(content, dict) or content.get("format") != FORMAT:
+        raise ShardError(f"shard {path} is not a {FORMAT} shard (no 'format': {FORMAT!r} entry)")
+    if content.get("format_version") != 2:
+        raise ShardError(
+            f"shard {path} is not a format 2 shard, as the manifest says; re-record the corpus"
+        )
+    blob = content.get("blob")
+    if (
+        type(blob) is not torch.Tensor
+        or blob.dtype != torch.uint8
+        or blob.dim() != 1
+        or not blob.is_contiguous()
+    ):
+        raise ShardError(f"shard {path} has no 'blob' (a 1-D uint8 tensor)")
+    index = content.get("index")
+    try:
+        index = json.loads(index) if type(index) is str else None
+    except (ValueError, RecursionError):
+        index = None
+    if type(index) is not dict:
+        raise ShardError(f"shard {path} has no 'index' (JSON text holding segments and samples)")
+    segments = index.get("segments")
+    size = blob.numel()
+    if type(segments) is not list or not all(
+        type(segment) is list
+        and len(segment) == 2
+        and type(segment[0]) is int
+        and type(segment[1]) is int
+        and 0 <= segment[0] <= size
+        and 0 <= segment[1] <= size - segment[0]
+        for segment in segments
+    ):
+        raise ShardError(
+            f"shard {path}: 'segments' must list [byte_start, byte_length] pairs within the "
+            f"blob ({size} bytes)"
+        )
+    entries = index.get("samples")
+    if type(entries) is not list:
+        raise ShardError(f"shard {path} has no 'samples' list")
+    blob_bytes = memoryview(blob.numpy())
+    restore = torch.serialization._get_restore_location(map_location)
+    # torch.load's restore_location, skipped for the common case it would not change.
+    cpu_stays = map_location is None or map_location in ("cpu", torch.device("cpu"))
+    # Segment number -> (its own storage, on its device; recorded location), built on first use.
+    storages: list[tuple[Any, str] | None] = [None] * len(segments)
+
+    def bad(value: Any, why: str) -> ShardError:
+        return ShardError(
+            f"shard {path} has a malformed value ({why}): {str(value)[:120]}; "
+            "the shard was modified after recording: re-record the corpus"
+        )
+
+    def tensor(record: list) -> torch.Tensor:
+        if len(record) != 8:
+            raise bad(record, "a tensor record has 8 fields")
+        _, number, offset, shape, stride, dtype_name, requires_grad, location = record
+        if type(number) is not int or not 0 <= number < len(segments):
+            raise bad(record, "no such segment")
+        if type(shape) is not list or type(stride) is not list or len(shape) != len(stride):
+            raise bad(record, "shape and stride must be lists of one length")
+        for value in (offset, *shape, *stride):
+            if type(value) is not int or not 0 <= value < _MAX_INDEX:
+                raise bad(record, "offsets, sizes and strides must be non-negative ints")
+        dtype = _DTYPES.get(dtype_name) if type(dtype_name) is str else None
+        if dtype is None:
+            raise bad(record, "unknown dtype")
+        if type(requires_grad) is not bool or type(location) is not str:
+            raise bad(record, "requires_grad must be a bool, device a str")
+        start, length = segments[number]
+        if 0 not in shape:
+            last = offset
+            for n, s in zip(shape, stride):
+                last += (n - 1) * s
+            if (last + 1) * dtype.itemsize > length:
+                raise bad(record, f"elements beyond its segment of {length} bytes")
+        built = storages[number]
+        if built is None:
+            # Its own storage (a copy), as many bytes as the recorded one.
+            storage = torch.UntypedStorage.from_buffer(
+                blob_bytes[start : start + length], byte_order="native", dtype=torch.uint8
+            )
+            try:
+                if not (location == "cpu" and cpu_stays):
+                    storage = restore(storage, location)
+            except Exception as exc:
+                raise bad(record, f"device {location!r}: {_first_line(exc)}") from None
+            built = storages[number] = (storage, location)
+        elif built[1] != location:
+            raise bad(record, "one segment on two devices")
+        storage = built[0]
+        try:
+            result = torch.empty(0, dtype=dtype, device=storage.device).set_(
+                storage, offset, shape, stride
+            )
+            if requires_grad:
+                result.requires_grad_()
+        except Exception as exc:  # an impossible size, requires_grad on an integer dtype
+            raise bad(record, _first_line(exc)) from None
+        return result
+
+    def decode(value: Any) -> Any:
+        if type(value) is not list:
+            if type(value) is dict:
+                raise bad(value, "a JSON object where a tagged value belongs")
+            return value  # None, bool, int, float, str
+        tag = value[0] if value else None
+        if tag == "T":
+            return tensor(value)
+        if tag == "d":
+            if len(value) % 2 == 0:
+                raise bad(value, "a dict needs key, value pairs")
+            keys = value[1::2]
+            for key in keys:
+                if type(key) is not str and type(key) is not int:
+                    raise bad(value, "dict keys are str or int")
+            return dict(zip(keys, map(decode, value[2::2])))
+        if tag == "t":
+            return tuple(map(decode, value[1:]))
+        if tag == "l":
+            return list(map(decode, value[1:]))
+        if tag == "c":
+            if len(value) != 3 or type(value[1]) is not float or type(value[2]) is not float:
+                raise bad(value, "a complex is two floats")
+            return complex(value[1], value[2])
+        if tag == "y":
+            if len(value) != 2 or type(value[1]) is not str or value[1] not in _DTYPES:
+                raise bad(value, "unknown dtype")
+            return _DTYPES[value[1]]
+        if tag == "v":
+            try:
+                if len(value) != 2 or type(value[1]) is not str:
+                    raise ValueError(value)
+                return torch.device(value[1])
+            except (RuntimeError, ValueError):
+                raise bad(value, "not a device") from None
+        raise bad(value, f"unknown tag {tag!r}")
+
+    samples = []
+    for entry in entries:
+        if type(entry) is not list or len(entry) != 2:
+            raise bad(entry, "a sample is an [args, kwargs] pair")
+        try:
+            args, kwargs = decode(entry[0]), decode(entry[1])
+        except RecursionError:
+            raise bad(entry, "nested too deeply") from None
+        samples.append({"args": args, "kwargs": kwargs})
+    return {"format": FORMAT, "samples": samples}
 
 
 def _corpus_directory(directory: str | os.PathLike[str]) -> pathlib.Path:
@@ -565,11 +839,11 @@ def _parse_manifest(path: pathlib.Path, raw: Any) -> Manifest:
             "this is not a guardscope corpus"
         )
     version = _field(path, raw, "format_version", int)
-    if version != FORMAT_VERSION:
+    if version not in READ_VERSIONS:
         advice = "upgrade guardscope" if version > FORMAT_VERSION else "re-record the corpus"
         raise ManifestError(
-            f"{path}: field 'format_version' is {version}, this guardscope reads version "
-            f"{FORMAT_VERSION}; {advice}"
+            f"{path}: field 'format_version' is {version}, this guardscope reads versions "
+            f"{', '.join(map(str, READ_VERSIONS))}; {advice}"
         )
     model = _field(path, raw, "model", str)
     try:

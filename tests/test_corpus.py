@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import pathlib
 
@@ -20,6 +21,7 @@ from guardscope.corpus import (
     load_corpus,
     read_manifest,
 )
+from guardscope.corpus import _encode_shard as encode_shard
 from guardscope.errors import CorpusError, ManifestError, ModelSpecError, SampleError, ShardError
 
 MODEL = "pkg.models:build"
@@ -87,6 +89,8 @@ def test_dtype_and_device_values_round_trip(tmp_path):
         torch.int64,
         torch.bool,
         torch.complex64,
+        torch.complex128,
+        torch.float8_e4m3fn,
     ],
 )
 def test_tensor_dtypes_round_trip(tmp_path, dtype):
@@ -348,7 +352,8 @@ def test_manifest_missing_field(corpus_dir, field):
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda raw: raw.update(format_version=2), "'format_version' is 2.*upgrade guardscope"),
+        (lambda raw: raw.update(format_version=3), "'format_version' is 3.*upgrade guardscope"),
+        (lambda raw: raw.update(format_version=0), "'format_version' is 0.*re-record"),
         (lambda raw: raw.update(format="other"), "'format' is 'other'"),
         (lambda raw: raw.update(samples="5"), "'samples' must be a JSON integer"),
         (lambda raw: raw.update(format_version=True), "'format_version' must be a JSON integer"),
@@ -402,7 +407,7 @@ def test_corrupt_checksum(corpus_dir):
 
 
 def test_sample_count_differs_from_manifest(corpus_dir):
-    replace_shard(corpus_dir, 1, {"format": FORMAT, "samples": [{"args": (1,), "kwargs": {}}]})
+    replace_shard(corpus_dir, 1, encode_shard([{"args": (1,), "kwargs": {}}]))
     with pytest.raises(ShardError, match="holds 1 samples but the manifest lists 2"):
         list(load_corpus(corpus_dir))
 
@@ -475,3 +480,225 @@ def test_output_is_byte_identical(tmp_path):
     )
     for name in names:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+
+# ---- format 2 details -------------------------------------------------------------------------
+
+
+def test_storages_stay_distinct_and_views_of_another_dtype_share(tmp_path):
+    floats = torch.arange(6.0)
+    as_ints = floats.view(torch.int32)  # the same storage seen as another dtype
+    other = torch.arange(6.0)
+    sample = roundtrip(tmp_path, floats, as_ints, other, floats[2:4])
+    loaded_floats, loaded_ints, loaded_other, loaded_slice = sample.args
+    assert_same_tensor(loaded_ints, as_ints)
+    pointer = loaded_floats.untyped_storage().data_ptr()
+    assert loaded_ints.untyped_storage().data_ptr() == pointer
+    assert loaded_slice.untyped_storage().data_ptr() == pointer
+    # Tensors of distinct storages get distinct storages, each of the recorded size.
+    assert loaded_other.untyped_storage().data_ptr() != pointer
+    assert loaded_floats.untyped_storage().nbytes() == floats.untyped_storage().nbytes() == 24
+    assert loaded_floats._base is None and loaded_slice._base is None
+    loaded_ints[0] = 1  # writes go through to the float view, as in the recording
+    assert loaded_floats[0].item() != 0.0
+
+
+def test_storages_are_not_shared_across_samples(tmp_path):
+    tensor = torch.ones(3)
+    corpus = load_corpus(write(tmp_path / "c", [((tensor,), {}), ((tensor,), {})]))
+    first, second = (sample.args[0] for sample in corpus)
+    assert first.untyped_storage().data_ptr() != second.untyped_storage().data_ptr()
+
+
+def test_special_python_values_round_trip(tmp_path):
+    key = "__guardscope_tensor__"  # no key is reserved: any str or int key is stored
+    values = [math.inf, -math.inf, -0.0, 1e-310, 2**80, -(2**70), "", "\u00e9\U0001f600\x00"]
+    sample = roundtrip(
+        tmp_path,
+        values,
+        complex(math.nan, -1.5),
+        torch.complex128,
+        {key: [1], "T": ("d", "l")},
+        ["T", 1],
+        torch.device("cuda", 1),
+        odd={-1: "minus", 0: None},
+    )
+    loaded = sample.args[0]
+    assert loaded[:2] == [math.inf, -math.inf]
+    assert math.copysign(1.0, loaded[2]) == -1.0
+    assert loaded[3:] == values[3:]
+    assert type(loaded[4]) is int
+    assert math.isnan(sample.args[1].real) and sample.args[1].imag == -1.5
+    assert sample.args[2] is torch.complex128
+    assert sample.args[3] == {key: [1], "T": ("d", "l")}
+    assert sample.args[4] == ["T", 1] and type(sample.args[4]) is list
+    assert sample.args[5] == torch.device("cuda", 1)
+    assert sample.kwargs == {"odd": {-1: "minus", 0: None}}
+    assert math.isnan(roundtrip(tmp_path / "nan", math.nan).args[0])
+
+
+def test_lazy_conjugate_views_are_stored_resolved(tmp_path):
+    values = torch.tensor([1 + 2j, 3 - 4j])
+    loaded = roundtrip(tmp_path, values.conj(), -values).args
+    assert torch.equal(loaded[0], values.conj()) and not loaded[0].is_conj()
+    assert torch.equal(loaded[1], -values)
+
+
+@pytest.mark.filterwarnings("ignore:.*quantized tensor creation functions")
+def test_meta_and_quantized_tensors_are_refused(tmp_path):
+    with CorpusWriter(tmp_path / "c", model=MODEL) as writer:
+        with pytest.raises(SampleError, match=r"args\[0\] is a meta tensor"):
+            writer.add(torch.empty(2, device="meta"))
+        quantized = torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8)
+        with pytest.raises(SampleError, match=r"kwargs\['q'\] is a quantized tensor"):
+            writer.add(q=quantized)
+
+
+def test_map_location_forms(tmp_path):
+    base = torch.arange(6.0)
+    corpus_path = write(tmp_path / "c", [((base, base[1:]), {})])
+    seen = []
+
+    def callable_location(storage, location):
+        seen.append(location)
+        return storage
+
+    for location in ("cpu", torch.device("cpu"), {"cpu": "cpu"}, callable_location):
+        loaded, view = load_corpus(corpus_path, map_location=location).sample(0).args
+        assert_same_tensor(view, base[1:])
+        assert view.untyped_storage().data_ptr() == loaded.untyped_storage().data_ptr()
+    assert seen == ["cpu"]  # once per storage
+
+
+def test_format_1_corpus_still_loads(tmp_path):
+    """A corpus written by the format 1 writer (kept here, in 20 lines) reads as before."""
+    directory = tmp_path / "v1"
+    directory.mkdir()
+    base = torch.arange(12.0).reshape(3, 4)
+    samples = [
+        {"args": (base, base[1:, ::2]), "kwargs": {"e": torch.empty_strided((2, 0), (0, 1))}},
+        {"args": ([1, (2,)],), "kwargs": {"d": {3: torch.float16}}},
+    ]
+    buffer = io.BytesIO()
+    torch.save({"format": FORMAT, "samples": samples}, buffer)
+    data = buffer.getvalue()
+    (directory / "shard-00000.pt").write_bytes(data)
+    manifest = {
+        "format": FORMAT,
+        "format_version": 1,
+        "model": MODEL,
+        "compile": {},
+        "torch_version": torch.__version__,
+        "device": "cpu",
+        "samples": 2,
+        "shards": [
+            {
+                "file": "shard-00000.pt",
+                "first": 0,
+                "samples": 2,
+                "sha256": hashlib.sha256(data).hexdigest(),
+            }
+        ],
+    }
+    (directory / "corpus.json").write_text(json.dumps(manifest))
+    corpus = load_corpus(directory)
+    assert corpus.manifest.format_version == 1
+    first, second = list(corpus)
+    assert_same_tensor(first.args[1], base[1:, ::2])
+    assert first.args[1].untyped_storage().data_ptr() == first.args[0].untyped_storage().data_ptr()
+    assert first.kwargs["e"].stride() == (0, 1)
+    assert second.args == ([1, (2,)],) and second.kwargs == {"d": {3: torch.float16}}
+    # A format 2 shard where the manifest says format 1 (or the reverse) is refused.
+    replace_shard(directory, 0, encode_shard(samples))
+    with pytest.raises(ShardError, match="holds 0 samples|not an args/kwargs pair|shard-00000"):
+        list(load_corpus(directory))
+
+
+def tampered(record_edit=None, **changes):
+    """A format 2 shard of one sample holding ``base`` and a view, with its index edited."""
+    base = torch.arange(12.0)
+    content = encode_shard([{"args": (base, base[2:5]), "kwargs": {}}])
+    index = json.loads(content["index"])
+    if record_edit is not None:
+        record_edit(index["samples"][0][0])  # the args: ["t", base record, view record]
+    index.update(changes)
+    content["index"] = json.dumps(index)
+    return content
+
+
+def set_field(position, value, record=2):
+    def edit(args):
+        args[record][position] = value
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (tampered(set_field(2, 10)), "beyond its segment"),  # offset 10 + 3 floats > 12
+        (tampered(set_field(3, [13])), "beyond its segment"),
+        (tampered(set_field(4, [5])), "beyond its segment"),
+        (tampered(set_field(2, -1)), "non-negative ints"),
+        (tampered(set_field(3, [3, 1])), "one length"),
+        (tampered(set_field(3, [2.5])), "non-negative ints"),
+        (tampered(set_field(3, [True])), "non-negative ints"),
+        (tampered(set_field(3, [2**70])), "non-negative ints"),
+        (tampered(set_field(1, 5)), "no such segment"),
+        (tampered(set_field(5, "float128")), "unknown dtype"),
+        (tampered(set_field(5, "complex128")), "beyond its segment"),  # 5 x 16 bytes > 48
+        (tampered(set_field(6, "yes")), "requires_grad must be a bool"),
+        (tampered(set_field(7, "nowhere:3", record=1)), "device 'nowhere:3'"),
+        (tampered(set_field(7, "meta")), "one segment on two devices"),
+        (tampered(lambda args: args[2].pop()), "8 fields"),
+        (tampered(lambda args: args.__setitem__(0, "x")), "unknown tag 'x'"),
+        (tampered(lambda args: args.append({"a": 1})), "JSON object"),
+        (tampered(lambda args: args.append(["d", 1.5, 2])), "dict keys are str or int"),
+        (tampered(lambda args: args.append(["d", "k"])), "key, value pairs"),
+        (tampered(lambda args: args.append(["c", 1, 2])), "two floats"),
+        (tampered(lambda args: args.append(["y", "bogus"])), "unknown dtype"),
+        (tampered(lambda args: args.append(["v", "bogus"])), "not a device"),
+        (tampered(lambda args: args.append([])), "unknown tag None"),
+        (tampered(segments=[[0, 49]]), "within the blob"),
+        (tampered(segments=[[40, 10]]), "within the blob"),
+        (tampered(segments=[[-1, 4]]), "within the blob"),
+        (tampered(segments=[[0, 48, 0]]), "within the blob"),
+        (tampered(segments={}), "within the blob"),
+        (tampered(samples="x"), "no 'samples' list"),
+        (tampered(samples=[["t"]]), "an \\[args, kwargs\\] pair"),
+        (tampered(samples=[[["l"], ["d"]]]), "not an args/kwargs pair"),
+        ({**tampered(), "index": "{not json"}, "no 'index'"),
+        ({**tampered(), "index": b"{}"}, "no 'index'"),
+        ({**tampered(), "blob": torch.zeros(48)}, "no 'blob'"),
+        ({**tampered(), "blob": torch.zeros(2, 24, dtype=torch.uint8)}, "no 'blob'"),
+        ({**tampered(), "format_version": 1}, "not a format 2 shard"),
+    ],
+)
+def test_tampered_format_2_shard_is_refused(tmp_path, content, message):
+    directory = write(tmp_path / "c", [((torch.ones(1),), {})])
+    replace_shard(directory, 0, content)
+    with pytest.raises(ShardError, match=message) as raised:
+        list(load_corpus(directory))
+    assert "shard-00000.pt" in str(raised.value)
+
+
+def test_tampered_shard_never_grows_a_storage(tmp_path):
+    """torch's set_ would resize a storage to fit an out-of-range view: the bounds check runs
+    first, so the blob is never read, nor a storage grown, past the recorded bytes."""
+    directory = write(tmp_path / "c", [((torch.ones(1),), {})])
+    replace_shard(directory, 0, tampered(set_field(3, [11])))
+    with pytest.raises(ShardError, match="beyond its segment of 48 bytes"):
+        list(load_corpus(directory))
+    replace_shard(directory, 0, tampered(set_field(3, [10])))  # offset 2 + 10 = 12: fits
+    base, view = load_corpus(directory).sample(0).args
+    assert view.tolist() == [float(i) for i in range(2, 12)]
+    assert view.untyped_storage().nbytes() == 48
+
+
+def test_zero_size_storages_round_trip(tmp_path):
+    empty = torch.empty_strided((2, 0), (0, 1), dtype=torch.long)
+    offset_empty = torch.arange(5)[5:]
+    sample = roundtrip(tmp_path, empty, offset_empty, torch.empty(0, 3).t())
+    assert_same_tensor(sample.args[0], empty)
+    assert_same_tensor(sample.args[1], offset_empty)
+    assert sample.args[2].shape == (3, 0) and sample.args[2].stride() == (1, 3)
