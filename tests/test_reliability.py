@@ -210,3 +210,15 @@ def test_samples_past_the_recompile_limit_are_listed_as_not_analysed(tmp_path):
 def test_argument_names_must_be_identifiers(name):
     with pytest.raises(CatalogError):
         check_identifier(name)
+
+
+# --- 9: torch outside the tested range ------------------------------------------------------------
+
+
+def test_torch_outside_the_tested_range_warns(monkeypatch):
+    from guardscope import torch_compat
+
+    assert torch_compat.check_supported_version() is None  # 2.11 and 2.13 are in range
+    monkeypatch.setattr(torch_compat, "torch_version", lambda: "2.16.0")
+    warning = torch_compat.check_supported_version()
+    assert "2.16.0" in warning and "other" in warning
