@@ -103,17 +103,28 @@ def _bind(signature: inspect.Signature | None, sample: Sample) -> dict[str, Any]
     return dict(arguments.arguments)
 
 
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+
 def _walk(path: str, value: Any, tensors: list, lengths: list, scalars: list) -> None:
+    # Runs for every sample: torch.Size and stride() are tuples of ints already.
     if isinstance(value, torch.Tensor):
         tensors.append(
             (
                 path,
                 TensorMeta(
-                    shape=tuple(int(s) for s in value.shape),
-                    stride=tuple(int(s) for s in value.stride()) if value.layout == torch.strided else (),
-                    dtype=str(value.dtype).replace("torch.", ""),
+                    shape=tuple(value.shape),
+                    stride=value.stride() if value.layout == torch.strided else (),
+                    dtype=_dtype_name(value.dtype),
                     device=str(value.device),
-                    requires_grad=bool(value.requires_grad),
+                    requires_grad=value.requires_grad,
                 ),
             )
         )
@@ -156,9 +167,10 @@ def _lookup(bound: dict[str, Any], path: str) -> Any:
     return value
 
 
-def _to_device(value: Any, device: str) -> Any:
+def _to_device(value: Any, device: torch.device) -> Any:
     if isinstance(value, torch.Tensor):
-        return value.to(device)  # the same tensor, strides and all, when it is already there
+        # Tensor.to costs ~15 us even when it returns the tensor itself: skip it then.
+        return value if value.device == device else value.to(device)
     if isinstance(value, tuple):
         return tuple(_to_device(v, device) for v in value)
     if isinstance(value, list):
@@ -207,12 +219,16 @@ class Runner:
         )
         self.grad_context = torch.inference_mode if options.inference_mode else torch.no_grad
         self._entries: list | None = None
+        device = torch.device(options.device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.device = device
         torch_compat.reset_dynamo()
         self.compiled = compile_model(model, options)
 
     def prepare(self, sample: Sample, mark: bool) -> tuple[tuple, dict, dict[str, Any]]:
-        args = _to_device(sample.args, self.options.device)
-        kwargs = _to_device(sample.kwargs, self.options.device)
+        args = _to_device(sample.args, self.device)
+        kwargs = _to_device(sample.kwargs, self.device)
         bound = _bind(self.signature, Sample(sample.index, args, kwargs))
         if mark:
             for path, dim in self.options.mark_unbacked:
