@@ -1,0 +1,1 @@
+"""Benchmarks for guardscope (issue 5): see bench/README.md and docs/benchmarks.md."""
