@@ -209,10 +209,6 @@ def analyze(
     return analysis
 
 
-def compile_seconds(analysis: Analysis) -> dict[str, float | None]:
-    return {e.event.compile_id: e.event.seconds for e in analysis.catalog.compiles}
-
-
 # --- emit-warmup -------------------------------------------------------------------------------
 
 

@@ -63,11 +63,6 @@ def trace_formatter() -> logging.Formatter:
     return _internal.TorchLogsFormatter(trace=True)
 
 
-def emit_trace_record(metadata: dict[str, Any], payload: str | None = None) -> None:
-    """Write a record of our own (a sample marker) into the structured trace."""
-    trace_logger().debug("", extra={"metadata": metadata, "payload": payload})
-
-
 # --- Dynamo state ------------------------------------------------------------------------------
 
 
@@ -82,10 +77,6 @@ def _recompile_limit_names() -> tuple[str, str]:
     if hasattr(config, "recompile_limit"):
         return "recompile_limit", "accumulated_recompile_limit"
     return "cache_size_limit", "accumulated_cache_size_limit"  # pragma: no cover - torch < 2.6
-
-
-def recompile_limit() -> int:
-    return int(getattr(torch._dynamo.config, _recompile_limit_names()[0]))
 
 
 @contextlib.contextmanager
