@@ -11,7 +11,9 @@ Runs (``--backend`` is inductor unless given; ``--device`` is cuda unless given)
   c  guardscope eager    guardscope analyze --backend eager --device cuda         (the default analysis)
   d  plain eager         guardscope analyze --backend eager --device cuda --replay full
 
-Each run gets empty inductor and triton cache folders (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR),
+First a start-up floor is timed (a fresh process that imports torch and guardscope, builds the
+model on the device and loads the corpus: what any analysis pays before replaying). Each run gets
+empty inductor and triton cache folders (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR),
 so no run reuses another's compiled kernels. Prints wall seconds (process start to exit), replay
 and compile seconds (``timings.json``), the ratios, and whether compiles (samples and compile
 ids), failure kinds (with the graph each failed against), topologies and failed samples are
@@ -36,6 +38,19 @@ if __package__ in (None, ""):  # run as a file: make the repository root importa
 from bench import common
 
 TARGET_FRACTION = 0.10
+# The fixed cost any fresh analysis process pays before replaying: interpreter and torch import,
+# device initialisation, building the model on the device, loading the corpus.
+FLOOR = (
+    "import sys, torch, guardscope.cli\n"
+    "from guardscope.corpus import load_corpus\n"
+    "from guardscope.modelspec import load_model\n"
+    "corpus = load_corpus(sys.argv[1])\n"
+    "model = load_model(corpus.manifest.model, base_dir=corpus.path).to(sys.argv[2]).eval()\n"
+    "count = sum(1 for _ in corpus)\n"
+    "if sys.argv[2].startswith('cuda'):\n"
+    "    torch.cuda.synchronize()\n"
+    "print(count, 'samples loaded, model on', sys.argv[2])"
+)
 
 
 def runs_for(backend: str) -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -87,6 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     spec = common.ensure_model_resolves(options.corpus)
     size = common.preread(options.corpus)
     print(f"corpus      {options.corpus} (model {spec}; {size / 1e6:.0f} MB)")
+    print(f"running     floor: start, import torch and guardscope, build the model on {options.device}, "
+          "load the corpus ...", flush=True)
+    floor = common.run_child(
+        [sys.executable, "-c", FLOOR, str(options.corpus.resolve()), options.device],
+        (options.work / "floor.log").resolve(), shown="python -c <start-up floor>", timeout=options.timeout,
+    ).check()
+    print(f"  floor {floor.wall_seconds:7.1f} s wall  {common.load_text(floor)}", flush=True)
     results: dict[str, dict] = {}
     catalogs: dict[str, dict] = {}
     for key, (label, flags) in runs_for(options.backend).items():
@@ -127,9 +149,13 @@ def main(argv: list[str] | None = None) -> int:
         "a/b wall": ratio("a", "b"), "a/b replay": ratio("a", "b", "replay_seconds"),
         "c/b wall": ratio("c", "b"), "c/b replay": ratio("c", "b", "replay_seconds"),
         "c/d wall": ratio("c", "d"), "b/d wall": ratio("b", "d"),
+        "floor/b wall": round(floor.wall_seconds / results["b"]["wall_seconds"], 4) if "b" in catalogs else None,
     }
     for name, value in ratios.items():
-        print(f"ratio       {name:<11} {'n/a' if value is None else f'{value:.3f} ({value:.1%})'}")
+        print(f"ratio       {name:<12} {'n/a' if value is None else f'{value:.3f} ({value:.1%})'}")
+    if "c" in catalogs:
+        print(f"floor       {floor.wall_seconds:.1f} s of (c)'s {results['c']['wall_seconds']:.1f} s wall are the "
+              f"start-up floor; guardscope's own work in (c): {results['c']['wall_seconds'] - floor.wall_seconds:.1f} s")
     target = ratios["c/b wall"]
     target_met = target is not None and target <= TARGET_FRACTION
     print(f"target      guardscope default (c) <= {TARGET_FRACTION:.0%} of plain {options.backend} (b): "
@@ -165,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         "corpus": str(options.corpus),
         "device": options.device,
         "backend": options.backend,
+        "floor": floor.to_json(),
         "runs": results,
         "ratios": ratios,
         "target": {"fraction": TARGET_FRACTION, "measured": "c/b wall", "met": target_met},

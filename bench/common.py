@@ -61,6 +61,18 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): SIGTERM it when the benchmark process dies, so a killed
+    benchmark leaves no analysis running on a shared machine."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def run_child(
     argv: list[str],
     log: Path,
@@ -79,7 +91,8 @@ def run_child(
     with open(log, "wb") as out:
         started = time.perf_counter()
         process = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env or child_env()
+            argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env or child_env(),
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
         timer = threading.Timer(timeout, process.kill) if timeout else None
         if timer:
