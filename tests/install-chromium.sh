@@ -9,4 +9,7 @@ if ! command -v apt-get >/dev/null 2>&1 || [ "$(id -u)" != 0 ]; then
   echo "install-chromium: no root apt-get here; install Debian's 'chromium' package to run the browser test" >&2
   exit 0
 fi
-apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }; then
+  # A package mirror hiccup must not fail the whole suite: the browser test then skips, saying why.
+  echo "install-chromium: apt-get could not install chromium; the browser test will be skipped" >&2
+fi
