@@ -18,7 +18,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any, Iterable
 
 from . import torch_compat
 from .model import CompileEvent
@@ -359,8 +359,3 @@ def events_from_records(records: Iterable[TraceRecord]) -> ParsedTrace:
             )
         )
     return parsed
-
-
-def iter_lines(path: str) -> Iterator[str]:
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        yield from handle

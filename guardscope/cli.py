@@ -328,7 +328,8 @@ def format_summary(analysis: Any) -> str:
         lines.append(f"unparsed    {dict(sorted(catalog.unparsed.items()))}")
     lines.append(f"replay      {analysis.replay_seconds:.1f} s ({catalog.replay_mode} replay; "
                  f"Dynamo's recompile limit raised to {catalog.compile.get('recompile_limit')} for it)")
-    lines.append(f"wrote       {analysis.catalog_path}, {analysis.timings_path}, {analysis.trace_path}")
+    lines.append(f"wrote       {analysis.catalog_path}, {analysis.timings_path}, "
+                 f"{analysis.out_dir / 'report.html'}, {analysis.trace_path}")
     return "\n".join(lines)
 
 

@@ -32,22 +32,28 @@ class Analysis:
     warnings: tuple[str, ...] = ()
 
 
+# Production torch.compile options a corpus manifest carries; an analysis adds where it ran.
+_PRODUCTION_FIELDS = ("dynamic", "fullgraph", "mode")
+_ANALYSED_FIELDS = _PRODUCTION_FIELDS + ("backend", "device", "inference_mode")
+
+
+def _replay_options(compile_options: dict[str, Any], fields: tuple[str, ...], **overrides: Any) -> ReplayOptions:
+    """:class:`ReplayOptions` from the given fields of a compile-options dict (nulls mean the
+    default), then the caller's overrides (not None)."""
+    if compile_options.get("dynamic") not in (None, True, False):
+        raise CompileOptionsError(
+            f"compile.dynamic is {compile_options['dynamic']!r}; use true, false or null"
+        )
+    taken = {name: compile_options[name] for name in fields if compile_options.get(name) is not None}
+    return replace(ReplayOptions(**taken), **{k: v for k, v in overrides.items() if v is not None})
+
+
 def options_from_manifest(compile_options: dict[str, Any], **overrides: Any) -> ReplayOptions:
     """Production compile options from the manifest, then the caller's overrides (not None)."""
-    known = {"dynamic", "fullgraph", "mode"}
-    unknown = sorted(set(compile_options) - known - {"backend"})
-    options = ReplayOptions(
-        dynamic=compile_options.get("dynamic"),
-        fullgraph=bool(compile_options.get("fullgraph", False)),
-        mode=compile_options.get("mode"),
-    )
-    if options.dynamic not in (None, True, False):
-        raise CompileOptionsError(
-            f"manifest compile.dynamic is {options.dynamic!r}; use true, false or null"
-        )
+    unknown = sorted(set(compile_options) - set(_PRODUCTION_FIELDS) - {"backend"})
     if unknown:
         torch_compat.warn_once(f"ignoring unknown compile options in the manifest: {unknown}")
-    return replace(options, **{k: v for k, v in overrides.items() if v is not None})
+    return _replay_options(compile_options, _PRODUCTION_FIELDS, **overrides)
 
 
 def _fingerprint(corpus: Any, spec: str, options: ReplayOptions, replay_mode: str) -> dict[str, Any]:
@@ -223,16 +229,7 @@ class Fixes:
 
 def production_options(catalog: dict[str, Any], **overrides: Any) -> ReplayOptions:
     """The analysed compile options without the analysis-only marks and settings."""
-    compile_options = catalog["compile"]
-    options = ReplayOptions(
-        backend=compile_options.get("backend", "eager"),
-        dynamic=compile_options.get("dynamic"),
-        fullgraph=bool(compile_options.get("fullgraph", False)),
-        mode=compile_options.get("mode"),
-        device=compile_options.get("device", "cpu"),
-        inference_mode=bool(compile_options.get("inference_mode", True)),
-    )
-    return replace(options, **{k: v for k, v in overrides.items() if v is not None})
+    return _replay_options(catalog["compile"], _ANALYSED_FIELDS, **overrides)
 
 
 def _respec(spec: str, corpus_dir: Path, new_dir: Path) -> str:

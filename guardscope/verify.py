@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 ARTIFACTS = ("warmup", "unbacked", "export")
 FILES = {"warmup": "warmup.py", "unbacked": "unbacked.py", "export": "export_dims.py"}
@@ -96,12 +96,10 @@ def _import_artifact(path: Path) -> Any:
     return module
 
 
-def _replay_split(corpus: Any, holdout: float | None) -> list[Any]:
-    samples = list(corpus)
-    if holdout is None:
-        return samples
-    start = int(len(samples) * (1.0 - holdout))
-    return samples[start:]
+def _replay_split(corpus: Any, holdout: float | None) -> Iterator[Any]:
+    """The corpus, or its last ``holdout`` fraction, streamed shard by shard."""
+    start = 0 if holdout is None else int(len(corpus) * (1.0 - holdout))
+    return (sample for sample in corpus if sample.index >= start)
 
 
 def _verify_compiled(name: str, out_dir: Path, catalog: dict, corpus: Any, model: Any, holdout: float | None) -> dict:

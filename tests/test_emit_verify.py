@@ -98,6 +98,16 @@ def test_verify_passes_all_three(seed_fixes):
     assert "verification" in (out / "report.html").read_text().lower()
 
 
+def test_verify_holdout_replays_the_last_part(seed_fixes, tmp_path):
+    source, _ = seed_fixes
+    out = tmp_path / "holdout"
+    shutil.copytree(source, out)
+    document = pipeline.verify(out, artifacts=("warmup",), holdout=0.5)
+    (result,) = [r for r in document["artifacts"] if r["name"] == "warmup"]
+    assert result["status"] == "passed" and result["samples_replayed"] == 150
+    assert document["holdout"] == 0.5
+
+
 def test_verify_reports_a_dropped_warmup_sample(seed_fixes, tmp_path):
     source, _ = seed_fixes
     out = tmp_path / "broken"
