@@ -183,8 +183,10 @@ def report(out_dir: str) -> None:
 @click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=str))
 @click.option("--margin", type=float, default=0.0, show_default=True,
               help="Headroom on torch.export Dim maxima, as a fraction (0.25 = 25%).")
+@click.option("--include-probed", is_flag=True,
+              help="Also cover the new topologies 'guardscope probe DIR' found (DIR/probe/corpus).")
 @_friendly_errors
-def emit_warmup(out_dir: str, margin: float) -> None:
+def emit_warmup(out_dir: str, margin: float, include_probed: bool) -> None:
     """Write the fixes for the analysis in DIR: a warmup set, a mark_unbacked plan, export Dims.
 
     Reads DIR/catalog.json and the corpus it names; writes DIR/warmup/ + DIR/warmup.py,
@@ -196,11 +198,12 @@ def emit_warmup(out_dir: str, margin: float) -> None:
       guardscope analyze samples/gnn/corpus --out out/
       guardscope emit-warmup out/
       guardscope verify out/
+      guardscope probe out/ && guardscope emit-warmup out/ --include-probed
     """
     from . import pipeline
 
     click.echo("planning the warmup (compiles each topology's representative once)...", err=True)
-    fixes = pipeline.emit_warmup(out_dir, margin=margin)
+    fixes = pipeline.emit_warmup(out_dir, margin=margin, include_probed=include_probed)
     warmup, unbacked = fixes.warmup, fixes.unbacked
     click.echo(f"warmup      {len(warmup.steps)} samples {[s.sample for s in warmup.steps]} compile "
                f"{warmup.graphs} graphs for {warmup.topologies} topologies "
@@ -256,6 +259,66 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
     click.echo(f"verdict     {'PASSED' if document['passed'] else 'FAILED'} (DIR/verification.json)")
     if not document["passed"]:
         sys.exit(1)
+
+
+@main.command()
+@click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=str))
+@click.option("--values", default="0,1,2", show_default=True, metavar="N,N,...",
+              help="Sizes each dynamic dimension is set to (Dynamo specialises on 0 and 1).")
+@click.option("--pairwise", type=click.Choice(["general", "all", "none"]), default="general", show_default=True,
+              help="Edit pairs of dimensions together on the most common topology's sample (general), on every topology's sample (all), or not at all.")
+@click.option("--max-candidates", type=int, default=5000, show_default=True,
+              help="Check at most this many synthetic samples (the rest are counted as truncated).")
+@_friendly_errors
+def probe(out_dir: str, values: str, pairwise: str, max_candidates: int) -> None:
+    """Look for topologies the corpus has not shown yet, with synthetic inputs.
+
+    From each topology's representative sample, builds edited copies at the boundaries Dynamo
+    specialises on: each dynamic dimension (with the dims always equal to it) at 0, 1 and 2,
+    pairs of dimensions at those sizes, pairs made equal, and the dtypes and memory layouts the
+    corpus shows for an input. Index tensors are kept in range; an edit that would index into an
+    empty dimension is dropped. Each synthetic sample is checked against the analysis' compiled
+    graphs (no forward when one accepts it); those no graph accepts are compiled, and each new
+    graph is a topology the corpus never showed.
+
+    Writes DIR/probe/probe.json (what was explored and found) and DIR/probe/corpus/ (one sample
+    per new topology), and adds a Probe section to DIR/report.html. Cover the new topologies with
+    'guardscope emit-warmup DIR --include-probed'; 'guardscope verify DIR' then replays them too.
+
+    \b
+    Example:
+      guardscope analyze samples/gnn/corpus --out out/
+      guardscope probe out/
+      guardscope emit-warmup out/ --include-probed && guardscope verify out/
+    """
+    from . import pipeline
+
+    try:
+        sizes = tuple(int(v) for v in values.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"{values!r} is not a comma-separated list of sizes", param_hint="--values")
+    click.echo("probing (rebuilds the analysis' graphs, then checks each synthetic sample)...", err=True)
+    result = pipeline.probe(out_dir, values=sizes, pairwise=pairwise, max_candidates=max_candidates)
+    document = result.document
+    explored = document["explored"]
+    click.echo(f"explored    {explored['planned']} edits on {explored['bases']} topology samples "
+               f"({', '.join(f'{k} {v}' for k, v in explored['planned_by_kind'].items())})"
+               + (f", {explored['truncated']} over --max-candidates" if explored["truncated"] else ""))
+    click.echo(f"checked     {explored['checked']} distinct synthetic samples: {explored['accepted']} accepted "
+               f"by a compiled graph, {explored['new_graph']} needed a new one; {explored['invalid']} invalid, "
+               f"{explored['duplicates']} duplicates, {explored['model_error']} raised in the model")
+    found = document["new_topologies"]
+    click.echo(f"new         {len(found)} topologies the corpus never showed")
+    for topology in found[:20]:
+        click.echo(f"  {topology['id']:<5} {topology['found_by']}")
+    if len(found) > 20:
+        click.echo(f"  ... {len(found) - 20} more in probe/probe.json")
+    for warning in document["warnings"]:
+        click.secho(f"warning: {warning}", fg="yellow", err=True)
+    wrote = [str(Path(out_dir) / "probe" / "probe.json")]
+    if result.corpus_dir is not None:
+        wrote.append(str(result.corpus_dir))
+    click.echo("wrote       " + ", ".join(wrote))
 
 
 def _analyze_in_child(out_dir: str) -> None:

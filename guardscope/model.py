@@ -243,6 +243,39 @@ class Catalog:
                     counts[cause.value] = counts.get(cause.value, 0) + 1
         return dict(sorted(counts.items()))
 
+    TIME_SPLITS = (0.5, 0.8)
+
+    def risk(self) -> dict[str, Any]:
+        """How likely the next request needs a graph the corpus never compiled.
+
+        * Good-Turing: the chance that the next sample belongs to a topology not seen yet is
+          estimated by the share of samples whose topology was seen exactly once (n1 / n).
+        * Time split: had the corpus been cut at ``fraction`` and a warmup of one sample per
+          topology seen before the cut been run, the samples after the cut that still compile.
+          The replay ran in corpus order, so these are exactly its compiles after the cut.
+        """
+        served = sum(len(t.samples) for t in self.topologies if t.compile_id is not None)
+        singletons = sum(1 for t in self.topologies if t.compile_id is not None and len(t.samples) == 1)
+        splits = []
+        for fraction in self.TIME_SPLITS:
+            cut = int(self.samples * fraction)
+            later = [c.event.sample for c in self.graphs if c.event.sample is not None and c.event.sample >= cut]
+            topologies = sorted(t.id for t in self.topologies if t.first_sample >= cut)
+            splits.append({
+                "fraction": fraction,
+                "plan_samples": cut,
+                "replayed_samples": self.samples - cut,
+                "recompiles": len(later),
+                "recompile_samples": later,
+                "new_topologies": topologies,
+            })
+        return {
+            "samples": served,
+            "singleton_topologies": singletons,
+            "unseen_topology_probability": round(singletons / served, 6) if served else None,
+            "time_split": splits,
+        }
+
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": self.SCHEMA,
@@ -265,6 +298,7 @@ class Catalog:
                 "skipped_shards": len(self.skipped_shards),
                 "unparsed": dict(sorted(self.unparsed.items())),
             },
+            "risk": self.risk(),
             "compiles": [c.to_json() for c in self.compiles],
             "topologies": [t.to_json() for t in self.topologies],
             "dimensions": [d.to_json() for d in self.dimensions],

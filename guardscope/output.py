@@ -52,6 +52,19 @@ def prepare_output_dir(directory: str | Path, *, force: bool = False, resume: bo
     return path
 
 
+def remove_corpus(directory: str | Path) -> None:
+    """Delete a corpus guardscope wrote (its manifest and shards, nothing else) if present."""
+    path = Path(directory)
+    if not (path / "corpus.json").is_file():
+        return
+    for item in [path / "corpus.json", *path.glob("shard-*.pt")]:
+        item.unlink()
+    try:
+        path.rmdir()
+    except OSError:
+        pass  # something else lives there: leave it
+
+
 def write_text(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically."""
     path = Path(path)
@@ -108,6 +121,8 @@ def clear_checkpoint(directory: str | Path) -> None:
 
 
 FIXES = "fixes.json"
+PROBE_DIR = "probe"
+PROBE_FILE = "probe.json"
 VERIFICATION = "verification.json"
 
 

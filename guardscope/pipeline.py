@@ -6,6 +6,7 @@ The CLI is a thin layer over these functions; scripts can call them directly.
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from dataclasses import dataclass, replace
@@ -15,7 +16,7 @@ from typing import Any, Callable
 from . import output, torch_compat
 from .catalog import CatalogBuilder
 from .corpus import load_corpus
-from .errors import CompileOptionsError, TraceParseError
+from .errors import CatalogError, CompileOptionsError, TraceParseError
 from .model import Catalog
 from .modelspec import load_model
 from .replay import ReplayOptions, replay
@@ -251,8 +252,53 @@ def _load_analysis(out_dir: str | Path) -> tuple[Path, dict[str, Any], Any, Any]
     return out, catalog, corpus, model
 
 
-def emit_warmup(out_dir: str | Path, *, margin: float = 0.0) -> Fixes:
-    """Write the three fixes for the analysis in ``out_dir`` (see DESIGN "Emitted modules")."""
+def load_probed(out: Path, first_index: int) -> tuple[dict[str, Any], list[Any]]:
+    """``probe/probe.json`` and its synthetic samples, numbered after the corpus (``first_index``
+    on) so they never collide with corpus sample numbers."""
+    from .corpus import load_corpus as load
+    from .model import Sample
+
+    path = out / output.PROBE_DIR / output.PROBE_FILE
+    if not path.is_file():
+        raise CatalogError(f"no probe results in {out}: run 'guardscope probe {out}' first")
+    document = output.read_json(path, f"rerun 'guardscope probe {out}'")
+    from .report import catalog_digest
+
+    if document.get("catalog_sha256") != catalog_digest(output.read_catalog(out)):
+        raise CatalogError(f"{path} belongs to an earlier analysis of {out}: rerun 'guardscope probe {out}'")
+    if not document.get("new_topologies"):
+        return document, []
+    probed = load(out / output.PROBE_DIR / "corpus")
+    samples = [Sample(first_index + s.index, s.args, s.kwargs) for s in probed]
+    if len(samples) != len(document["new_topologies"]):
+        raise CatalogError(f"{out / output.PROBE_DIR} is inconsistent (probe.json and corpus/ differ); rerun 'guardscope probe {out}'")
+    return document, samples
+
+
+def with_probed(catalog: dict[str, Any], document: dict[str, Any], first_index: int) -> dict[str, Any]:
+    """The catalog with each probed topology appended (ids after the corpus's, one sample each)."""
+    extended = dict(catalog)
+    topologies = list(catalog["topologies"])
+    for position, probed in enumerate(document.get("new_topologies", [])):
+        sample = first_index + position
+        topologies.append({
+            "id": len(topologies),
+            "compile_id": probed["compile_id"],
+            "first_sample": sample,
+            "count": 1,
+            "samples": [sample],
+            "facts": probed["facts"],
+            "probed": probed["id"],
+        })
+    extended["topologies"] = topologies
+    return extended
+
+
+def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: bool = False) -> Fixes:
+    """Write the three fixes for the analysis in ``out_dir`` (see DESIGN "Emitted modules").
+
+    With ``include_probed``, the warmup and the unbacked plan also cover the topologies
+    ``probe`` found (``probe/corpus``), and ``verify`` replays those samples too."""
     from . import plan as planning
     from .corpus import CorpusWriter
     from .emit.export_dims import render_export_dims
@@ -263,8 +309,19 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0) -> Fixes:
         raise CompileOptionsError(f"margin {margin} must be >= 0")
     out, catalog, corpus, model = _load_analysis(out_dir)
     options = production_options(catalog)
-    warmup_plan = planning.plan_warmup(model, catalog["topologies"], corpus.sample, options)
-    unbacked_plan = planning.residual_samples(model, corpus, planning.choose_unbacked(catalog), options)
+    probed: list[Any] = []
+    if include_probed:
+        document, probed = load_probed(out, len(corpus))
+        catalog = with_probed(catalog, document, len(corpus))
+    by_index = {sample.index: sample for sample in probed}
+
+    def sample_at(index: int) -> Any:
+        return by_index[index] if index in by_index else corpus.sample(index)
+
+    warmup_plan = planning.plan_warmup(model, catalog["topologies"], sample_at, options)
+    unbacked_plan = planning.residual_samples(
+        model, itertools.chain(corpus, probed), planning.choose_unbacked(catalog), options
+    )
     export_plan = planning.choose_export_dims(catalog, margin)
 
     for folder, samples in (
@@ -275,7 +332,7 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0) -> Fixes:
         spec = _respec(catalog["model"], corpus.path, target)
         with CorpusWriter(target, model=spec, compile=corpus.manifest.compile, overwrite=True) as writer:
             for index in samples:
-                sample = corpus.sample(index)
+                sample = sample_at(index)
                 writer.add(*sample.args, **sample.kwargs)
 
     codes = {
@@ -290,6 +347,8 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0) -> Fixes:
     written = [output.write_text(out / files[name], code) for name, code in codes.items()]
     fixes = {
         "schema": 1,
+        "probed": {"included": bool(include_probed), "topologies": len(probed),
+                   "corpus": f"{output.PROBE_DIR}/corpus" if probed else None},
         "artifacts": [
             {
                 "name": "warmup",
@@ -345,6 +404,223 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0) -> Fixes:
 
     written.append(write_report(out))
     return Fixes(out_dir=out, files=tuple(written), warmup=warmup_plan, unbacked=unbacked_plan, export=export_plan)
+
+
+# --- probe -------------------------------------------------------------------------------------
+
+
+def analysis_options(catalog: dict[str, Any]) -> ReplayOptions:
+    """Exactly the options the analysis replayed with (duck sizing, marks and limit included),
+    so a replay of its compile samples rebuilds its graphs."""
+    compile_options = catalog["compile"]
+    marks = []
+    for text in compile_options.get("mark_unbacked") or ():
+        path, _, dim = str(text).rpartition(":")
+        marks.append((path, int(dim)))
+    overrides: dict[str, Any] = {"mark_unbacked": tuple(marks)}
+    for name in ("duck_shape", "recompile_limit", "mark_samples"):
+        if compile_options.get(name) is not None:
+            overrides[name] = compile_options[name]
+    return _replay_options(compile_options, _ANALYSED_FIELDS, **overrides)
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    out_dir: Path
+    document: dict[str, Any]
+    corpus_dir: Path | None
+
+
+def probe(
+    out_dir: str | Path,
+    *,
+    values: tuple[int, ...] | None = None,
+    pairwise: str = "general",
+    max_candidates: int | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> ProbeResult:
+    """Look for topologies the corpus of the analysis in ``out_dir`` has not shown yet.
+
+    Synthesises edited copies of each topology's representative (see :mod:`guardscope.probe`),
+    checks each against the analysis' compiled graphs (rebuilt by replaying its compile samples;
+    a synthetic sample a graph accepts is not run) and compiles the ones none accepts: each new
+    graph is a topology the corpus never showed. Writes ``probe/probe.json`` (what was explored,
+    what was found) and ``probe/corpus/`` (one synthetic sample per new topology, a corpus that
+    ``emit-warmup --include-probed`` covers), then re-renders the report.
+    """
+    from . import probe as probing
+    from .corpus import CorpusWriter
+    from .replay import ReplaySession, describe
+
+    values = tuple(sorted(set(values if values is not None else probing.DEFAULT_VALUES)))
+    if not values or min(values) < 0:
+        raise CompileOptionsError(f"probe values {list(values)} must be sizes >= 0")
+    if pairwise not in probing.PAIRWISE:
+        raise CompileOptionsError(f"pairwise {pairwise!r} is not one of {', '.join(probing.PAIRWISE)}")
+    limit = probing.DEFAULT_MAX_CANDIDATES if max_candidates is None else max_candidates
+    if limit < 1:
+        raise CompileOptionsError(f"--max-candidates {limit} must be at least 1")
+    out, catalog, corpus, model = _load_analysis(out_dir)
+    options = analysis_options(catalog)
+    options.validate()
+    served = [t for t in catalog["topologies"] if t.get("compile_id") is not None]
+    if not served:
+        raise CatalogError("the analysis has no compiled topology to probe from")
+
+    # Read the corpus once: dtypes and layouts seen, and which integer inputs index which dim.
+    scanner = probing.Scanner()
+    bases = {t["first_sample"]: corpus.sample(t["first_sample"]) for t in served}
+    representatives = {index: probing.bind(model, sample) for index, sample in bases.items()}
+    if any(bound is None for bound in representatives.values()):
+        raise CatalogError("the model's forward signature does not bind the corpus samples; probe needs named inputs")
+    for bound in representatives.values():
+        scanner.add(bound.arguments, for_indexes=True)
+    for sample in corpus:
+        bound = probing.bind(model, sample)
+        if bound is not None:
+            scanner.add(bound.arguments)
+        if progress is not None and sample.index % 1000 == 999:
+            progress("scan", sample.index + 1, len(corpus))
+    scanned = scanner.result()
+
+    def per_base(read: Callable[[Any], Any]) -> dict[int, dict[str, Any]]:
+        return {
+            index: {path: read(tensor) for path, tensor in probing.tensors_of(bound.arguments)}
+            for index, bound in representatives.items()
+        }
+
+    planned = probing.plan_candidates(
+        catalog,
+        per_base(lambda t: tuple(t.shape)),
+        scanned,
+        values=values,
+        pairwise=pairwise,
+        base_layouts=per_base(probing.layout_of),
+        base_dtypes=per_base(lambda t: str(t.dtype).replace("torch.", "")),
+    )
+    chosen, truncated = planned[:limit], max(0, len(planned) - limit)
+
+    first_virtual = len(corpus)
+    synthetic: list[tuple[probing.Candidate, Any]] = []
+    invalid: dict[str, int] = {}
+    seen_keys: set = set()
+    duplicates = 0
+    for candidate in chosen:
+        bound = representatives[candidate.base_sample]
+        try:
+            sample = probing.synthesize(bases[candidate.base_sample], bound, candidate, scanned.indexes,
+                                        first_virtual + len(synthetic))
+        except probing.InvalidCandidate as exc:
+            reason = str(exc).split(",")[0]
+            invalid[reason] = invalid.get(reason, 0) + 1
+            continue
+        meta = describe(probing.bind(model, sample).arguments, 0, None, None)
+        key = (meta.tensors, meta.lengths, meta.scalars)
+        if key in seen_keys:
+            duplicates += 1
+            continue
+        seen_keys.add(key)
+        synthetic.append((candidate, sample))
+
+    metas: dict[int, Any] = {}
+    builder = CatalogBuilder()
+
+    def on_sample(meta: Any) -> None:
+        metas[meta.index] = meta
+        builder.add_sample(meta)
+
+    compile_samples = [c["sample"] for c in catalog["compiles"] if c.get("fail_type") is None and c["sample"] is not None]
+    with ReplaySession(model, options, on_sample=on_sample, guard_only=True,
+                       progress=(lambda done: progress("check", done, len(compile_samples) + len(synthetic)))
+                       if progress else None) as session:
+        session.replay(corpus.sample(index) for index in compile_samples)
+        session.replay(sample for _, sample in synthetic)
+        result = session.result()
+    probed = builder.build(
+        events=result.events, torch_version=result.torch_version, corpus_path="", model=catalog["model"],
+        compile_options=options.compile_json(), replay_mode=result.replay_mode, arguments=result.arguments,
+    )
+    known = {t["compile_id"]: t["id"] for t in served}
+    rebuilt = {metas[i].serving for i in compile_samples if i in metas}
+    warnings = []
+    if not rebuilt <= set(known):
+        warnings.append(
+            "replaying the analysis' compile samples did not rebuild its graphs (compile ids "
+            f"{sorted(rebuilt - set(known))}); was the catalog made by another torch or model?"
+        )
+    outcomes = {"accepted": 0, "new_graph": 0, "model_error": 0, "not_analysed": 0}
+    model_errors: list[dict[str, Any]] = []
+    by_compile: dict[str, list[int]] = {}
+    for position, (candidate, sample) in enumerate(synthetic):
+        meta = metas[sample.index]
+        if meta.error is not None:
+            outcomes["model_error"] += 1
+            if len(model_errors) < 20:
+                model_errors.append({"found_by": candidate.describe(), "error": meta.error})
+        elif meta.serving is None:
+            outcomes["not_analysed"] += 1
+        elif meta.serving in known:
+            outcomes["accepted"] += 1
+        else:
+            outcomes["new_graph"] += 1
+            by_compile.setdefault(meta.serving, []).append(position)
+    facts = {t.compile_id: list(t.facts) for t in probed.topologies}
+    new_topologies = []
+    for number, (compile_id, positions) in enumerate(sorted(by_compile.items(), key=lambda item: item[1][0])):
+        candidate, _ = synthetic[positions[0]]
+        new_topologies.append({
+            "id": f"P{number}",
+            "compile_id": compile_id,
+            "probe_sample": number,
+            "facts": facts.get(compile_id, []),
+            "found_by": candidate.describe(),
+            "base_topology": candidate.base_topology,
+            "base_sample": candidate.base_sample,
+            "edits": [edit.to_json() for edit in candidate.edits],
+            "candidates": len(positions),
+        })
+    by_kind: dict[str, int] = {}
+    for candidate in planned:
+        by_kind[candidate.kind] = by_kind.get(candidate.kind, 0) + 1
+    from .report import catalog_digest
+
+    document = {
+        "schema": 1,
+        "catalog_sha256": catalog_digest(catalog),
+        "torch_version": result.torch_version,
+        "bounds": {"values": list(values), "pairwise": pairwise, "max_candidates": limit},
+        "scan": scanned.to_json(),
+        "explored": {
+            "bases": len(representatives),
+            "planned": len(planned),
+            "planned_by_kind": dict(sorted(by_kind.items())),
+            "truncated": truncated,
+            "invalid": sum(invalid.values()),
+            "invalid_reasons": dict(sorted(invalid.items())),
+            "duplicates": duplicates,
+            "checked": len(synthetic),
+            **outcomes,
+        },
+        "new_topologies": new_topologies,
+        "model_errors": model_errors,
+        "warnings": warnings,
+    }
+    probe_dir = out / output.PROBE_DIR
+    corpus_dir = None
+    if new_topologies:
+        corpus_dir = probe_dir / "corpus"
+        spec = _respec(catalog["model"], corpus.path, corpus_dir)
+        with CorpusWriter(corpus_dir, model=spec, compile=corpus.manifest.compile, overwrite=True) as writer:
+            for compile_id, positions in sorted(by_compile.items(), key=lambda item: item[1][0]):
+                _, sample = synthetic[positions[0]]
+                writer.add(*sample.args, **sample.kwargs)
+    else:
+        output.remove_corpus(probe_dir / "corpus")
+    output.write_json(probe_dir / output.PROBE_FILE, document)
+    from .report import write_report
+
+    write_report(out)
+    return ProbeResult(out_dir=out, document=document, corpus_dir=corpus_dir)
 
 
 # --- verify ------------------------------------------------------------------------------------

@@ -133,6 +133,7 @@ def read_inputs(out_dir: str | Path) -> dict[str, Any]:
         "fixes": (output.FIXES, f"re-run 'guardscope emit-warmup {out}'"),
         "verification": (output.VERIFICATION, f"re-run 'guardscope verify {out}'"),
     }
+    optional["probe"] = (f"{output.PROBE_DIR}/{output.PROBE_FILE}", f"re-run 'guardscope probe {out}'")
     for key, (name, fix) in optional.items():
         path = out / name
         inputs[key] = output.read_json(path, fix) if path.is_file() else None
@@ -594,9 +595,57 @@ def fixes_context(fixes: dict | None, verification: dict | None) -> list[dict]:
     return result
 
 
-def build_context(catalog: dict, *, timings: dict | None, fixes: dict | None,
-                  verification: dict | None, trace_dir: str = output.TRACE_DIR) -> dict:
+def catalog_digest(catalog: dict) -> str:
+    """A digest of the catalog's content, to tell which analysis other results belong to."""
+    import hashlib
+
+    return hashlib.sha256(output.dumps(catalog).encode()).hexdigest()
+
+
+def risk_context(catalog: dict, probe: dict | None) -> dict:
+    """Good-Turing estimate, time splits (both from the catalog) and the probe's findings."""
+    risk = catalog.get("risk") or {}
+    probability = risk.get("unseen_topology_probability")
+    splits = [
+        {
+            "percent": f"{split['fraction']:.0%}",
+            "plan_samples": split["plan_samples"],
+            "replayed_samples": split["replayed_samples"],
+            "recompiles": split["recompiles"],
+            "recompile_samples": split["recompile_samples"],
+            "new_topologies": ", ".join(f"T{t}" for t in split["new_topologies"]),
+        }
+        for split in risk.get("time_split", [])
+    ]
+    found = None
+    if probe is not None:
+        explored = probe["explored"]
+        found = {
+            "sizes": ", ".join(str(v) for v in probe["bounds"]["values"]),
+            "stale": probe.get("catalog_sha256") != catalog_digest(catalog),
+            "pairwise": probe["bounds"]["pairwise"],
+            "explored": explored,
+            "by_kind": ", ".join(f"{k} {v}" for k, v in explored["planned_by_kind"].items()),
+            "invalid_reasons": sorted(explored["invalid_reasons"].items()),
+            "topologies": probe["new_topologies"],
+            "warnings": probe.get("warnings", []),
+            "model_errors": probe.get("model_errors", []),
+        }
     return {
+        "available": bool(risk),
+        "samples": risk.get("samples"),
+        "singletons": risk.get("singleton_topologies"),
+        "probability": None if probability is None else f"{probability:.2%}",
+        "splits": splits,
+        "probe": found,
+    }
+
+
+def build_context(catalog: dict, *, timings: dict | None, fixes: dict | None,
+                  verification: dict | None, trace_dir: str = output.TRACE_DIR,
+                  probe: dict | None = None) -> dict:
+    return {
+        "risk": risk_context(catalog, probe),
         "title": f"guardscope report: {catalog['model']}",
         "summary": summary_context(catalog, timings, verification),
         "timeline": timeline_context(catalog, timings),
@@ -629,10 +678,11 @@ ENVIRONMENT.filters.update(seconds=format_seconds, number=_number, samples=forma
 
 
 def render_report(catalog: dict, *, timings: dict | None, fixes: dict | None,
-                  verification: dict | None, trace_dir: str = output.TRACE_DIR) -> str:
+                  verification: dict | None, trace_dir: str = output.TRACE_DIR,
+                  probe: dict | None = None) -> str:
     """The report page for already-loaded JSON (see :func:`read_inputs`). Reads and writes nothing."""
     context = build_context(catalog, timings=timings, fixes=fixes, verification=verification,
-                            trace_dir=trace_dir)
+                            trace_dir=trace_dir, probe=probe)
     return ENVIRONMENT.get_template("report.html").render(context)
 
 

@@ -39,6 +39,7 @@ def _result(name: str, status: str, reason: str | None = None, **fields: Any) ->
         "recompile_samples": [],
         "failures": [],
         "samples_replayed": None,
+        "probed_replayed": 0,
         "topologies": [],
     }
     result.update(fields)
@@ -96,10 +97,22 @@ def _import_artifact(path: Path) -> Any:
     return module
 
 
-def _replay_split(corpus: Any, holdout: float | None) -> Iterator[Any]:
-    """The corpus, or its last ``holdout`` fraction, streamed shard by shard."""
+def _replay_split(corpus: Any, holdout: float | None, probed: list[Any] = ()) -> Iterator[Any]:
+    """The corpus, or its last ``holdout`` fraction, streamed shard by shard; then the probed
+    samples the fixes cover (numbered after the corpus)."""
     start = 0 if holdout is None else int(len(corpus) * (1.0 - holdout))
-    return (sample for sample in corpus if sample.index >= start)
+    yield from (sample for sample in corpus if sample.index >= start)
+    yield from probed
+
+
+def probed_samples(out_dir: Path, corpus: Any) -> tuple[dict[str, Any] | None, list[Any]]:
+    """The probe document and samples when the fixes were emitted with --include-probed."""
+    fixes = out_dir / "fixes.json"
+    if not fixes.is_file() or not json.loads(fixes.read_text()).get("probed", {}).get("included"):
+        return None, []
+    from .pipeline import load_probed
+
+    return load_probed(out_dir, len(corpus))
 
 
 def _verify_compiled(name: str, out_dir: Path, catalog: dict, corpus: Any, model: Any, holdout: float | None) -> dict:
@@ -123,7 +136,8 @@ def _verify_compiled(name: str, out_dir: Path, catalog: dict, corpus: Any, model
         setup_seconds = time.perf_counter() - started
         setup_graphs = runner.graphs()
         replayed = 0
-        for sample in _replay_split(corpus, holdout):
+        _, probed = probed_samples(out_dir, corpus)
+        for sample in _replay_split(corpus, holdout, probed):
             capture.set_sample(sample.index)
             args, kwargs, bound = runner.prepare(sample, mark=False)
             if name == "unbacked":
@@ -152,6 +166,7 @@ def _verify_compiled(name: str, out_dir: Path, catalog: dict, corpus: Any, model
         recompile_samples=[e.sample for e in recompiles],
         failures=failures,
         samples_replayed=replayed,
+        probed_replayed=len(probed),
     )
 
 
@@ -169,8 +184,14 @@ def _verify_export(out_dir: Path, catalog: dict, corpus: Any, model: Any) -> dic
     setup_seconds = time.perf_counter() - started
     exported = program.module()
     topologies = []
+    document, probed = probed_samples(out_dir, corpus)
+    if document is not None:
+        from .pipeline import with_probed
+
+        catalog = with_probed(catalog, document, len(corpus))
+    by_index = {sample.index: sample for sample in probed}
     for topology in catalog["topologies"]:
-        sample = corpus.sample(topology["first_sample"])
+        sample = by_index.get(topology["first_sample"]) or corpus.sample(topology["first_sample"])
         try:
             with torch.no_grad():
                 got = exported(*sample.args, **sample.kwargs)
@@ -183,7 +204,7 @@ def _verify_export(out_dir: Path, catalog: dict, corpus: Any, model: Any) -> dic
             error = None if same else "output differs from eager beyond rtol=atol=1e-4"
         except Exception as exc:
             error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:400]}"
-        topologies.append({"id": topology["id"], "passed": error is None, "error": error})
+        topologies.append({"id": topology["id"], "probed": topology.get("probed"), "passed": error is None, "error": error})
     failed = [t for t in topologies if not t["passed"]]
     return _result(
         "export",

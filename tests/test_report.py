@@ -24,7 +24,7 @@ from guardscope.report import read_inputs, render_report, write_report
 from .conftest import SEED_CORPUS
 from .headless_chromium import chromium_binary, open_page
 
-SECTIONS = ("summary", "timeline", "failures", "topologies", "dimensions", "fixes", "trace")
+SECTIONS = ("summary", "timeline", "failures", "topologies", "dimensions", "risk", "fixes", "trace")
 EVIL = "<script>alert(1)</script> & more"
 
 

@@ -12,7 +12,9 @@ from .common import base_context, topology_words
 def render_warmup(catalog: dict[str, Any], plan: WarmupPlan) -> str:
     steps = []
     for step in plan.steps:
-        describe = f"T{step.topology}: {topology_words(catalog, step.topology)}"
+        probed = catalog["topologies"][step.topology].get("probed")
+        label = f"T{step.topology} (probed {probed}, from probe/corpus)" if probed else f"T{step.topology}"
+        describe = f"{label}: {topology_words(catalog, step.topology)}"
         if step.covers:
             describe += " | also serves " + ", ".join(f"T{c}" for c in step.covers)
         steps.append({"sample": step.sample, "topology": step.topology, "compile_id": step.compile_id,
@@ -24,4 +26,5 @@ def render_warmup(catalog: dict[str, Any], plan: WarmupPlan) -> str:
         graphs=plan.graphs,
         one_per_topology=plan.one_per_topology,
         topologies=plan.topologies,
+        probed=sum(1 for t in catalog["topologies"] if t.get("probed")),
     )
