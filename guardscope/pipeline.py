@@ -10,7 +10,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import output, torch_compat
 from .catalog import CatalogBuilder
@@ -19,6 +19,9 @@ from .errors import CompileOptionsError, TraceParseError
 from .model import Catalog
 from .modelspec import load_model
 from .replay import ReplayOptions, replay
+
+if TYPE_CHECKING:
+    from .diff import CatalogDiff
 
 
 @dataclass(frozen=True)
@@ -395,3 +398,32 @@ def verify(
 
     write_report(out)
     return document
+
+
+# --- diff --------------------------------------------------------------------------------------
+
+
+def diff_analyses(
+    old: str | Path,
+    new: str | Path,
+    *,
+    ignore: tuple[str, ...] = (),
+    html: str | Path | None = None,
+    json_path: str | Path | None = None,
+) -> CatalogDiff:
+    """Compare two analyses (each an analysis folder or its ``catalog.json``); ``old`` is the
+    baseline. Writes the HTML page to ``html`` and the diff JSON to ``json_path`` when given.
+
+    Returns the :class:`guardscope.diff.CatalogDiff`; its ``identical`` says whether compiles,
+    failures and topologies are the same (see :func:`guardscope.diff.diff_catalogs`).
+    """
+    from .diff import diff_catalogs
+    from .report import write_diff_html
+
+    result = diff_catalogs(output.read_catalog_at(old), output.read_catalog_at(new),
+                           ignore=ignore, labels=(str(old), str(new)))
+    if json_path is not None:
+        output.write_json(json_path, result.to_json())
+    if html is not None:
+        write_diff_html(html, result)
+    return result
