@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import click
 
+from .diff import GUARD_TEXT, IGNORABLE
 from .errors import GuardscopeError
 
 
@@ -56,6 +57,7 @@ def main() -> None:
       guardscope emit-warmup out/                        # warmup.py, unbacked.py, export_dims.py
       guardscope verify out/                             # proves each fix on the corpus
       guardscope report out/                             # re-renders report.html
+      guardscope diff before/ after/                     # what changed between two analyses
     """
 
 
@@ -319,6 +321,87 @@ def probe(out_dir: str, values: str, pairwise: str, max_candidates: int) -> None
     if result.corpus_dir is not None:
         wrote.append(str(result.corpus_dir))
     click.echo("wrote       " + ", ".join(wrote))
+
+
+@main.command()
+@click.argument("old", type=click.Path(path_type=str))
+@click.argument("new", type=click.Path(path_type=str))
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Also write the diff as a self-contained HTML page to this path.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Also write the diff as JSON to this path (every entry, nothing cut).")
+@click.option("--ignore", "ignore", multiple=True, metavar="FIELD",
+              type=click.Choice(["guard-text", *IGNORABLE]),
+              help="Leave this guard-failure field out of the comparison; repeatable. 'guard-text' = "
+              "guard and raw, whose printing differs between backends and torch versions.")
+@click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Entries shown per list in the terminal (0: all).")
+@click.option("--exit-code", is_flag=True,
+              help="Exit with status 1 when the analyses differ (like 'git diff --exit-code').")
+@_friendly_errors
+def diff(old: str, new: str, html_path: str | None, json_path: str | None, ignore: tuple[str, ...],
+         limit: int, exit_code: bool) -> None:
+    """Show what changed between two analyses: OLD (the baseline) and NEW.
+
+    Each is an analysis folder (from 'guardscope analyze CORPUS --out DIR') or its catalog.json.
+    Lists compiles added, removed or failing other guards, failure counts by kind, topologies
+    new, vanished or changed (matched by their facts, not their ids), samples that moved between
+    topologies, and dimension changes. Context (torch version, backend, compile options) is
+    shown but does not make the analyses differ. Nothing is replayed.
+
+    \b
+    Examples:
+      guardscope diff before/ after/                          # e.g. before and after a torch upgrade
+      guardscope diff eager/catalog.json inductor/ --ignore guard-text
+      guardscope diff before/ after/ --html diff.html --json diff.json
+      guardscope diff before/ after/ --exit-code > /dev/null  # in CI: status 1 when they differ
+    """
+    from . import pipeline
+
+    fields = tuple(sorted({f for name in ignore for f in (GUARD_TEXT if name == "guard-text" else (name,))}))
+    result = pipeline.diff_analyses(old, new, ignore=fields, html=html_path, json_path=json_path)
+    click.echo("\n".join(result.summary_lines(limit=limit)))
+    written = [p for p in (html_path, json_path) if p]
+    if written:
+        click.echo(f"wrote       {', '.join(written)}")
+    if exit_code and not result.identical:
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=str))
+@click.option("--backend", type=click.Choice(["eager", "aot_eager", "inductor"]), default="inductor", show_default=True,
+              help="The production backend to check the analysis against.")
+@click.option("--device", default="cuda", show_default=True, help="The production device (cuda, cuda:1, cpu...).")
+@click.option("--mode", default=None, help="torch.compile mode for the check (e.g. max-autotune); default the manifest's.")
+@click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds allowed for the re-analysis.")
+@click.option("--exit-code", is_flag=True, help="Exit with status 1 when the two analyses differ.")
+@_friendly_errors
+def fidelity(out_dir: str, backend: str, device: str, mode: str | None, timeout: float, exit_code: bool) -> None:
+    """Check the analysis in DIR against one made with the production backend and device.
+
+    guardscope analyses with the eager backend because Dynamo's guards, and so the recompiles
+    and topologies, do not depend on the backend. This re-analyses the same corpus with BACKEND
+    on DEVICE in a child process (a crash is reported, not fatal), into DIR/fidelity/, and
+    compares the two catalogs. Guard wording that differs between backends is ignored; any other
+    difference is printed, written to DIR/fidelity.json and shown in DIR/report.html.
+
+    \b
+    Example (on the GPU machine):
+      guardscope analyze corpus/ --out out/
+      guardscope fidelity out/                   # inductor on cuda
+      guardscope fidelity out/ --device cpu      # inductor on the CPU
+    """
+    from . import pipeline
+
+    click.echo(f"re-analysing with {backend} on {device} (compiles every graph for real)...", err=True)
+    document = pipeline.fidelity(out_dir, backend=backend, device=device, mode=mode, timeout=timeout)
+    for line in document["summary"]:
+        click.echo(line)
+    click.echo(f"fidelity    {'IDENTICAL' if document['identical'] else 'DIFFERENT'}: "
+               f"{document['labels'][0]} vs {document['labels'][1]} (DIR/fidelity.json, report.html)")
+    if exit_code and not document["identical"]:
+        sys.exit(1)
 
 
 def _analyze_in_child(out_dir: str) -> None:

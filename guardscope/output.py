@@ -141,11 +141,43 @@ def read_json(path: str | Path, what: str) -> Any:
 
 def read_catalog(directory: str | Path) -> dict[str, Any]:
     catalog = read_json(Path(directory) / CATALOG, "run 'guardscope analyze CORPUS --out DIR' first")
+    _check_schema(catalog, Path(directory) / CATALOG)
+    return catalog
+
+
+def _check_schema(catalog: Any, path: Path) -> None:
     if not isinstance(catalog, dict) or catalog.get("schema") != 1:
         from .errors import CatalogError
 
         raise CatalogError(
-            f"{Path(directory) / CATALOG} has schema {catalog.get('schema') if isinstance(catalog, dict) else None!r}; "
+            f"{path} has schema {catalog.get('schema') if isinstance(catalog, dict) else None!r}; "
             "this guardscope reads schema 1: re-run 'guardscope analyze'"
         )
+
+
+# What every catalog holds (see README "catalog.json"); fixes.json and verification.json also
+# carry "schema": 1, so the schema alone does not say a file is a catalog.
+CATALOG_KEYS = ("torch_version", "corpus", "compile", "summary", "compiles", "topologies")
+
+
+def read_catalog_at(path: str | Path) -> dict[str, Any]:
+    """Read an analysis's catalog from its folder or from the ``catalog.json`` path itself."""
+    from .errors import CatalogError
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / CATALOG
+    elif not path.exists():
+        raise CatalogError(
+            f"{path} not found: pass an analysis folder (from 'guardscope analyze CORPUS --out DIR') "
+            "or its catalog.json"
+        )
+    catalog = read_json(path, "pass an analysis folder written by 'guardscope analyze' or its catalog.json")
+    missing = [key for key in CATALOG_KEYS if key not in catalog] if isinstance(catalog, dict) else list(CATALOG_KEYS)
+    if not isinstance(catalog, dict) or "schema" not in catalog or (catalog.get("schema") == 1 and missing):
+        raise CatalogError(
+            f"{path} is not a guardscope catalog (it lacks {', '.join(missing) or 'schema'}); pass the "
+            "catalog.json that 'guardscope analyze' writes, or its folder"
+        )
+    _check_schema(catalog, path)
     return catalog

@@ -11,7 +11,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import output, torch_compat
 from .catalog import CatalogBuilder
@@ -20,6 +20,9 @@ from .errors import CatalogError, CompileOptionsError, TraceParseError
 from .model import Catalog
 from .modelspec import load_model
 from .replay import ReplayOptions, replay
+
+if TYPE_CHECKING:
+    from .diff import CatalogDiff
 
 
 @dataclass(frozen=True)
@@ -623,6 +626,85 @@ def probe(
     return ProbeResult(out_dir=out, document=document, corpus_dir=corpus_dir)
 
 
+# --- fidelity --------------------------------------------------------------------------------
+
+
+FIDELITY_DIR = "fidelity"
+FIDELITY_FILE = "fidelity.json"
+
+
+def fidelity(
+    out_dir: str | Path,
+    *,
+    backend: str = "inductor",
+    device: str = "cuda",
+    mode: str | None = None,
+    timeout: float = 3600.0,
+) -> dict[str, Any]:
+    """Re-analyse the corpus of ``out_dir`` with the production backend and device, in a child
+    process, into ``out_dir/fidelity/``, and compare the two catalogs.
+
+    The default analysis uses the eager backend because Dynamo's guards (and so recompiles and
+    topologies) do not depend on the backend; this checks that claim on the user's own model.
+    Guard wording that differs between backends (inductor adds int32 bounds) is ignored; every
+    other difference is kept, written to ``fidelity.json`` and shown in the report.
+    """
+    import subprocess
+    import sys
+
+    from .diff import GUARD_TEXT, diff_catalogs
+
+    out = Path(out_dir)
+    catalog = output.read_catalog(out)
+    options = analysis_options(catalog)
+    checked = replace(options, backend=backend, device=device, mode=mode or options.mode)
+    checked.validate()
+    corpus_dir = (out / catalog["corpus"]["path"]).resolve()
+    target = out / FIDELITY_DIR
+    command = [sys.executable, "-m", "guardscope.cli", "analyze", str(corpus_dir), "--out", str(target),
+               "--force", "--quiet", "--isolate", "--backend", backend, "--device", device,
+               "--model", str(catalog["model"]), "--recompile-limit", str(options.recompile_limit)]
+    if checked.mode:
+        command += ["--mode", checked.mode]
+    if not options.duck_shape:
+        command.append("--no-duck-shape")
+    for path, dim in options.mark_unbacked:
+        command += ["--mark-unbacked", f"{path}:{dim}"]
+    if options.mark_unbacked:
+        command += ["--mark-samples", options.mark_samples]
+    environment = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parent.parent)
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, environment.get("PYTHONPATH")]))
+    try:
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                                   env=environment, cwd=str(corpus_dir))
+    except subprocess.TimeoutExpired:
+        raise CompileOptionsError(f"the {backend} analysis took longer than {timeout:.0f} s") from None
+    if completed.returncode != 0 or not (target / output.CATALOG).is_file():
+        tail = " | ".join((completed.stderr or completed.stdout or "").strip().splitlines()[-4:])
+        raise CompileOptionsError(
+            f"the {backend} analysis on {device} failed (exit {completed.returncode}): {tail}"
+        )
+    labels = (f"default analysis ({catalog['compile'].get('backend')}, {catalog['compile'].get('device')})",
+              f"{backend} on {device}")
+    result = diff_catalogs(catalog, output.read_catalog(target), ignore=GUARD_TEXT, labels=labels)
+    document = {
+        "schema": 1,
+        "backend": backend,
+        "device": device,
+        "mode": checked.mode,
+        "ignore": list(GUARD_TEXT),
+        "identical": result.identical,
+        "labels": list(labels),
+        "summary": result.summary_lines(),
+    }
+    output.write_json(out / FIDELITY_FILE, document)
+    from .report import write_report
+
+    write_report(out)
+    return document
+
+
 # --- verify ------------------------------------------------------------------------------------
 
 
@@ -671,3 +753,32 @@ def verify(
 
     write_report(out)
     return document
+
+
+# --- diff --------------------------------------------------------------------------------------
+
+
+def diff_analyses(
+    old: str | Path,
+    new: str | Path,
+    *,
+    ignore: tuple[str, ...] = (),
+    html: str | Path | None = None,
+    json_path: str | Path | None = None,
+) -> CatalogDiff:
+    """Compare two analyses (each an analysis folder or its ``catalog.json``); ``old`` is the
+    baseline. Writes the HTML page to ``html`` and the diff JSON to ``json_path`` when given.
+
+    Returns the :class:`guardscope.diff.CatalogDiff`; its ``identical`` says whether compiles,
+    failures and topologies are the same (see :func:`guardscope.diff.diff_catalogs`).
+    """
+    from .diff import diff_catalogs
+    from .report import write_diff_html
+
+    result = diff_catalogs(output.read_catalog_at(old), output.read_catalog_at(new),
+                           ignore=ignore, labels=(str(old), str(new)))
+    if json_path is not None:
+        output.write_json(json_path, result.to_json())
+    if html is not None:
+        write_diff_html(html, result)
+    return result

@@ -15,12 +15,15 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from . import output
 from .resources import templates_dir
+
+if TYPE_CHECKING:
+    from .diff import CatalogDiff
 
 TEMPLATES = templates_dir()
 REPORT = "report.html"
@@ -32,6 +35,7 @@ TIMELINE_LABELS = 24         # spikes labelled with topology and sample (the cos
 SAMPLE_RANGES_SHOWN = 200    # a member list shows this many runs, then "and N more"
 LIST_SHOWN = 200             # rows of long tables (compiles, failed samples)
 GUARD_TEXTS_SHOWN = 50       # distinct guard texts listed per failure kind
+DIFF_FAILURES_SHOWN = 20     # failures added or removed listed per compile in a diff
 
 # What each failure kind means, for a reader who has never seen a Dynamo guard.
 KIND_EXPLANATIONS: dict[str, tuple[str, str]] = {
@@ -134,9 +138,13 @@ def read_inputs(out_dir: str | Path) -> dict[str, Any]:
         "verification": (output.VERIFICATION, f"re-run 'guardscope verify {out}'"),
     }
     optional["probe"] = (f"{output.PROBE_DIR}/{output.PROBE_FILE}", f"re-run 'guardscope probe {out}'")
+    optional["fidelity"] = ("fidelity.json", f"re-run 'guardscope fidelity {out}'")
     for key, (name, fix) in optional.items():
         path = out / name
         inputs[key] = output.read_json(path, fix) if path.is_file() else None
+    if inputs["fidelity"] is not None:
+        checked = out / "fidelity" / output.CATALOG
+        inputs["fidelity"] = dict(inputs["fidelity"], catalog=output.read_catalog(checked.parent) if checked.is_file() else None)
     return inputs
 
 
@@ -641,10 +649,25 @@ def risk_context(catalog: dict, probe: dict | None) -> dict:
     }
 
 
+def fidelity_context(catalog: dict, fidelity: dict | None) -> dict | None:
+    """The default analysis against the production-backend one (``guardscope fidelity``),
+    diffed again from both catalogs so the section always matches the files beside it."""
+    if fidelity is None or fidelity.get("catalog") is None:
+        return None
+    from .diff import diff_catalogs
+
+    labels = tuple(fidelity.get("labels") or ("default analysis", "production backend"))
+    result = diff_catalogs(catalog, fidelity["catalog"], ignore=tuple(fidelity.get("ignore", ())), labels=labels)
+    context = diff_context(result, title=f"Fidelity: {labels[0]} vs {labels[1]}")
+    context["ignored"] = list(fidelity.get("ignore", ()))
+    return context
+
+
 def build_context(catalog: dict, *, timings: dict | None, fixes: dict | None,
                   verification: dict | None, trace_dir: str = output.TRACE_DIR,
-                  probe: dict | None = None) -> dict:
+                  probe: dict | None = None, fidelity: dict | None = None) -> dict:
     return {
+        "fidelity": fidelity_context(catalog, fidelity),
         "risk": risk_context(catalog, probe),
         "title": f"guardscope report: {catalog['model']}",
         "summary": summary_context(catalog, timings, verification),
@@ -679,10 +702,10 @@ ENVIRONMENT.filters.update(seconds=format_seconds, number=_number, samples=forma
 
 def render_report(catalog: dict, *, timings: dict | None, fixes: dict | None,
                   verification: dict | None, trace_dir: str = output.TRACE_DIR,
-                  probe: dict | None = None) -> str:
+                  probe: dict | None = None, fidelity: dict | None = None) -> str:
     """The report page for already-loaded JSON (see :func:`read_inputs`). Reads and writes nothing."""
     context = build_context(catalog, timings=timings, fixes=fixes, verification=verification,
-                            trace_dir=trace_dir, probe=probe)
+                            trace_dir=trace_dir, probe=probe, fidelity=fidelity)
     return ENVIRONMENT.get_template("report.html").render(context)
 
 
@@ -690,3 +713,102 @@ def write_report(out_dir: str | Path) -> Path:
     """Render ``out_dir/report.html`` from the JSON files in ``out_dir``; returns its path."""
     out = Path(out_dir)
     return output.write_text(out / REPORT, render_report(**read_inputs(out)))
+
+
+# --- the diff of two analyses ----------------------------------------------------------------
+
+def diff_context(diff: CatalogDiff, *, title: str = "What changed") -> dict:
+    """What ``templates/_diff.html`` needs, from a :class:`guardscope.diff.CatalogDiff`.
+
+    The partial reads one variable, ``diff`` (this dict), so any page can include it: the
+    standalone ``diff.html``, or a section of another page (pass its own ``title``)."""
+    from . import diff as words
+
+    def failure(f: dict, mark: str) -> dict:
+        return {"mark": mark, "kind": f["kind"], "against": words.against_words(f),
+                "guard": f.get("guard"), "text": _guard_text(f)}
+
+    def side(label: str, run: dict, counts: dict) -> dict:
+        return {"label": label, "rows": [
+            ("torch", run["torch_version"]), ("backend", run["backend"]), ("device", run["device"]),
+            ("model", run["model"]), ("samples", _number(counts["samples"])),
+        ]}
+
+    count_names = ("samples", "compiles", "recompiles", "failures", "topologies", "failed_samples", "not_analysed")
+    changed_topologies = [t for t in diff.topologies if t.status != "unchanged"]
+    return {
+        "title": title,
+        "identical": diff.identical,
+        "headline": diff.headline(),
+        "changes": diff.headline().partition(": ")[2],
+        "labels": {"old": diff.labels[0], "new": diff.labels[1]},
+        "sides": [side(diff.labels[0], diff.old_run, diff.old_counts),
+                  side(diff.labels[1], diff.new_run, diff.new_counts)],
+        "warnings": list(diff.warnings),
+        "ignore": list(diff.ignore),
+        "context": [{"field": c.field, "old": words.value_words(c.old), "new": words.value_words(c.new)}
+                    for c in diff.context],
+        "counts": [{
+            "name": name.replace("_", " "),
+            "value": words.arrow(diff.old_counts[name], diff.new_counts[name]),
+            "changed": diff.old_counts[name] != diff.new_counts[name],
+        } for name in count_names],
+        "compiles": [{
+            "status": c.status,
+            "label": words.compile_label(c),
+            "words": words.compile_words(c),
+            "failures": [failure(f, mark) for mark, f in words.failure_changes(c)[:DIFF_FAILURES_SHOWN]],
+            "failures_hidden": max(len(c.removed_failures) + len(c.added_failures) - DIFF_FAILURES_SHOWN, 0),
+        } for c in diff.compiles[:LIST_SHOWN]],
+        "compiles_hidden": max(len(diff.compiles) - LIST_SHOWN, 0),
+        "failure_kinds": [{
+            "kind": kind,
+            "title": KIND_EXPLANATIONS.get(kind, (kind.replace("_", " ").capitalize(), ""))[0],
+            "old": old, "new": new,
+            "delta": f"{new - old:+,}" if new != old else "",
+        } for kind, old, new in diff.failures_by_kind],
+        "topologies": [{
+            "status": t.status,
+            "anchor": f"diff-{t.status}-{(t.new or t.old).id}",
+            "label": words.topology_label(t),
+            "words": words.topology_words(t),
+            "facts": list(t.facts),
+            "gained": format_samples(t.gained) if t.old and t.gained else None,
+            "lost": format_samples(t.lost) if t.new and t.lost else None,
+            "members": format_samples(t.gained or t.lost) if not (t.old and t.new) else None,
+        } for t in changed_topologies[:LIST_SHOWN]],
+        "topologies_hidden": max(len(changed_topologies) - LIST_SHOWN, 0),
+        "unchanged": [{
+            "label": words.topology_label(t),
+            "count": t.new.count,
+            "facts": "; ".join(t.facts),
+        } for t in diff.topologies_with("unchanged")],
+        "moved": diff.moved_samples,
+        "moves": [{
+            "old": words.place_words(m.old, m.old_note),
+            "new": words.place_words(m.new, m.new_note),
+            "count": len(m.samples),
+            "samples": format_samples(m.samples),
+        } for m in diff.moves[:LIST_SHOWN]],
+        "moves_hidden": max(len(diff.moves) - LIST_SHOWN, 0),
+        "dimensions": [{
+            "dim": d.dim,
+            "status": d.status,
+            "fields": [{"field": f, "old": words.value_words(a), "new": words.value_words(b)} for f, a, b in d.fields],
+        } for d in diff.dimensions[:LIST_SHOWN]],
+        "dimensions_hidden": max(len(diff.dimensions) - LIST_SHOWN, 0),
+        "errors": [{"sample": e.sample, "old": e.old, "new": e.new} for e in diff.errors[:LIST_SHOWN]],
+        "errors_hidden": max(len(diff.errors) - LIST_SHOWN, 0),
+    }
+
+
+def render_diff(diff: CatalogDiff) -> str:
+    """The self-contained ``diff.html`` page for a diff. Reads and writes nothing."""
+    context = diff_context(diff)
+    return ENVIRONMENT.get_template("diff.html").render(
+        title=f"guardscope diff: {diff.labels[0]} → {diff.labels[1]}", diff=context)
+
+
+def write_diff_html(path: str | Path, diff: CatalogDiff) -> Path:
+    """Write :func:`render_diff`'s page to ``path`` (atomically); returns the path."""
+    return output.write_text(path, render_diff(diff))

@@ -1,0 +1,439 @@
+"""``guardscope diff``: the pure comparison on constructed edits of the golden seed catalog, a
+real pair of analyses (the seed corpus with and without duck sizing), the HTML page and partial,
+and the command line.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import guardscope
+from guardscope import cli, output, torch_compat
+from guardscope.diff import GUARD_TEXT, NOT_IN_CORPUS, SampleMove, diff_catalogs
+from guardscope.report import ENVIRONMENT, diff_context, render_diff
+
+from .conftest import SEED_CORPUS
+from .headless_chromium import chromium_binary, open_page
+from .test_report import EVIL, parse, words
+
+GOLDEN = Path(__file__).parent / "golden" / "seed_catalog.json"
+EQUAL_EDGES = "cross_edge_index dim 1 equals local_edge_index dim 1"
+
+
+@pytest.fixture
+def golden() -> dict:
+    return json.loads(GOLDEN.read_text())
+
+
+def topology(catalog: dict, topology_id: int) -> dict:
+    return next(t for t in catalog["topologies"] if t["id"] == topology_id)
+
+
+def compile_at(catalog: dict, sample: int) -> dict:
+    return next(c for c in catalog["compiles"] if c["sample"] == sample)
+
+
+def set_members(t: dict, samples) -> None:
+    t["samples"] = sorted(samples)
+    t["count"] = len(t["samples"])
+    t["first_sample"] = t["samples"][0]
+
+
+def with_new_topology(catalog: dict, facts_extra: str = "x dim 0 is 7") -> dict:
+    """Sample 236 (one of T0's equal-edge samples) split off into a topology of its own."""
+    new = copy.deepcopy(catalog)
+    set_members(topology(new, 0), set(topology(new, 0)["samples"]) - {236})
+    new["topologies"].append({"id": 11, "compile_id": "0/11", "first_sample": 236, "count": 1, "samples": [236],
+                              "facts": topology(new, 0)["facts"] + [facts_extra]})
+    new["compiles"].append({
+        "sample": 236, "compile_id": "0/11", "co_name": "forward", "seconds": None, "fail_type": None,
+        "failures": [{
+            "kind": "size_mismatch", "causes": ["size_mismatch"], "against": "0/0", "inputs": ["x"],
+            "dims": ["x.size()[0]"], "guard": "tensor 'x' size mismatch at index 0. expected 12, actual 7",
+            "expected": 12, "actual": 7, "user_source": None, "hint": None,
+            "raw": "0/0: tensor 'x' size mismatch at index 0. expected 12, actual 7",
+        }],
+    })
+    new["summary"]["compiles"] += 1
+    new["summary"]["recompiles"] += 1
+    new["summary"]["failures_by_kind"]["size_mismatch"] += 1
+    new["summary"]["topologies"] += 1
+    return new
+
+
+def inductor_guards(catalog: dict) -> dict:
+    """The guard text inductor prints for a 0/1 bound: with the int64 upper limit."""
+    new = copy.deepcopy(catalog)
+    for c in new["compiles"]:
+        for f in c["failures"]:
+            if f["kind"] == "zero_one_specialization":
+                f["raw"] = f["raw"].replace(f["guard"], f["guard"] + " <= 2147483647")
+                f["guard"] += " <= 2147483647"
+    return new
+
+
+# --- constructed edits -------------------------------------------------------------------------
+
+def test_golden_catalog_against_itself_is_identical(golden):
+    result = diff_catalogs(golden, copy.deepcopy(golden), labels=("A", "B"))
+    assert result.identical
+    assert result.context == () and result.warnings == () and result.compiles == () and result.moves == ()
+    assert [t.status for t in result.topologies] == ["unchanged"] * 11
+    data = result.to_json()
+    assert data["identical"] is True and data["old"]["label"] == "A" and data["new"]["counts"]["topologies"] == 11
+    lines = result.summary_lines()
+    assert "result      identical: same compiles, failures and topologies" in lines
+    assert "topologies  11: 11 unchanged" in lines
+
+
+def test_renumbering_and_order_are_not_changes(golden):
+    """Topology ids, compile ids and list order are numbering: a permutation of them is identical."""
+    new = copy.deepcopy(golden)
+    renumber = {c["compile_id"]: f"0/{(7 * k + 3) % 11}" for k, c in enumerate(new["compiles"])}
+    for c in new["compiles"]:
+        c["compile_id"] = renumber[c["compile_id"]]
+        for f in c["failures"]:
+            f["raw"] = f["raw"].replace(f"{f['against']}: ", f"{renumber[f['against']]}: ", 1)
+            f["against"] = renumber[f["against"]]
+    for t in new["topologies"]:
+        t["id"] = 10 - t["id"]
+        t["compile_id"] = renumber[t["compile_id"]]
+    new["topologies"].reverse()
+    result = diff_catalogs(golden, new)
+    assert result.identical, result.summary_lines()
+    # Renamed, not changed: T0 is now T10.
+    pairs = {(t.old.id, t.new.id) for t in result.topologies}
+    assert pairs == {(i, 10 - i) for i in range(11)}
+
+
+def test_new_topology_and_vanished_topology(golden):
+    new = with_new_topology(golden)
+    result = diff_catalogs(golden, new)
+    assert not result.identical
+    [added] = result.compiles
+    assert (added.status, added.sample, added.new_compile_id, added.new_kinds) == ("added", 236, "0/11", {"size_mismatch": 1})
+    assert ("size_mismatch", 13, 14) in result.failures_by_kind
+    [fresh] = result.topologies_with("new")
+    assert fresh.new.id == 11 and fresh.facts[-1] == "x dim 0 is 7" and fresh.gained == (236,)
+    [shrunk] = result.topologies_with("changed")
+    assert (shrunk.old.id, shrunk.new.id, shrunk.lost, shrunk.gained) == (0, 0, (236,), ())
+    assert len(result.topologies_with("unchanged")) == 10
+    assert result.moves == (SampleMove(old="T0", new="T11", old_note="", new_note="new", samples=(236,)),)
+    lines = result.summary_lines()
+    assert "  + sample 236 (0/11): new compile: size_mismatch ×1" in lines
+    assert "      + size_mismatch against T0 (graph 0/0): tensor 'x' size mismatch at index 0. expected 12, actual 7" in lines
+    assert "  T0 → T11 (new): 1 sample 236" in lines
+
+    back = diff_catalogs(new, golden)
+    [removed] = back.compiles
+    assert (removed.status, removed.sample, removed.old_kinds) == ("removed", 236, {"size_mismatch": 1})
+    [gone] = back.topologies_with("vanished")
+    assert gone.old.id == 11 and gone.lost == (236,)
+    assert back.moves == (SampleMove(old="T11", new="T0", old_note="vanished", new_note="", samples=(236,)),)
+
+
+def test_samples_moved_between_topologies(golden):
+    new = copy.deepcopy(golden)
+    set_members(topology(new, 0), set(topology(new, 0)["samples"]) - {61, 85})
+    set_members(topology(new, 1), set(topology(new, 1)["samples"]) | {61, 85})
+    result = diff_catalogs(golden, new)
+    assert not result.identical
+    assert result.compiles == () and all(o == n for _, o, n in result.failures_by_kind)
+    changed = {t.old.id: (t.lost, t.gained) for t in result.topologies_with("changed")}
+    assert changed == {0: ((61, 85), ()), 1: ((), (61, 85))}
+    assert result.moves == (SampleMove(old="T0", new="T1", old_note="", new_note="", samples=(61, 85)),)
+    assert result.headline() == "different: topologies 2 changed; 2 samples moved"
+
+
+def test_failure_kind_changed_in_one_compile(golden):
+    new = copy.deepcopy(golden)
+    failure = compile_at(new, 12)["failures"][0]
+    assert failure["kind"] == "duck_sizing" and failure["against"] == "0/0"
+    failure.update(kind="shape_relation", causes=["shape_relation"])
+    kinds = new["summary"]["failures_by_kind"]
+    kinds["duck_sizing"] -= 1
+    kinds["shape_relation"] = 1
+    result = diff_catalogs(golden, new)
+    [change] = result.compiles
+    assert (change.status, change.sample, change.old_compile_id, change.new_compile_id) == ("changed", 12, "0/3", "0/3")
+    assert change.old_kinds == {"duck_sizing": 1, "size_mismatch": 1, "zero_one_specialization": 1}
+    assert change.new_kinds == {"shape_relation": 1, "size_mismatch": 1, "zero_one_specialization": 1}
+    assert [(f["kind"], f["against_topology"], f["against_sample"]) for f in change.removed_failures] == [("duck_sizing", 0, 0)]
+    assert [f["kind"] for f in change.added_failures] == ["shape_relation"]
+    assert [(k, o, n) for k, o, n in result.failures_by_kind if o != n] == [("duck_sizing", 6, 5), ("shape_relation", 0, 1)]
+    assert all(t.status == "unchanged" for t in result.topologies) and result.moves == ()
+    lines = result.summary_lines()
+    assert "  ~ sample 12 (0/3): duck_sizing 1 → 0, shape_relation 0 → 1" in lines
+    assert ("      - duck_sizing against T0 (graph 0/0): cross_edge_index.size()[1] == local_edge_index.size()[1]"
+            in lines)
+
+
+def test_torch_version_and_backend_only_are_identical_with_a_context_note(golden):
+    new = copy.deepcopy(golden)
+    new["torch_version"] = "2.14.0"
+    new["compile"]["backend"] = "inductor"
+    new["replay_mode"] = "full"
+    result = diff_catalogs(golden, new)
+    assert result.identical
+    assert [(c.field, c.old, c.new) for c in result.context] == [
+        ("torch_version", "2.13.0", "2.14.0"), ("compile.backend", "eager", "inductor"), ("replay_mode", "guards", "full")]
+    lines = result.summary_lines()
+    assert "context     torch_version: 2.13.0 → 2.14.0" in lines
+    assert "result      identical: same compiles, failures and topologies (context differs)" in lines
+    assert result.to_json()["identical"] is True
+
+
+def test_guard_text_printed_by_inductor_differs_unless_ignored(golden):
+    new = inductor_guards(golden)
+    strict = diff_catalogs(golden, new)
+    assert not strict.identical
+    changed = [c for c in strict.compiles if c.status == "changed"]
+    assert {c.sample for c in changed} == {4, 12, 24, 40, 60, 84, 112, 144, 180}
+    assert all(c.old_kinds == c.new_kinds for c in changed)
+    assert all(o == n for _, o, n in strict.failures_by_kind)
+    assert "same failure kinds, other guards or graphs" in "\n".join(strict.summary_lines())
+
+    lenient = diff_catalogs(golden, new, ignore=GUARD_TEXT)
+    assert lenient.identical and lenient.ignore == ("guard", "raw")
+    assert "ignoring    failure fields guard, raw" in lenient.summary_lines()
+    with pytest.raises(ValueError, match="cannot ignore"):
+        diff_catalogs(golden, new, ignore=("kind",))
+
+
+def test_dimension_change_warns_of_another_corpus(golden):
+    new = copy.deepcopy(golden)
+    dim = next(d for d in new["dimensions"] if d["dim"] == "x.size()[0]")
+    dim["max"] += 1
+    dim["equal_to"] = ["context.size()[0]"]
+    result = diff_catalogs(golden, new)
+    assert not result.identical
+    [change] = result.dimensions
+    assert change.status == "changed" and change.fields == (
+        ("max", dim["max"] - 1, dim["max"]), ("equal_to", [], ["context.size()[0]"]))
+    assert any("different input dimensions" in w for w in result.warnings)
+
+
+def test_a_shorter_corpus_is_diffed_with_a_warning(golden):
+    new = copy.deepcopy(golden)
+    new["corpus"]["samples"] = 150
+    new["topologies"] = [t for t in new["topologies"] if t["first_sample"] < 150]
+    for t in new["topologies"]:
+        set_members(t, [s for s in t["samples"] if s < 150])
+    new["compiles"] = [c for c in new["compiles"] if c["sample"] < 150]
+    result = diff_catalogs(golden, new)
+    assert not result.identical
+    assert any(w.startswith("different corpora (300 vs 150 samples)") for w in result.warnings)
+    assert ("corpus.samples", 300, 150) in [(c.field, c.old, c.new) for c in result.context]
+    gone = {m.new for m in result.moves}
+    assert gone == {NOT_IN_CORPUS}
+    assert sorted(s for m in result.moves for s in m.samples) == list(range(150, 300))
+    assert [t.old.id for t in result.topologies_with("vanished")] == [10]
+    assert [c.sample for c in result.compiles] == [180]
+
+
+def test_json_is_deterministic_and_independent_of_input_order(golden):
+    new = with_new_topology(golden)
+    shuffled = copy.deepcopy(new)
+    shuffled["topologies"].reverse()
+    shuffled["dimensions"].reverse()
+    first = diff_catalogs(golden, new).to_json()
+    assert diff_catalogs(golden, shuffled).to_json() == first
+    assert output.dumps(first) == output.dumps(diff_catalogs(golden, new).to_json())
+
+
+# --- a real pair of analyses: the seed corpus with and without duck sizing -----------------------
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """Two real analyses of the seed corpus (real torch.compile, about 20 s each)."""
+    root = tmp_path_factory.mktemp("diff")
+    guardscope.analyze(SEED_CORPUS, root / "duck", strict=True)
+    guardscope.analyze(SEED_CORPUS, root / "noduck", strict=True, duck_shape=False)
+    return root / "duck", root / "noduck"
+
+
+def test_duck_sizing_off_removes_the_duck_sizing_recompile(pair):
+    old_dir, new_dir = pair
+    old, new = output.read_catalog(old_dir), output.read_catalog(new_dir)
+    result = diff_catalogs(old, new)
+    assert not result.identical
+    assert [(c.field, c.old, c.new) for c in result.context] == [("compile.duck_shape", True, False)]
+    assert result.warnings == ()
+
+    # Sample 1 compiled only because duck sizing had tied the two edge counts at sample 0.
+    assert [(c.status, c.sample) for c in result.compiles if c.status != "changed"] == [("removed", 1)]
+    changed = [c for c in result.compiles if c.status == "changed"]
+    assert [c.sample for c in changed] == [4, 12, 24, 40, 60, 84, 112, 144, 180]
+    # Each later recompile lost exactly its failure against the equal-edges graph (old T0), and
+    # fails the general graph the same way although it was compiled at sample 1, now at sample 0.
+    for c in changed:
+        [lost] = c.removed_failures
+        assert c.added_failures == () and lost["against_topology"] == 0 and lost["against_sample"] == 0
+    by_kind = {k: (o, n) for k, o, n in result.failures_by_kind}
+    assert by_kind["duck_sizing"] == (6, 0) and by_kind["size_mismatch"] == (13, 13)
+    assert by_kind["zero_one_specialization"] == (36, 32)
+
+    [vanished] = result.topologies_with("vanished")
+    assert EQUAL_EDGES in vanished.facts and vanished.old.id == 0
+    equal_edges = tuple(topology(old, 0)["samples"])
+    [general] = result.topologies_with("changed")
+    assert (general.old.id, general.new.id) == (1, 0)
+    assert (general.old.compile_sample, general.new.compile_sample) == (1, 0)
+    assert general.gained == equal_edges and general.lost == ()
+    assert general.new.count == 291 == general.old.count + len(equal_edges)
+    assert len(result.topologies_with("unchanged")) == 9 and not result.topologies_with("new")
+    assert result.moves == (SampleMove(old="T0", new="T0", old_note="vanished", new_note="was T1",
+                                       samples=equal_edges),)
+    assert result.dimensions == () and result.errors == ()
+
+    lines = result.summary_lines()
+    assert "compiles    11 → 10, recompiles 10 → 9" in lines
+    assert "  - sample 1 (0/1): no longer compiles: duck_sizing ×1" in lines
+    assert f"  T0 (vanished) → T0 (was T1): 7 samples {', '.join(map(str, equal_edges))}" in lines
+
+
+def test_fresh_analysis_matches_the_golden_catalog(pair, golden):
+    if golden["torch_version"] != torch_compat.torch_version():
+        pytest.skip(f"the golden catalog was recorded with torch {golden['torch_version']}")
+    result = diff_catalogs(golden, output.read_catalog(pair[0]))
+    assert result.identical, "\n".join(result.summary_lines())
+    assert [c.field for c in result.context] == ["corpus.path"]
+
+
+# --- HTML ----------------------------------------------------------------------------------------
+
+def test_real_diff_page(pair):
+    old_dir, new_dir = pair
+    result = diff_catalogs(output.read_catalog(old_dir), output.read_catalog(new_dir), labels=("duck", "noduck"))
+    html = render_diff(result)
+    assert html == render_diff(result)
+    page = parse(html)
+    assert page.find_all("script") == [] and page.find_all("link") == [] and page.find_all("img") == []
+    assert not re.search(r"https?://", html) and str(old_dir) not in html
+    [section] = page.find_all("section")
+    assert section.attrs["id"] == "diff"
+    assert words(section.find("p", class_="diff-verdict").find("strong")) == "Different"
+    hrefs = [a.attrs["href"] for a in page.find("nav").find_all("a")]
+    for href in hrefs:
+        assert page.find_all(id=href[1:]), href
+
+    rows = page.find("table", class_="diff-compiles").find("tbody").find_all("tr")
+    assert [r.attrs["class"] for r in rows] == ["diff-removed"] + ["diff-changed"] * 9
+    assert words(rows[0].find_all("td")[1]) == "sample 1 (0/1)"
+    assert "duck_sizing against T0 (graph 0/0)" in words(rows[1].find("li", class_="diff-removed"))
+
+    vanished = page.find("article", id="diff-vanished-0")
+    assert words(vanished.find("h3")) == "T0 (vanished)"
+    assert EQUAL_EDGES in [words(li) for li in vanished.find("ul", class_="facts").find_all("li")]
+    changed = page.find("article", id="diff-changed-0")
+    assert words(changed.find("h3")) == "T1 → T0"
+    assert "0, 61, 85, 121, 149, 151, 236" in words(changed)
+    moves = page.find("table", class_="diff-moves").find("tbody").find_all("tr")
+    assert [words(td) for td in moves[0].find_all("td")][:3] == ["T0 (vanished)", "T0 (was T1)", "7"]
+    assert "9 unchanged topologies" in words(page.find("details", class_="diff-unchanged").find("summary"))
+    kinds = {words(r.find_all("td")[0]).split()[-1]: words(r.find_all("td")[3])
+             for r in page.find("table", class_="diff-kinds").find("tbody").find_all("tr")}
+    assert kinds == {"duck_sizing": "-6", "size_mismatch": "—", "zero_one_specialization": "-4"}
+
+
+def test_markup_in_facts_guards_and_labels_renders_as_text(golden):
+    new = with_new_topology(golden, facts_extra=EVIL)
+    failure = compile_at(new, 236)["failures"][0]
+    failure.update(guard=EVIL, raw=f"0/0: {EVIL} <raw>")
+    new["compile"]["backend"] = EVIL
+    html = render_diff(diff_catalogs(golden, new, labels=(EVIL, "new")))
+    page = parse(html)
+    assert page.find_all("script") == []
+    texts = [c for node in page.iter() for c in node.children if isinstance(c, str)]
+    assert sum(EVIL in t for t in texts) >= 7
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in html
+    card = page.find("article", id="diff-new-11")
+    assert EVIL in [words(li) for li in card.find("ul", class_="facts").find_all("li")]
+
+
+def test_partial_renders_inside_another_page(golden):
+    """The contract a fidelity check relies on: ``_diff.html`` needs only ``diff``."""
+    result = diff_catalogs(golden, inductor_guards(golden), ignore=GUARD_TEXT, labels=("eager", "inductor"))
+    html = ENVIRONMENT.get_template("_diff.html").render(diff=diff_context(result, title="Backend fidelity"))
+    section = parse(html).find("section", id="diff")
+    assert words(section.find("h2")) == "Backend fidelity"
+    assert words(section.find("p", class_="diff-verdict").find("strong")) == "Identical"
+    assert "guard, raw" in words(section.find("p", class_="note"))
+
+
+@pytest.mark.skipif(chromium_binary() is None, reason="chromium is not installed (apt-get install -y chromium)")
+def test_diff_page_in_headless_chromium(pair, tmp_path):
+    page = tmp_path / "diff.html"
+    result = CliRunner().invoke(cli.main, ["diff", str(pair[0]), str(pair[1]), "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    visit = open_page(page, tmp_path / "diff.png")
+    assert visit.errors == []
+    assert visit.requests == [visit.url] and visit.failed_requests == []
+    assert visit.size[0] == 1280 and visit.size[1] > 1200
+
+
+# --- the command line ----------------------------------------------------------------------------
+
+def test_cli_prints_writes_and_exit_code(pair, tmp_path):
+    old_dir, new_dir = pair
+    runner = CliRunner()
+    html, data = tmp_path / "out" / "diff.html", tmp_path / "out" / "diff.json"
+    result = runner.invoke(cli.main, ["diff", str(old_dir), str(new_dir / "catalog.json"),
+                                      "--html", str(html), "--json", str(data)])
+    assert result.exit_code == 0, result.output
+    assert "context     compile.duck_shape: true → false" in result.output
+    assert "topologies  11 → 10: 1 vanished, 1 changed, 9 unchanged" in result.output
+    assert f"wrote       {html}, {data}" in result.output
+    written = json.loads(data.read_text())
+    assert written == diff_catalogs(output.read_catalog(old_dir), output.read_catalog(new_dir),
+                                    labels=(str(old_dir), str(new_dir / "catalog.json"))).to_json()
+    assert written["identical"] is False and written["schema"] == 1
+    assert parse(html.read_text()).find("section", id="diff")
+
+    assert runner.invoke(cli.main, ["diff", str(old_dir), str(new_dir), "--exit-code"]).exit_code == 1
+    same = runner.invoke(cli.main, ["diff", str(old_dir), str(old_dir / "catalog.json"), "--exit-code"])
+    assert same.exit_code == 0 and "result      identical" in same.output
+    short = runner.invoke(cli.main, ["diff", str(old_dir), str(new_dir), "--limit", "2"])
+    assert short.exit_code == 0 and "  … and 8 more (see --json or --html)" in short.output
+
+
+def test_cli_ignore_guard_text(golden, tmp_path):
+    (tmp_path / "eager.json").write_text(json.dumps(golden))
+    (tmp_path / "inductor.json").write_text(json.dumps(inductor_guards(golden)))
+    args = ["diff", str(tmp_path / "eager.json"), str(tmp_path / "inductor.json"), "--exit-code"]
+    assert CliRunner().invoke(cli.main, args).exit_code == 1
+    result = CliRunner().invoke(cli.main, args + ["--ignore", "guard-text"])
+    assert result.exit_code == 0, result.output
+    assert "ignoring    failure fields guard, raw" in result.output
+
+
+def test_cli_bad_inputs(golden, tmp_path):
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(golden))
+    (tmp_path / "broken.json").write_text("{not json")
+    (tmp_path / "timings.json").write_text(json.dumps({"replay_seconds": 1.0, "compiles": []}))
+    (tmp_path / "verification.json").write_text(json.dumps({"schema": 1, "passed": True, "artifacts": []}))
+    (tmp_path / "future.json").write_text(json.dumps(dict(golden, schema=2)))
+    (tmp_path / "empty").mkdir()
+    cases = {
+        "nowhere": "not found: pass an analysis folder",
+        "empty": "catalog.json not found",
+        "broken.json": "is not readable JSON",
+        "timings.json": "is not a guardscope catalog",
+        "verification.json": "is not a guardscope catalog (it lacks torch_version",
+        "future.json": "has schema 2",
+    }
+    for name, message in cases.items():
+        result = CliRunner().invoke(cli.main, ["diff", str(good), str(tmp_path / name)])
+        assert result.exit_code == 2, (name, result.output)
+        assert message in result.output, (name, result.output)
+    bad_option = CliRunner().invoke(cli.main, ["diff", str(good), str(good), "--ignore", "kind"])
+    assert bad_option.exit_code == 2 and "--ignore" in bad_option.output
+    help_text = CliRunner().invoke(cli.main, ["diff", "--help"]).output
+    assert "guardscope diff before/ after/" in help_text and "--exit-code" in help_text
