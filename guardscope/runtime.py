@@ -34,6 +34,7 @@ import atexit
 import contextlib
 import importlib.util
 import inspect
+import itertools
 import logging
 import math
 import queue
@@ -678,6 +679,14 @@ def _import_plan(path: Path) -> Any:
     return module
 
 
+def _model_device(model: Any) -> str | None:
+    """The device of a module's first parameter or buffer (None: no tensors, or a function)."""
+    if not isinstance(model, torch.nn.Module):
+        return None
+    tensor = next(itertools.chain(model.parameters(), model.buffers()), None)
+    return str(tensor.device) if tensor is not None else None
+
+
 def _read_optional(path: Path, what: str) -> dict[str, Any] | None:
     return output.read_json(path, what) if path.is_file() else None
 
@@ -713,8 +722,9 @@ def serve(
     mode, device, inference_mode) with ``backend`` (``"inductor"`` in production; the analysis
     used ``"eager"``, whose guards are the same), ``device`` and ``inference_mode`` overridable.
     Calls run under ``torch.inference_mode()`` (or ``torch.no_grad()`` when the analysis did not
-    use inference mode): grad mode is part of every guard. The model must already be on
-    ``device``; requests must be too.
+    use inference mode): grad mode is part of every guard. ``device`` is where the warmup
+    samples go: by default the device of the model's parameters (the analysed device for a
+    model without any); requests must be on it too.
 
     With ``fallback_dir``, fallback calls are recorded there as a corpus (see
     :class:`FallbackRecorder` for ``max_samples``, ``max_bytes``, ``repeat_rate``,
@@ -745,6 +755,8 @@ def serve(
     notes = tuple(w for w in (warning, torch_compat.check_supported_version()) if w)
     for note in notes:
         warnings.warn(note, RuntimeWarning, stacklevel=2)
+    if device is None:
+        device = _model_device(model)
     options = production_options(catalog, backend=backend, device=device, inference_mode=inference_mode)
     options.validate()
     module = _import_plan(plan_dir / PLAN_FILES[chosen])
