@@ -71,10 +71,10 @@ _LOG_EVERY = 1000
 
 @dataclass(frozen=True)
 class RuntimeStats:
-    """A consistent snapshot of a :class:`ServedModel`'s counters.
+    """A snapshot of a :class:`ServedModel`'s counters.
 
-    ``fallbacks == recorded + dropped + pending`` at any time, and ``pending`` is 0 after
-    :meth:`ServedModel.close`. ``dropped`` counts fallbacks not recorded for any reason,
+    With a fallback directory, ``fallbacks == recorded + dropped + pending`` whenever no call is
+    in flight, and ``pending`` is 0 after :meth:`ServedModel.close`. ``dropped`` counts fallbacks not recorded for any reason,
     sampling included; ``dropped_by_reason`` splits it (``sampled_out``, ``max_samples``,
     ``max_bytes``, ``queue_full``, ``unstorable``, ``error``, ``closed``). ``errors`` counts
     failures inside guardscope's own recording or marking, each logged.
@@ -439,6 +439,13 @@ class FallbackRecorder:
                 writer.close()
             except Exception as exc:
                 self.error(f"closing the fallback corpus {self.directory}", exc)
+        while True:  # a flush() that raced with close(): its samples are written now
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, threading.Event):
+                item.set()
 
     def _send(self, item: object) -> bool:
         """Queue a control item for the writer, waiting while it drains a full queue."""
@@ -457,7 +464,15 @@ class FallbackRecorder:
             if self._closed:
                 return False
         done = threading.Event()
-        return self._send(done) and done.wait(timeout)
+        if not self._send(done):
+            return False
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not done.wait(0.1):
+            if not self._thread.is_alive():  # closed meanwhile: close() wrote everything
+                return done.is_set()
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+        return True
 
     def close(self) -> None:
         """Stop taking samples, write the queued ones and the manifest, and wait for the writer

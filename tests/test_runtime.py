@@ -117,9 +117,10 @@ def test_plan_from_100_samples_serves_all_300_and_records_the_new_topologies(see
     analysis = guardscope.analyze(fallbacks, tmp_path / "reanalysis", strict=True)
     topologies = analysis.catalog.topologies
     assert [t.first_sample for t in topologies] == [0, 1, 2] and [t.count for t in topologies] == [1, 1, 1]
-    for topology, golden_topology in zip(topologies, new_topologies):
-        # facts name what sets a graph apart from the others in its catalog: a subset here
-        assert set(topology.facts) <= set(golden_topology["facts"])
+    if golden["torch_version"] == torch_compat.torch_version():  # fact words come from guard texts
+        for topology, golden_topology in zip(topologies, new_topologies):
+            # facts name what sets a graph apart from the others in its catalog: a subset here
+            assert set(topology.facts) <= set(golden_topology["facts"])
 
 
 def test_unbacked_plan_serves_the_seed_corpus_with_one_graph(seed_plan, seed_samples):
