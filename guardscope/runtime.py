@@ -213,7 +213,10 @@ def storage_bytes(value: Any) -> int:
     while stack:
         item = stack.pop()
         if isinstance(item, torch.Tensor):
-            storage = item.untyped_storage()
+            try:
+                storage = item.untyped_storage()
+            except Exception:  # sparse, quantized...: no storage; the corpus refuses them anyway
+                continue
             key = (str(item.device), storage.data_ptr())
             if key not in seen:
                 seen.add(key)
