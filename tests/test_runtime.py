@@ -292,7 +292,7 @@ def test_serve_refuses_what_it_cannot_serve(tiny_plan, tmp_path):
         with runtime.serve(model, tiny_plan, backend="eager") as served:
             assert served.plan == "warmup"
     with pytest.raises(ServeError, match="already compiled"):
-        runtime.serve(torch.compile(model), tiny_plan, plan="warmup")
+        runtime.serve(torch.compile(model, backend="eager"), tiny_plan, plan="warmup")
     taken = tmp_path / "taken"
     with CorpusWriter(taken, model=model_spec("Elementwise")) as writer:
         writer.add(torch.randn(2))
