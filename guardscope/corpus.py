@@ -289,11 +289,7 @@ class CorpusWriter:
         """
         if self._closed:
             raise CorpusError(f"the writer for {self.directory} is closed; open a new CorpusWriter")
-        devices: set[str] = set()
-        _check_value(args, "args", devices, set())
-        _check_value(kwargs, "kwargs", devices, set())
-        # One deep copy of the whole call keeps aliasing between its tensors and snapshots them.
-        args, kwargs = copy.deepcopy(_plain((args, kwargs)))
+        args, kwargs, devices = _snapshot(args, kwargs)
         self._pending.append({"args": args, "kwargs": kwargs})
         self._devices |= devices
         index = self._count
@@ -301,6 +297,13 @@ class CorpusWriter:
         if len(self._pending) == self.shard_size:
             self._flush()
         return index
+
+    def flush(self) -> None:
+        """Write the samples added since the last shard as a shard of their own now, so they are
+        on disk (and listed in the manifest) before ``shard_size`` samples have been added; a
+        corpus's shards may differ in size. Does nothing when none are pending."""
+        if self._pending and not self._closed:
+            self._flush()
 
     def close(self) -> None:
         """Write the last, partial shard and the final manifest. Calling it again does nothing."""
@@ -335,6 +338,26 @@ class CorpusWriter:
         )
         text = json.dumps(manifest.to_json(), sort_keys=True, indent=2) + "\n"
         _atomic_write(self.directory / MANIFEST_NAME, text.encode())
+
+
+def snapshot(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """A private copy of one call's arguments, exactly as :meth:`CorpusWriter.add` records them
+    (aliasing kept, autograd history and tensor attributes dropped), for a caller that must
+    let the caller's buffers go before the sample is written (a background recorder).
+
+    Raises ``SampleError`` naming the first value the format cannot store.
+    """
+    args, kwargs, _ = _snapshot(tuple(args), dict(kwargs))
+    return args, kwargs
+
+
+def _snapshot(args: tuple, kwargs: dict) -> tuple[tuple, dict, set[str]]:
+    devices: set[str] = set()
+    _check_value(args, "args", devices, set())
+    _check_value(kwargs, "kwargs", devices, set())
+    # One deep copy of the whole call keeps aliasing between its tensors and snapshots them.
+    args, kwargs = copy.deepcopy(_plain((args, kwargs)))
+    return args, kwargs, devices
 
 
 def _check_value(value: Any, path: str, devices: set[str], active: set[int]) -> None:

@@ -45,3 +45,9 @@ class OutputError(GuardscopeError):
 
 class CatalogError(GuardscopeError):
     """``catalog.json`` is missing, malformed, or of an unknown schema."""
+
+
+class ServeError(GuardscopeError):
+    """``guardscope.runtime.serve`` cannot start: the plan directory lacks the chosen fix (run
+    ``guardscope emit-warmup``), no plan passed verification, the model is already compiled, or
+    the fallback directory already holds a corpus."""

@@ -10,6 +10,10 @@ guardscope supports torch 2.9 to 2.14. Private APIs used here, and why:
 * ``torch._dynamo.config.recompile_limit`` (named ``cache_size_limit`` before 2.6; 2.9+ keeps the
   old name as an alias) and ``accumulated_recompile_limit``.
 * ``torch.fx.experimental._config.use_duck_shape``: duck sizing.
+* ``torch.compiler.set_stance("eager_on_recompile")`` (public, torch 2.6+; 2.11 and 2.13 have
+  it): the serving runtime's guarantee that a call runs eagerly rather than compiling. torch
+  keeps the stance in one process-wide variable, so :func:`eager_on_recompile` shares it
+  between threads.
 """
 
 from __future__ import annotations
@@ -190,3 +194,68 @@ def is_recompile_limit_error(exc: BaseException) -> bool:
     older releases raise RecompileLimitExceeded / CacheLimitExceeded)."""
     names = {"FailOnRecompileLimitHit", "RecompileLimitExceeded", "CacheLimitExceeded"}
     return any(cls.__name__ in names for cls in type(exc).__mro__)
+
+
+# --- serving: recompiles fall back to eager ------------------------------------------------------
+
+
+def supports_eager_on_recompile() -> bool:
+    """``torch.compiler.set_stance("eager_on_recompile")``: added with ``set_stance`` in torch 2.6
+    (present in 2.11 and 2.13). Under it a call that no cached graph accepts runs eagerly
+    instead of compiling; a graph that accepts still runs."""
+    return callable(getattr(torch.compiler, "set_stance", None))
+
+
+class _EagerOnRecompile:
+    """The ``eager_on_recompile`` stance while at least one guarded call is in flight.
+
+    torch keeps the stance in one process-wide variable (``torch._dynamo.eval_frame._stance``,
+    read when a compiled function is entered), so calls from several threads share one holder:
+    the first to enter sets the stance, the last to leave restores the previous one.
+    """
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._active: Any = None
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[bool]:
+        """Hold the stance for the body; yields whether it is held. Setting it can fail (torch
+        refuses inside a compiled region): the body then runs without it, never raises."""
+        with self._lock:
+            if self._depth == 0:
+                try:
+                    # Constructing it sets the stance; __exit__ restores the one before.
+                    self._active = torch.compiler.set_stance("eager_on_recompile")
+                except Exception:
+                    self._active = None
+            held = self._active is not None
+            if held:
+                self._depth += 1
+        try:
+            yield held
+        finally:
+            if held:
+                with self._lock:
+                    self._depth -= 1
+                    if self._depth == 0:
+                        active, self._active = self._active, None
+                        try:
+                            active.__exit__(None, None, None)
+                        except Exception:  # pragma: no cover - restoring is a plain assignment
+                            pass
+
+
+_EAGER_ON_RECOMPILE = _EagerOnRecompile()
+
+
+def eager_on_recompile() -> contextlib.AbstractContextManager[bool]:
+    """A context manager holding the ``eager_on_recompile`` stance (shared by all threads, see
+    :class:`_EagerOnRecompile`); a no-op yielding False on a torch without ``set_stance``."""
+    if not supports_eager_on_recompile():
+        return contextlib.nullcontext(False)
+    return _EAGER_ON_RECOMPILE.held()
+

@@ -154,6 +154,27 @@ def test_add_snapshots_the_arguments(tmp_path):
     assert torch.equal(load_corpus(tmp_path / "c").sample(0).args[0], torch.zeros(3))
 
 
+def test_snapshot_copies_as_add_does_and_flush_writes_a_partial_shard(tmp_path):
+    from guardscope.corpus import snapshot
+
+    base = torch.arange(6.0)
+    args, kwargs = snapshot((base, base[2:]), {"n": 3})
+    base.fill_(0.0)
+    assert torch.equal(args[1], torch.arange(2.0, 6.0)) and kwargs == {"n": 3}
+    assert args[1].untyped_storage().data_ptr() == args[0].untyped_storage().data_ptr()  # aliasing
+    with pytest.raises(SampleError, match=r"args\[0\]"):
+        snapshot((object(),), {})
+    with CorpusWriter(tmp_path / "c", model=MODEL, shard_size=4) as writer:
+        writer.add(torch.ones(1))
+        writer.flush()  # on disk before the shard is full
+        assert [s.index for s in load_corpus(tmp_path / "c")] == [0]
+        writer.flush()  # nothing pending: no empty shard
+        writer.add(torch.ones(2))
+    corpus = load_corpus(tmp_path / "c")
+    assert [s.samples for s in corpus.manifest.shards] == [1, 1]
+    assert [tuple(s.args[0].shape) for s in corpus] == [(1,), (2,)]
+
+
 def test_manifest_contents(tmp_path):
     write(tmp_path / "c", [((torch.ones(2),), {})] * 3, shard_size=2)
     raw = json.loads((tmp_path / "c" / "corpus.json").read_text())
