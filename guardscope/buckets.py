@@ -535,7 +535,8 @@ def _verdict(
             "CUDA-graph launch savings for them either."
         )
         return VERDICT_SKIP, tuple(reasons)
-    padded = ", ".join(f"{name} to {list(bounds)}" for name, bounds in chosen.bounds)
+    chosen_bounds = dict(chosen.bounds)
+    padded = ", ".join(f"{p.group.name} to {list(chosen_bounds[p.group.name])}" for p in plans if p.group.name in chosen_bounds)
     cost = (
         f"Padding {padded} leaves {chosen.shapes} shapes (at most {chosen.max_per_graph} per graph; "
         f"{chosen.shapes_bound} however the padded sizes combine) for {_percent(chosen.waste)} more "

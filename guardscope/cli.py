@@ -377,7 +377,7 @@ def format_cudagraphs(section: dict[str, Any]) -> list[str]:
     padding = section["padding"]
     chosen = padding.get("chosen")
     if padding["verdict"] == "pad" and chosen:
-        bounds = "; ".join(f"{name} to {bounds}" for name, bounds in chosen["bounds"].items())
+        bounds = "; ".join(f"{g['name']} to {chosen['bounds'][g['name']]}" for g in padding["groups"] if g["name"] in chosen["bounds"])
         confirmed = "" if padding["paddable_confirmed"] else " [dims assumed paddable: confirm with --paddable]"
         lines.append(
             f"padding     pad {bounds}: {chosen['shapes']} shapes (at most {chosen['max_per_graph']} per graph) "
