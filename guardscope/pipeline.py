@@ -197,7 +197,9 @@ def analyze(
         model=spec,
         compile_options=options.compile_json(),
         replay_mode=result.replay_mode,
-        unparsed=result.unparsed,
+        unparsed={**result.unparsed, **(
+            {"cudagraph_records": result.unreadable_cudagraph_records} if result.unreadable_cudagraph_records else {}
+        )},
         arguments=result.arguments,
         skipped_shards=tuple(skipped),
         cudagraphs=cudagraphs,

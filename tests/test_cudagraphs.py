@@ -329,3 +329,29 @@ def test_seed_report_shows_the_padding_advice(seed_cudagraphs, tmp_path):
     rows = section.find("table", class_="buckets").find("tbody").find_all("tr")
     assert len(rows) == 4
     assert any(a.attrs.get("href") == "#cudagraphs" for a in page.find_all("a"))
+
+
+# --- fixtures recorded on a GPU (bench/cudagraphs_check.py) -------------------------------------
+
+GPU_FIXTURES = sorted((SEED_CORPUS.parents[2] / "tests" / "fixtures" / "cudagraphs").glob("*/cudagraphs_fixture.json"))
+
+
+@pytest.mark.parametrize("path", GPU_FIXTURES or [None], ids=lambda p: p.parent.name if p else "none")
+def test_parser_on_records_from_a_real_gpu(path):
+    if path is None:
+        pytest.skip("no GPU fixture yet: record one with bench/cudagraphs_check.py (see tests/fixtures/cudagraphs)")
+    fixture = json.loads(path.read_text())
+    for name, run in fixture["runs"].items():
+        assert all(run["checks"].values()), (name, run["checks"])
+        for sample, recorded in run["samples"].items():
+            records = [CudagraphRecord(r["source"], r["text"], r["level"], r["logger"], r["sample"]) for r in recorded["records"]]
+            events, unreadable = cudagraph_events(records)
+            assert unreadable == 0
+            assert [[e.kind.value, e.detail, e.compile_id] for e in events] == recorded["events"], (name, sample)
+    runs = fixture["runs"]
+    if "repeats" in runs:
+        kinds_seen = {e[0] for s in runs["repeats"]["samples"].values() for e in s["events"]}
+        assert {"new_shape", "recording"} <= kinds_seen
+    if "skip_dynamic" in runs:
+        reasons = [s["reason"] for s in runs["skip_dynamic"]["recorded"]["skips"]]
+        assert any("cudagraph_skip_dynamic_graphs" in r for r in reasons)
