@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Iterable
 
 from . import torch_compat
+from .classify import normalize_reason
 from .model import CompileEvent, CudagraphEvent, CudagraphEventKind
 
 # Keys torch adds to every record's metadata next to the record's own name.
@@ -420,8 +421,6 @@ class CudagraphRecord:
 
 def _clean(text: str) -> str:
     """One machine-independent line: the first line, addresses and source paths normalised."""
-    from .classify import normalize_reason
-
     first = _FOUND_FROM.split(text.strip(), maxsplit=1)[0]
     first = first.splitlines()[0] if first else ""
     return _ADDRESS.sub("<addr>", normalize_reason(first)).strip()[:DETAIL_LIMIT]
