@@ -123,7 +123,7 @@ def analyze(
             "values, so a sample cannot be skipped on the first frame's guards; use --replay full or auto"
         )
     if shapes_per_graph < 1:
-        raise CompileOptionsError(f"recordings per graph {shapes_per_graph} must be at least 1")
+        raise CompileOptionsError(f"--shapes-per-graph {shapes_per_graph} must be at least 1")
     warnings = [w for w in (torch_compat.check_supported_version(),) if w]
     if options.uses_cudagraphs and replay_mode == "guards":
         warnings.append("--replay guards ignored: CUDA graphs record at run time, so every sample runs")
