@@ -19,11 +19,13 @@ from typing import Any, Iterable
 
 import networkx as nx
 
+from .buckets import MAX_BUCKETS, SHAPES_PER_GRAPH, ShapeRow, dim_groups, recommend
 from .classify import classify_reasons
 from .model import (
     Catalog,
     ClassifiedCompile,
     CompileEvent,
+    CudagraphEventKind,
     DimensionStats,
     FailedSample,
     SampleMeta,
@@ -167,6 +169,20 @@ def render_facts(
     return tuple(text for _, text in sorted(facts))
 
 
+def _compile_order(compile_id: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", compile_id)) or (1 << 30,)
+
+
+@dataclass(frozen=True)
+class CudagraphSettings:
+    """The catalog's ``cudagraphs`` section: asked for when the compile mode uses CUDA graphs."""
+
+    observed: bool  # the replay ran them (inductor, a CUDA-graph mode, a GPU)
+    paddable: tuple[str, ...] | None = None  # dims the user confirmed paddable; None: not asked
+    shapes_per_graph: int = SHAPES_PER_GRAPH
+    max_buckets: int = MAX_BUCKETS
+
+
 def _against_order(failure: Any) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", failure.against or "")) or (1 << 30,)
 
@@ -205,9 +221,18 @@ class CatalogBuilder:
     samples: int = 0
     _partitions_seen: set = field(default_factory=set, repr=False)
     described: int = 0  # samples whose forward ran (failed ones carry no shapes worth trusting)
+    # With CUDA graphs (mode="reduce-overhead"): the distinct shapes per serving graph, for the
+    # padding buckets, and the CUDA graph events of each sample. Memory grows with distinct
+    # shapes, so this is only kept when asked for.
+    track_shapes: bool = False
+    shapes: dict[tuple[str | None, int, tuple[int, ...]], int] = field(default_factory=dict)
+    layouts: list[tuple[str, ...]] = field(default_factory=list)
+    cudagraph_events: list[tuple[int, str, str, str | None, float | None]] = field(default_factory=list)
 
     def add_sample(self, meta: SampleMeta) -> None:
         self.samples += 1
+        for event in meta.cudagraph:
+            self.cudagraph_events.append((meta.index, event.kind.value, event.detail, event.compile_id, event.seconds))
         if meta.error is not None:
             self.failed.append(FailedSample(meta.index, meta.error))
             return
@@ -242,6 +267,8 @@ class CatalogBuilder:
             for dim, candidates in self.equal_candidates.items():
                 if dim not in present and candidates:
                     candidates.clear()
+        if self.track_shapes:
+            self._add_shape(meta.serving, tuple(dims), tuple(values))
         if meta.serving is None:
             self.not_analysed.append(meta.index)
             return
@@ -249,9 +276,22 @@ class CatalogBuilder:
         if meta.serving not in self.first_shapes:
             self.first_shapes[meta.serving] = {path: list(t.shape) for path, t in meta.tensors}
 
+    def _add_shape(self, serving: str | None, dims: tuple[str, ...], values: tuple[int, ...]) -> None:
+        try:
+            layout = self.layouts.index(dims)
+        except ValueError:
+            layout = len(self.layouts)
+            self.layouts.append(dims)
+        key = (serving, layout, values)
+        self.shapes[key] = self.shapes.get(key, 0) + 1
+
     def to_state(self) -> dict[str, Any]:
         """Everything accumulated so far, as JSON values (for checkpoints)."""
         return {
+            "track_shapes": self.track_shapes,
+            "shapes": [[serving, layout, list(values), count] for (serving, layout, values), count in self.shapes.items()],
+            "layouts": [list(dims) for dims in self.layouts],
+            "cudagraph_events": [list(event) for event in self.cudagraph_events],
             "dims": [[dim, a.input, a.axis, a.min, a.max, a.ever_zero, a.ever_one] for dim, a in self.dims.items()],
             "equal_candidates": [[d, None if c is None else sorted(c)] for d, c in self.equal_candidates.items()],
             "members": [[cid, m] for cid, m in self.members.items()],
@@ -274,6 +314,10 @@ class CatalogBuilder:
         builder.not_analysed = list(state["not_analysed"])
         builder.samples = int(state["samples"])
         builder.described = int(state["described"])
+        builder.track_shapes = bool(state.get("track_shapes", False))
+        builder.layouts = [tuple(dims) for dims in state.get("layouts", [])]
+        builder.shapes = {(serving, layout, tuple(values)): count for serving, layout, values, count in state.get("shapes", [])}
+        builder.cudagraph_events = [tuple(event) for event in state.get("cudagraph_events", [])]
         return builder
 
     def dimensions(self) -> tuple[DimensionStats, ...]:
@@ -350,6 +394,7 @@ class CatalogBuilder:
         unparsed: dict[str, int] | None = None,
         arguments: tuple[str, ...] = (),
         skipped_shards: tuple[dict[str, str], ...] = (),
+        cudagraphs: CudagraphSettings | None = None,
     ) -> Catalog:
         ordered = sorted(events, key=lambda e: (e.frame_id, e.frame_compile_id))
         # Dynamo lists the rejecting entries most-recently-used first, which depends on replay
@@ -362,6 +407,7 @@ class CatalogBuilder:
         others = sum(1 for c in compiles for f in c.failures if f.kind.value == "other")
         if others:
             counts["unclassified_failures"] = others
+        dimensions = self.dimensions()
         return Catalog(
             torch_version=torch_version,
             corpus_path=corpus_path,
@@ -370,11 +416,98 @@ class CatalogBuilder:
             compile=compile_options,
             compiles=compiles,
             topologies=self.topologies(ordered),
-            dimensions=self.dimensions(),
+            dimensions=dimensions,
             failed_samples=tuple(self.failed),
             arguments=arguments,
             not_analysed=tuple(self.not_analysed),
             skipped_shards=skipped_shards,
             replay_mode=replay_mode,
             unparsed=counts,
+            cudagraphs=self.cudagraph_section(cudagraphs, dimensions) if cudagraphs else None,
         )
+
+    # --- CUDA graphs ---------------------------------------------------------------------------
+
+    def shape_rows(self) -> list[ShapeRow]:
+        return [
+            ShapeRow(serving, self.layouts[layout], values, count)
+            for (serving, layout, values), count in sorted(
+                self.shapes.items(), key=lambda item: (item[0][0] or "", item[0][1], item[0][2])
+            )
+        ]
+
+    def recording_times(self) -> list[dict[str, Any]]:
+        """Measured capture times (they vary run to run: for timings.json, not the catalog)."""
+        return [
+            {"sample": sample, "compile_id": compile_id, "seconds": seconds}
+            for sample, kind, _, compile_id, seconds in self.cudagraph_events
+            if kind == CudagraphEventKind.RECORDING.value and seconds is not None
+        ]
+
+    def _recorded(self) -> dict[str, Any]:
+        """What CUDA Graph Trees did during the replay, sample by sample, aggregated."""
+        by_kind: dict[str, list[int]] = {}
+        by_detail: dict[tuple[str, str], list[int]] = {}
+        by_graph: dict[str, dict[str, int]] = {}
+        for sample, kind, detail, compile_id, _ in self.cudagraph_events:
+            by_kind.setdefault(kind, []).append(sample)
+            if kind in (CudagraphEventKind.SKIP.value, CudagraphEventKind.HINT.value):
+                by_detail.setdefault((kind, detail), []).append(sample)
+            if kind in (CudagraphEventKind.NEW_SHAPE.value, CudagraphEventKind.RECORDING.value):
+                counts = by_graph.setdefault(compile_id or "unknown", {"new_shapes": 0, "recordings": 0})
+                counts["new_shapes" if kind == CudagraphEventKind.NEW_SHAPE.value else "recordings"] += 1
+
+        def events(kind: CudagraphEventKind) -> dict[str, Any]:
+            samples = by_kind.get(kind.value, [])
+            return {"count": len(samples), "samples": sorted(set(samples))}
+
+        def details(kind: CudagraphEventKind, key: str) -> list[dict[str, Any]]:
+            found = [(detail, samples) for (k, detail), samples in by_detail.items() if k == kind.value]
+            return [
+                {key: detail, "count": len(samples), "samples": sorted(set(samples))}
+                for detail, samples in sorted(found, key=lambda item: (-len(item[1]), item[0]))
+            ]
+
+        return {
+            "new_shapes": events(CudagraphEventKind.NEW_SHAPE),
+            "recordings": events(CudagraphEventKind.RECORDING),
+            "skips": details(CudagraphEventKind.SKIP, "reason"),
+            "hints": details(CudagraphEventKind.HINT, "text"),
+            "by_graph": [{"graph": graph, **counts} for graph, counts in sorted(by_graph.items(), key=lambda i: _compile_order(i[0]))],
+        }
+
+    def _expected(self) -> dict[str, Any]:
+        """Recordings the corpus's shapes imply: a graph meets a new size key on the first
+        sample with it (a new tree, warmed up) and captures it on the second."""
+        by_graph: dict[str, dict[str, int]] = {}
+        for (serving, _, _), count in self.shapes.items():
+            counts = by_graph.setdefault(serving or "none", {"new_shapes": 0, "recordings": 0})
+            counts["new_shapes"] += 1
+            counts["recordings"] += int(count >= 2)
+        return {
+            "new_shapes": sum(c["new_shapes"] for c in by_graph.values()),
+            "recordings": sum(c["recordings"] for c in by_graph.values()),
+            "by_graph": [{"graph": graph, **counts} for graph, counts in sorted(by_graph.items(), key=lambda i: _compile_order(i[0]))],
+        }
+
+    def cudagraph_section(self, settings: CudagraphSettings, dimensions: tuple[DimensionStats, ...]) -> dict[str, Any]:
+        order = list(self.dims)
+        known = {d.dim for d in dimensions if d.dynamic}
+        paddable = settings.paddable
+        unknown = sorted(set(paddable or ()) - known)
+        groups = dim_groups(dimensions, order, [d for d in paddable if d in known] if paddable is not None else None)
+        recommendation = recommend(
+            self.shape_rows(), groups, budget=settings.shapes_per_graph,
+            max_buckets=settings.max_buckets, confirmed=paddable is not None,
+        )
+        section: dict[str, Any] = {
+            "observed": settings.observed,
+            "note": None if settings.observed else (
+                "the replay did not run CUDA graphs (they need --backend inductor on a CUDA device): "
+                "recordings are expected from the corpus's shapes, not observed"
+            ),
+            "expected": self._expected(),
+            "recorded": self._recorded() if settings.observed else None,
+            "padding": {**recommendation.to_json(), "unknown_paddable": unknown},
+        }
+        return section

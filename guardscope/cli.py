@@ -28,14 +28,22 @@ def _friendly_errors(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _parse_marks(values: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
+def _parse_marks(values: tuple[str, ...], option: str = "--mark-unbacked") -> tuple[tuple[str, int], ...]:
     marks = []
     for value in values:
         path, _, dim = value.rpartition(":")
         if not path or not dim.lstrip("-").isdigit():
-            raise click.BadParameter(f"{value!r} is not ARG:DIM (e.g. x:0)", param_hint="--mark-unbacked")
+            raise click.BadParameter(f"{value!r} is not ARG:DIM (e.g. x:0)", param_hint=option)
         marks.append((path, int(dim)))
     return tuple(marks)
+
+
+def _paddable_dims(values: tuple[str, ...]) -> tuple[str, ...] | None:
+    from .buckets import dim_name
+
+    if not values:
+        return None
+    return tuple(dim_name(path, dim) for path, dim in _parse_marks(values, "--paddable"))
 
 
 _TRISTATE = {"true": True, "false": False, "auto": None}
@@ -83,6 +91,12 @@ def main() -> None:
 @click.option("--replay", "replay_mode", type=click.Choice(["auto", "guards", "full"]), default="auto",
               show_default=True, help="'guards' skips the forward of samples an existing graph's guards accept "
               "(they cannot recompile; needs fullgraph); 'full' runs every sample; 'auto' = guards when sound.")
+@click.option("--paddable", "paddable", multiple=True, metavar="ARG:DIM",
+              help="With a CUDA-graph mode (--mode reduce-overhead): a dim your model can pad (the padded "
+              "part masked out), for the padding-bucket advice; repeatable. Default: every dynamic dim, flagged unconfirmed.")
+@click.option("--shapes-per-graph", type=int, default=8, show_default=True,
+              help="With a CUDA-graph mode: the most distinct shapes (CUDA graphs recorded) one compiled graph may "
+              "have after padding; 8 is torch's own warning threshold.")
 @click.option("--strict", is_flag=True, help="Fail when any guard failure is unclassified or a trace record unreadable.")
 @click.option("--force", is_flag=True, help="Overwrite an existing analysis in --out.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted analysis in --out (same corpus and options).")
@@ -97,9 +111,9 @@ def main() -> None:
 @_friendly_errors
 def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: str, dynamic: str | None,
             fullgraph: bool | None, mode: str | None, no_duck_shape: bool, marks: tuple[str, ...],
-            mark_samples: str, recompile_limit: int, replay_mode: str, strict: bool, force: bool,
-            resume: bool, checkpoint_every: float, skip_bad_shards: bool, isolate: bool | None,
-            quiet: bool) -> None:
+            mark_samples: str, recompile_limit: int, replay_mode: str, paddable: tuple[str, ...],
+            shapes_per_graph: int, strict: bool, force: bool, resume: bool, checkpoint_every: float,
+            skip_bad_shards: bool, isolate: bool | None, quiet: bool) -> None:
     """Replay CORPUS through torch.compile and catalog every recompile.
 
     Writes OUT/catalog.json (compiles, classified guard failures, topologies, per-dimension
@@ -111,6 +125,8 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
       guardscope analyze corpus/ --out out/ --backend inductor --device cuda
       guardscope analyze corpus/ --out out/ --no-duck-shape --mark-unbacked x:0 --mark-samples first
       guardscope analyze corpus/ --out out/ --resume     # after an interruption
+      guardscope analyze corpus/ --out out/ --backend inductor --device cuda --mode reduce-overhead \
+          --paddable local_edge_index:1 --paddable cross_edge_index:1   # CUDA graph recordings, padding buckets
 
     The analysis checkpoints after every shard: on Ctrl-C, SIGTERM or a kill the finished shards
     are kept, and --resume continues with the same result as an uninterrupted run.
@@ -150,7 +166,9 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
             analysis = pipeline.analyze(corpus, out_dir, model=model, strict=strict, force=force,
                                         resume=resume, skip_bad_shards=skip_bad_shards,
                                         checkpoint_every=checkpoint_every,
-                                        progress=progress, replay_mode=replay_mode, **overrides)
+                                        progress=progress, replay_mode=replay_mode,
+                                        paddable=_paddable_dims(paddable), shapes_per_graph=shapes_per_graph,
+                                        **overrides)
         except KeyboardInterrupt:
             click.secho(f"\ninterrupted: finished shards are kept in {out_dir}; continue with "
                         f"'guardscope analyze {corpus} --out {out_dir} --resume'", fg="yellow", err=True)
@@ -472,11 +490,53 @@ def format_summary(analysis: Any) -> str:
                      + ", ".join(s['file'] for s in catalog.skipped_shards))
     if catalog.unparsed:
         lines.append(f"unparsed    {dict(sorted(catalog.unparsed.items()))}")
-    lines.append(f"replay      {analysis.replay_seconds:.1f} s ({catalog.replay_mode} replay; "
+    if catalog.cudagraphs is not None:
+        lines.extend(format_cudagraphs(catalog.cudagraphs))
+    forced = " — CUDA graphs record at run time, so every sample ran" if (catalog.cudagraphs or {}).get("observed") else ""
+    lines.append(f"replay      {analysis.replay_seconds:.1f} s ({catalog.replay_mode} replay{forced}; "
                  f"Dynamo's recompile limit raised to {catalog.compile.get('recompile_limit')} for it)")
     lines.append(f"wrote       {analysis.catalog_path}, {analysis.timings_path}, "
                  f"{analysis.out_dir / 'report.html'}, {analysis.trace_path}")
     return "\n".join(lines)
+
+
+def format_cudagraphs(section: dict[str, Any]) -> list[str]:
+    """The summary lines of the catalog's ``cudagraphs`` section."""
+    lines = []
+    expected = section["expected"]
+    recorded = section.get("recorded")
+    if recorded is not None:
+        skips = sum(s["count"] for s in recorded["skips"])
+        lines.append(
+            f"cudagraphs  {recorded['new_shapes']['count']} new shapes (warm-ups) at "
+            f"{len(recorded['new_shapes']['samples'])} samples, {recorded['recordings']['count']} recordings, "
+            f"{skips} skips (expected from the shapes: {expected['new_shapes']} new shapes, "
+            f"{expected['recordings']} recordings)"
+        )
+        for skip in recorded["skips"][:5]:
+            lines.append(f"  skipped   {skip['count']}x at samples {skip['samples'][:10]}: {skip['reason']}")
+    else:
+        lines.append(
+            f"cudagraphs  expected from the shapes: {expected['new_shapes']} new shapes (warm-ups), "
+            f"{expected['recordings']} recordings (not observed: run --backend inductor --device cuda to see them)"
+        )
+    padding = section["padding"]
+    chosen = padding.get("chosen")
+    if padding["verdict"] == "pad" and chosen:
+        bounds = "; ".join(f"{g['name']} to {chosen['bounds'][g['name']]}" for g in padding["groups"] if g["name"] in chosen["bounds"])
+        confirmed = "" if padding["paddable_confirmed"] else " [dims assumed paddable: confirm with --paddable]"
+        lines.append(
+            f"padding     pad {bounds}: {chosen['shapes']} shapes (at most {chosen['max_per_graph']} per graph) "
+            f"for {100 * chosen['padding_waste']:.1f}% more input elements{confirmed}"
+        )
+    elif padding["verdict"] == "skip_dynamic_graphs":
+        lines.append("padding     set torch._inductor.config.triton.cudagraph_skip_dynamic_graphs = True: "
+                     + padding["reasons"][-1].split(": ", 1)[-1])
+    else:
+        lines.append(f"padding     none needed: {padding['reasons'][0]}")
+    if padding.get("unknown_paddable"):
+        lines.append(f"  unknown   --paddable dims that are not dynamic: {padding['unknown_paddable']}")
+    return lines
 
 
 if __name__ == "__main__":  # pragma: no cover

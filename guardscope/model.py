@@ -93,6 +93,30 @@ class CompileEvent:
     fail_reason: str | None = None
 
 
+class CudagraphEventKind(str, enum.Enum):
+    """What CUDA Graph Trees (``mode="reduce-overhead"``) did during one call."""
+
+    NEW_SHAPE = "new_shape"  # a compiled graph met sizes it had no CUDA graph for: a new tree, warmed up
+    RECORDING = "recording"  # a CUDA graph was captured (the second call with those sizes, or a re-record)
+    SKIP = "skip"  # "skipping cudagraphs due to ...": the graph runs without CUDA graphs
+    HINT = "hint"  # torch's advice: too many distinct sizes, or why it re-recorded
+
+
+@dataclass(frozen=True)
+class CudagraphEvent:
+    """One CUDA graph event, attributed to the sample whose call caused it.
+
+    ``detail`` is the sizes key for a new shape (torch's symint key, e.g. ``(12, 30)``), the
+    reason for a skip, the text of a hint, and empty for a recording. ``seconds`` is the capture
+    time of a recording when torch timed it (it varies run to run: it goes to timings.json).
+    """
+
+    kind: CudagraphEventKind
+    detail: str = ""
+    compile_id: str | None = None
+    seconds: float | None = None
+
+
 @dataclass(frozen=True)
 class TensorMeta:
     """What Dynamo guards on for one tensor argument."""
@@ -118,6 +142,7 @@ class SampleMeta:
     scalars: tuple[tuple[str, str], ...]  # non-tensor leaves as "type:repr"
     serving: str | None
     error: str | None = None
+    cudagraph: tuple[CudagraphEvent, ...] = ()  # filled only when the replay uses CUDA graphs
 
 
 @dataclass(frozen=True)
@@ -223,6 +248,9 @@ class Catalog:
     skipped_shards: tuple[dict[str, str], ...] = ()  # {"file", "error"} with --skip-bad-shards
     replay_mode: str = "full"
     unparsed: dict[str, int] = field(default_factory=dict)
+    # CUDA graphs (a compile mode that uses them): recordings, skips, padding buckets. A plain
+    # JSON dict built by catalog.CatalogBuilder; absent from catalog.json otherwise.
+    cudagraphs: dict[str, Any] | None = None
 
     SCHEMA = 1
 
@@ -305,4 +333,5 @@ class Catalog:
             "failed_samples": [f.to_json() for f in self.failed_samples],
             "not_analysed": list(self.not_analysed),
             "skipped_shards": [dict(s) for s in self.skipped_shards],
+            **({"cudagraphs": self.cudagraphs} if self.cudagraphs is not None else {}),
         }

@@ -19,6 +19,7 @@ CATALOG = "catalog.json"
 TIMINGS = "timings.json"
 TRACE_DIR = "trace"
 TRACE_FILE = "torch_trace.log"
+CUDAGRAPH_LOG = "cudagraphs.jsonl"  # what the cudagraphs loggers said, per sample (mode="reduce-overhead" on a GPU)
 CHECKPOINT = ".guardscope-checkpoint.json"
 CHECKPOINT_VERSION = 1
 
@@ -90,13 +91,14 @@ def write_json(path: str | Path, data: Any) -> Path:
     return write_text(path, dumps(data))
 
 
-def open_trace_stream(directory: str | Path, *, append: bool = False) -> IO[str]:
-    """The raw structured trace, streamed while the replay runs (readable by tlparse).
+def open_trace_stream(directory: str | Path, *, append: bool = False, name: str = TRACE_FILE) -> IO[str]:
+    """The raw structured trace (or, with ``name=CUDAGRAPH_LOG``, the raw CUDA graph log
+    lines as JSON), streamed while the replay runs (readable by tlparse).
 
     A resumed analysis appends: the trace then holds the re-run compiles twice."""
     trace_dir = Path(directory) / TRACE_DIR
     trace_dir.mkdir(parents=True, exist_ok=True)
-    return open(trace_dir / TRACE_FILE, "a" if append else "w", encoding="utf-8")
+    return open(trace_dir / name, "a" if append else "w", encoding="utf-8")
 
 
 def write_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:

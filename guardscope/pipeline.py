@@ -6,6 +6,7 @@ The CLI is a thin layer over these functions; scripts can call them directly.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import time
@@ -14,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import output, torch_compat
-from .catalog import CatalogBuilder
+from .buckets import SHAPES_PER_GRAPH
+from .catalog import CatalogBuilder, CudagraphSettings
 from .corpus import load_corpus
 from .errors import CatalogError, CompileOptionsError, TraceParseError
 from .model import Catalog
@@ -83,6 +85,8 @@ def analyze(
     progress: Callable[[int], None] | None = None,
     replay_mode: str = "auto",
     checkpoint_every: float = 10.0,
+    paddable: tuple[str, ...] | None = None,
+    shapes_per_graph: int = SHAPES_PER_GRAPH,
     **overrides: Any,
 ) -> Analysis:
     """Replay ``corpus_dir`` and write ``catalog.json``, ``timings.json``, ``trace/`` and
@@ -100,6 +104,13 @@ def analyze(
     corrupt shard is listed in the catalog instead of stopping the analysis. With ``strict``, an
     unclassified guard failure or unreadable trace record raises :class:`TraceParseError` after
     the outputs are written.
+
+    When the compile mode uses CUDA graphs (``mode="reduce-overhead"``), the catalog gains a
+    ``cudagraphs`` section: padding buckets for the dynamic dims (``paddable``: the dims, as
+    ``"x.size()[0]"``, the user confirmed can be padded; ``shapes_per_graph``: the budget),
+    and, when the replay really runs CUDA graphs (inductor on a GPU), every recording and
+    "skipping cudagraphs" reason with its sample. CUDA graphs record at run time, so such a
+    replay runs every sample (``replay_mode`` is then ``"full"`` whatever was asked).
     """
     from .errors import ShardError
     from .replay import ReplaySession
@@ -115,7 +126,16 @@ def analyze(
             "--replay guards needs fullgraph=True: with graph breaks later frames see runtime "
             "values, so a sample cannot be skipped on the first frame's guards; use --replay full or auto"
         )
+    if shapes_per_graph < 1:
+        raise CompileOptionsError(f"--shapes-per-graph {shapes_per_graph} must be at least 1")
     warnings = [w for w in (torch_compat.check_supported_version(),) if w]
+    if options.uses_cudagraphs and replay_mode == "guards":
+        warnings.append("--replay guards ignored: CUDA graphs record at run time, so every sample runs")
+    cudagraphs = (
+        CudagraphSettings(observed=options.uses_cudagraphs, paddable=paddable,
+                          shapes_per_graph=shapes_per_graph)
+        if torch_compat.mode_uses_cudagraphs(options.mode) else None
+    )
     fingerprint = _fingerprint(corpus, spec, options, replay_mode)
     out = output.prepare_output_dir(out_dir, force=force, resume=resume)
     state = output.read_checkpoint(out, fingerprint) if resume else None
@@ -123,19 +143,23 @@ def analyze(
         output.clear_checkpoint(out)
     user_model = load_model(spec, base_dir=corpus.path)
 
-    builder = CatalogBuilder.from_state(state["builder"]) if state else CatalogBuilder()
+    builder = CatalogBuilder.from_state(state["builder"]) if state else CatalogBuilder(track_shapes=cudagraphs is not None)
     skipped: list[dict[str, str]] = list(state["skipped_shards"]) if state else []
     next_shard = state["next_shard"] if state else 0
     done_before = builder.samples
     if progress is not None and done_before:
         progress(done_before)
-    with output.open_trace_stream(out, append=resume) as trace_stream, ReplaySession(
+    with output.open_trace_stream(out, append=resume) as trace_stream, (
+        output.open_trace_stream(out, append=resume, name=output.CUDAGRAPH_LOG)
+        if options.uses_cudagraphs else contextlib.nullcontext()
+    ) as cudagraph_stream, ReplaySession(
         user_model,
         options,
         on_sample=builder.add_sample,
         trace_stream=trace_stream,
         progress=(lambda done: progress(done_before + done)) if progress else None,
         guard_only=replay_mode in ("auto", "guards"),
+        cudagraph_stream=cudagraph_stream,
     ) as session:
         if state:
             # Rebuild the graphs the finished shards compiled: their compile events come back
@@ -177,11 +201,15 @@ def analyze(
         model=spec,
         compile_options=options.compile_json(),
         replay_mode=result.replay_mode,
-        unparsed=result.unparsed,
+        unparsed={**result.unparsed, **(
+            {"cudagraph_records": result.unreadable_cudagraph_records} if result.unreadable_cudagraph_records else {}
+        )},
         arguments=result.arguments,
         skipped_shards=tuple(skipped),
+        cudagraphs=cudagraphs,
     )
     catalog_path = output.write_json(out / output.CATALOG, catalog.to_json())
+    recording_times = builder.recording_times() if options.uses_cudagraphs else None
     timings_path = output.write_json(
         out / output.TIMINGS,
         {
@@ -190,6 +218,7 @@ def analyze(
                 {"compile_id": e.compile_id, "sample": e.sample, "seconds": e.seconds}
                 for e in sorted(result.events, key=lambda e: (e.frame_id, e.frame_compile_id))
             ],
+            **({"cudagraph_recordings": recording_times} if recording_times is not None else {}),
         },
     )
     output.clear_checkpoint(out)

@@ -12,6 +12,7 @@ replay so it starts as a fresh process would.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import time
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import IO, Any, Callable, Iterable, Iterator
 import torch
 
 from . import torch_compat
-from .capture import TraceCapture, events_from_records
+from .capture import CudagraphCapture, TraceCapture, events_from_records
 from .errors import CompileOptionsError
 from .model import CompileEvent, Sample, SampleMeta, TensorMeta
 
@@ -58,6 +59,15 @@ class ReplayOptions:
                 "use --device cpu"
             )
 
+    @property
+    def uses_cudagraphs(self) -> bool:
+        """CUDA graphs are recorded at run time: inductor with a CUDA-graph mode on a GPU."""
+        return (
+            self.backend == "inductor"
+            and self.device.startswith("cuda")
+            and torch_compat.mode_uses_cudagraphs(self.mode)
+        )
+
     def compile_json(self) -> dict[str, Any]:
         # "mode" selects inductor settings and is passed only with backend="inductor"; guards do
         # not depend on it, so an eager analysis of a mode="max-autotune" model is still faithful.
@@ -84,6 +94,7 @@ class ReplayResult:
     arguments: tuple[str, ...] = ()
     replay_mode: str = "full"
     dropped_records: int = 0
+    unreadable_cudagraph_records: int = 0
     torch_version: str = field(default_factory=torch_compat.torch_version)
 
 
@@ -280,7 +291,10 @@ class ReplaySession:
 
     With ``guard_only``, a sample that an existing graph's guards accept is not run: it cannot
     recompile. That is only sound when the model compiles to one frame, so it applies with
-    ``fullgraph=True``; otherwise every sample runs (later frames see runtime values).
+    ``fullgraph=True``; otherwise every sample runs (later frames see runtime values). With CUDA
+    graphs (``options.uses_cudagraphs``) every sample runs too: CUDA Graph Trees record per
+    distinct size at run time, and each sample's recordings and skips are captured
+    (:class:`guardscope.capture.CudagraphCapture`) into its ``SampleMeta.cudagraph``.
     """
 
     def __init__(
@@ -292,13 +306,15 @@ class ReplaySession:
         trace_stream: IO[str] | None = None,
         progress: Callable[[int], None] | None = None,
         guard_only: bool = False,
+        cudagraph_stream: IO[str] | None = None,
     ) -> None:
         self.model = model
         self.options = options
         self.on_sample = on_sample
         self.progress = progress
-        self.skip_served = guard_only and options.fullgraph
+        self.skip_served = guard_only and options.fullgraph and not options.uses_cudagraphs
         self.capture = TraceCapture(trace_stream)
+        self.cudagraphs = CudagraphCapture(cudagraph_stream) if options.uses_cudagraphs else None
         self.count = 0
         self.seconds = 0.0
         self.current: int | None = None  # the sample being replayed, for crash reports
@@ -308,6 +324,8 @@ class ReplaySession:
     def __enter__(self) -> ReplaySession:
         self._stack.enter_context(_replay_settings(self.options))
         self._stack.enter_context(self.capture)
+        if self.cudagraphs is not None:
+            self._stack.enter_context(self.cudagraphs)
         self._stack.callback(torch_compat.reset_dynamo)
         self.runner = Runner(self.model, self.options)
         return self
@@ -323,13 +341,24 @@ class ReplaySession:
         first, self._marked_first = not self._marked_first, True
         return first
 
+    def _set_sample(self, index: int | None) -> None:
+        self.capture.set_sample(index)
+        if self.cudagraphs is not None:
+            self.cudagraphs.set_sample(index)
+
     def warm(self, samples: Iterable[Sample]) -> None:
         for sample in samples:
-            self.capture.set_sample(sample.index)
+            self._set_sample(sample.index)
             self._run(sample)
-            self.capture.set_sample(None)
+            self._set_sample(None)
 
     def _run(self, sample: Sample) -> SampleMeta:
+        meta = self._forward(sample)
+        if self.cudagraphs is not None:
+            meta = dataclasses.replace(meta, cudagraph=self.cudagraphs.take())
+        return meta
+
+    def _forward(self, sample: Sample) -> SampleMeta:
         runner = self.runner
         args, kwargs, bound = runner.prepare(sample, self._mark())
         error = None
@@ -355,9 +384,9 @@ class ReplaySession:
         try:
             for sample in samples:
                 self.current = sample.index
-                self.capture.set_sample(sample.index)
+                self._set_sample(sample.index)
                 meta = self._run(sample)
-                self.capture.set_sample(None)
+                self._set_sample(None)
                 self.on_sample(meta)
                 self.count += 1
                 if self.progress is not None:
@@ -383,7 +412,8 @@ class ReplaySession:
             seconds=self.seconds,
             arguments=argument_names(self.runner.signature),
             replay_mode="guards" if self.skip_served else "full",
-            dropped_records=self.capture.dropped,
+            dropped_records=self.capture.dropped + (self.cudagraphs.dropped if self.cudagraphs else 0),
+            unreadable_cudagraph_records=self.cudagraphs.unreadable if self.cudagraphs else 0,
         )
 
 

@@ -13,6 +13,7 @@ the writing itself goes through :mod:`guardscope.output`.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
@@ -603,6 +604,140 @@ def fixes_context(fixes: dict | None, verification: dict | None) -> list[dict]:
     return result
 
 
+CUDAGRAPH_STRIP_BINS = 300   # the per-sample strip of CUDA graph events: at most this many bins
+VERDICT_TITLES = {
+    "none_needed": "No padding needed",
+    "pad": "Pad to buckets",
+    "skip_dynamic_graphs": "Skip CUDA graphs for dynamic graphs",
+}
+
+
+def _strip(samples: dict[str, list[int]], total: int) -> dict:
+    """Geometry of a strip chart: one row per event kind, a mark per bin holding any."""
+    width, left, row_h = 960, 120, 22
+    plot_w = width - left - 12
+    bin_size = max(1, math.ceil(total / CUDAGRAPH_STRIP_BINS))
+    bins = max(1, math.ceil(total / bin_size))
+    rows = []
+    for position, (label, members) in enumerate(samples.items()):
+        counts: Counter = Counter(sample // bin_size for sample in members)
+        marks = []
+        for b in sorted(counts):
+            first, last = b * bin_size, min((b + 1) * bin_size, total) - 1
+            where = f"sample {first}" if first == last else f"samples {first}–{last}"
+            marks.append({
+                "x": round(left + plot_w * b / bins, 1),
+                "w": round(max(plot_w / bins, 1.5), 1),
+                "title": f"{label}: {counts[b]} at {where}",
+            })
+        rows.append({"label": label, "y": 8 + position * row_h, "count": len(members), "marks": marks})
+    return {"width": width, "height": 16 + len(rows) * row_h, "left": left, "row_h": row_h - 6,
+            "rows": rows, "bin_size": bin_size}
+
+
+def _histogram_bars(bins: list[list[int]], bounds: list[int]) -> dict:
+    """A small bar chart of one dim group's sizes with its chosen bucket bounds marked."""
+    width, height, pad = 300, 56, 4
+    if not bins:
+        return {"width": width, "height": height, "bars": [], "bounds": []}
+    low, high = bins[0][0], bins[-1][1]
+    span = max(high - low + 1, 1)
+    # Bins merge runs of sizes: height is samples per size, so a wide bin does not look heavy.
+    tallest = max(c / (b - a + 1) for a, b, c in bins)
+
+    def x_of(value: float) -> float:
+        return round(pad + (width - 2 * pad) * (value - low) / span, 1)
+
+    bars = [{
+        "x": x_of(a), "w": round(max(x_of(b + 1) - x_of(a) - 0.5, 1.0), 1),
+        "h": round((height - 14) * c / (b - a + 1) / tallest, 1),
+        "y": round(height - 12 - (height - 14) * c / (b - a + 1) / tallest, 1),
+        "title": f"{a}{'' if a == b else f'–{b}'}: {c} samples",
+    } for a, b, c in bins]
+    marks = [{"x": x_of(bound + 1), "label": str(bound),
+              "anchor": "end" if x_of(bound + 1) > width - 12 else "middle"} for bound in bounds]
+    return {"width": width, "height": height, "bars": bars, "bounds": marks}
+
+
+def cudagraphs_context(catalog: dict, timings: dict | None) -> dict | None:
+    """The CUDA graphs section: recordings and skips per sample, and the padding advice."""
+    section = catalog.get("cudagraphs")
+    if section is None:
+        return None
+    total = catalog["corpus"]["samples"]
+    topology = _topology_of_compile(catalog)
+    expected, recorded, padding = section["expected"], section.get("recorded"), section["padding"]
+    graphs: dict[str, dict] = {}
+    for source, rows in (("expected", expected["by_graph"]), ("recorded", (recorded or {}).get("by_graph", []))):
+        for row in rows:
+            entry = graphs.setdefault(row["graph"], {"graph": row["graph"], "expected": None, "recorded": None})
+            entry[source] = {"new_shapes": row["new_shapes"], "recordings": row["recordings"]}
+    graph_rows = [
+        {**entry, "topology": f"T{topology[g]}" if g in topology else "—"}
+        for g, entry in sorted(graphs.items(), key=lambda item: [int(n) for n in re.findall(r"\d+", item[0])] or [1 << 30])
+    ]
+    times = [r for r in (timings or {}).get("cudagraph_recordings", []) if r.get("seconds") is not None]
+    slowest = max(times, key=lambda r: r["seconds"], default=None)
+    strip = None
+    if recorded is not None:
+        rows = {"new shape": recorded["new_shapes"]["samples"], "recording": recorded["recordings"]["samples"]}
+        rows["skip"] = sorted({s for skip in recorded["skips"] for s in skip["samples"]})
+        strip = _strip(rows, total)
+    chosen = padding.get("chosen")
+    within = chosen is not None and chosen["max_per_graph"] <= padding["shapes_per_graph"]
+    chosen_bounds = chosen["bounds"] if within else {}
+    groups = []
+    for group in padding["groups"]:
+        bounds = chosen_bounds.get(group["name"], [])
+        groups.append({
+            "name": group["name"],
+            "others": [d for d in group["dims"] if d != group["name"]],
+            "paddable": ("yes" if padding["paddable_confirmed"] else "assumed") if group["paddable"] else "no",
+            "distinct": group["distinct_sizes"],
+            "special": ", ".join(str(v) for v in group["special_sizes"]) or "—",
+            "range": f"{group['histogram'][0][0]}–{group['histogram'][-1][1]}" if group["histogram"] else "—",
+            "bounds": ", ".join(str(b) for b in bounds) or "—",
+            "chart": _histogram_bars(group["histogram"], bounds),
+            "options": [{
+                "buckets": o["buckets"], "bounds": ", ".join(str(b) for b in o["bounds"]),
+                "shapes": o["shapes"], "max_per_graph": o["max_per_graph"],
+                "waste": f"{100 * o['padding_waste']:.1f} %",
+            } for o in group["options"]],
+        })
+    return {
+        "observed": section["observed"],
+        "note": section.get("note"),
+        "expected": expected,
+        "recorded": None if recorded is None else {
+            "new_shapes": recorded["new_shapes"]["count"],
+            "recordings": recorded["recordings"]["count"],
+            "skips": [{"reason": s["reason"], "count": s["count"], "samples": format_samples(s["samples"])}
+                      for s in recorded["skips"][:LIST_SHOWN]],
+            "skip_count": sum(s["count"] for s in recorded["skips"]),
+            "hints": [{"text": h["text"], "count": h["count"], "samples": format_samples(h["samples"])}
+                      for h in recorded["hints"][:LIST_SHOWN]],
+        },
+        "capture_seconds": sum(r["seconds"] for r in times) if times else None,
+        "slowest_capture": slowest,
+        "graphs": graph_rows,
+        "strip": strip,
+        "padding": {
+            "verdict": padding["verdict"],
+            "title": VERDICT_TITLES.get(padding["verdict"], padding["verdict"]),
+            "reasons": list(padding["reasons"]),
+            "budget": padding["shapes_per_graph"],
+            "baseline": padding["baseline"],
+            "chosen": chosen if within else None,
+            "waste": f"{100 * chosen['padding_waste']:.1f} %" if within else None,
+            "waste_limit": f"{100 * padding['waste_limit']:.0f} %",
+            "confirmed": padding["paddable_confirmed"],
+            "search": padding["search"],
+            "unknown": list(padding.get("unknown_paddable", [])),
+            "groups": groups,
+        },
+    }
+
+
 def catalog_digest(catalog: dict) -> str:
     """A digest of the catalog's content, to tell which analysis other results belong to."""
     import hashlib
@@ -676,6 +811,7 @@ def build_context(catalog: dict, *, timings: dict | None, fixes: dict | None,
         "topologies": topologies_context(catalog, timings),
         "dimensions": dimensions_context(catalog),
         "fixes": fixes_context(fixes, verification),
+        "cudagraphs": cudagraphs_context(catalog, timings),
         "has_fixes": fixes is not None,
         "has_verification": verification is not None,
         "trace_dir": trace_dir.rstrip("/"),

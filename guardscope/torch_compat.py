@@ -14,6 +14,12 @@ guardscope supports torch 2.9 to 2.14. Private APIs used here, and why:
   it): the serving runtime's guarantee that a call runs eagerly rather than compiling. torch
   keeps the stance in one process-wide variable, so :func:`eager_on_recompile` shares it
   between threads.
+* CUDA Graph Trees (``mode="reduce-overhead"``), observed without patching torch: the
+  ``cudagraphs`` artifact loggers of ``torch._inductor.cudagraph_trees`` / ``cudagraph_utils``
+  (new trees per size key, recordings, "skipping cudagraphs due to ..."), the
+  ``chromium_event`` records torch writes to the structured trace around each capture
+  (``CUDAGraphNode.record``, torch >= 2.6), and ``torch._dynamo.utils.counters["inductor"]
+  ["cudagraph_skips"]``, which counts skips even when a message's wording is unknown.
 """
 
 from __future__ import annotations
@@ -259,3 +265,50 @@ def eager_on_recompile() -> contextlib.AbstractContextManager[bool]:
         return contextlib.nullcontext(False)
     return _EAGER_ON_RECOMPILE.held()
 
+# --- CUDA Graph Trees --------------------------------------------------------------------------
+
+# Modules whose ``cudagraphs`` artifact logger reports recordings and skips (torch 2.2 - 2.14).
+CUDAGRAPH_LOG_MODULES = ("torch._inductor.cudagraph_trees", "torch._inductor.cudagraph_utils")
+CUDAGRAPH_ARTIFACT = "cudagraphs"
+
+
+def cudagraph_loggers() -> list[logging.Logger]:
+    """The ``cudagraphs`` artifact loggers, including ones not created yet.
+
+    ``torch._logging.getArtifactLogger(module, "cudagraphs")`` names its logger
+    ``<module>.__cudagraphs``; ``logging.getLogger`` returns the same object whether torch has
+    imported the module yet or not, so a handler attached now sees its records later.
+    """
+    from torch._logging import _internal
+
+    suffix = f".__{CUDAGRAPH_ARTIFACT}"
+    names = {module + suffix for module in CUDAGRAPH_LOG_MODULES}
+    registry = getattr(_internal, "log_registry", None)
+    qnames = getattr(registry, "get_artifact_log_qnames", None)
+    if callable(qnames):
+        names |= {name for name in qnames() if name.endswith(suffix)}
+    return [logging.getLogger(name) for name in sorted(names)]
+
+
+def cudagraph_skip_count() -> int:
+    """Inductor's running count of "skipping cudagraphs" decisions (0 where torch lacks it)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:  # pragma: no cover - every supported torch has it
+        return 0
+    inductor = counters.get("inductor")
+    return int(inductor.get("cudagraph_skips", 0)) if inductor is not None else 0
+
+
+def mode_uses_cudagraphs(mode: str | None) -> bool:
+    """Whether ``torch.compile(mode=mode)`` turns CUDA graphs on ("reduce-overhead",
+    "max-autotune"), as torch's own ``list_mode_options`` says."""
+    if not mode:
+        return False
+    try:
+        from torch._inductor import list_mode_options
+
+        options = list_mode_options(mode)
+    except Exception:  # an unknown mode: torch.compile itself will say so
+        return mode in ("reduce-overhead", "max-autotune")
+    return bool(options.get("triton.cudagraphs"))
