@@ -109,6 +109,7 @@ def clear_checkpoint(directory: str | Path) -> None:
 
 FIXES = "fixes.json"
 VERIFICATION = "verification.json"
+BENCH = "bench.json"
 
 
 def read_json(path: str | Path, what: str) -> Any:
