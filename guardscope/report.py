@@ -124,14 +124,15 @@ VERIFY_STATUSES = ("passed", "failed", "crashed", "skipped")
 # --- reading ---------------------------------------------------------------------------------
 
 def read_inputs(out_dir: str | Path) -> dict[str, Any]:
-    """Load an analysis folder: ``catalog`` (required), ``timings``, ``fixes``, ``verification``
-    (``None`` when the file does not exist). Keys match :func:`render_report`'s arguments."""
+    """Load an analysis folder: ``catalog`` (required), ``timings``, ``fixes``, ``verification``,
+    ``bench`` (``None`` when the file does not exist). Keys match :func:`render_report`'s arguments."""
     out = Path(out_dir)
     inputs: dict[str, Any] = {"catalog": output.read_catalog(out)}
     optional = {
         "timings": (output.TIMINGS, f"re-run 'guardscope analyze CORPUS --out {out} --force'"),
         "fixes": (output.FIXES, f"re-run 'guardscope emit-warmup {out}'"),
         "verification": (output.VERIFICATION, f"re-run 'guardscope verify {out}'"),
+        "bench": (output.BENCH, f"re-run 'guardscope bench {out}'"),
     }
     for key, (name, fix) in optional.items():
         path = out / name
@@ -594,8 +595,58 @@ def fixes_context(fixes: dict | None, verification: dict | None) -> list[dict]:
     return result
 
 
+def bench_context(bench: dict | None) -> dict | None:
+    """The latency table of ``guardscope bench`` (bench.json), None when it was not run."""
+    if bench is None:
+        return None
+    from .bench import missed_targets
+
+    rows = []
+    for row in bench.get("strategies", []):
+        steady = row.get("steady") or {}
+        recompiling = row.get("recompile_requests") or []
+        rows.append({
+            "name": row["name"],
+            "title": row.get("title") or row["name"],
+            "status": row["status"],
+            "reason": row.get("reason"),
+            "setup_seconds": row.get("setup_seconds"),
+            "graphs": None if row.get("setup_graphs") is None else row["setup_graphs"] + row["replay_compiles"],
+            "recompiles": row.get("recompiles"),
+            "recompile_samples": format_samples(e["sample"] for e in recompiling),
+            "recompile_latency": row.get("recompile_latency"),
+            "first_compile": row.get("first_compile"),
+            "steady": {key: (steady.get(key) / 1e3 if steady.get(key) is not None else None)
+                       for key in ("mean_ms", "p50_ms", "p99_ms", "max_ms")},
+            "steady_count": steady.get("count"),
+            "worst": None if row.get("worst_ms") is None else row["worst_ms"] / 1e3,
+            "worst_sample": row.get("worst_sample"),
+            "speedup": row.get("speedup"),
+            "fallbacks": row.get("fallbacks"),
+            "errors": row.get("errors"),
+            "first_error": (row.get("error_requests") or [{}])[0].get("error"),
+            "has_targets": bool(row.get("targets")),
+            "missed": missed_targets(row) if row.get("targets") else [],
+        })
+    recommendation = bench.get("recommendation") or {}
+    return {
+        "device": bench.get("device_name") or bench.get("device"),
+        "torch_version": bench.get("torch_version"),
+        "compile": {k: _option(v) for k, v in sorted((bench.get("compile") or {}).items())},
+        "corpus_path": (bench.get("corpus") or {}).get("path"),
+        "samples": (bench.get("corpus") or {}).get("samples"),
+        "repeat": bench.get("repeat"),
+        "criteria": bench.get("criteria") or {},
+        "rows": rows,
+        "recommended": recommendation.get("strategy"),
+        "meets_targets": bool(recommendation.get("meets_targets")),
+        "reason": recommendation.get("reason"),
+    }
+
+
 def build_context(catalog: dict, *, timings: dict | None, fixes: dict | None,
-                  verification: dict | None, trace_dir: str = output.TRACE_DIR) -> dict:
+                  verification: dict | None, trace_dir: str = output.TRACE_DIR,
+                  bench: dict | None = None) -> dict:
     return {
         "title": f"guardscope report: {catalog['model']}",
         "summary": summary_context(catalog, timings, verification),
@@ -606,6 +657,8 @@ def build_context(catalog: dict, *, timings: dict | None, fixes: dict | None,
         "fixes": fixes_context(fixes, verification),
         "has_fixes": fixes is not None,
         "has_verification": verification is not None,
+        "bench": bench_context(bench),
+        "bench_file": output.BENCH,
         "trace_dir": trace_dir.rstrip("/"),
         "trace_file": output.TRACE_FILE,
         "catalog_file": output.CATALOG,
@@ -629,10 +682,11 @@ ENVIRONMENT.filters.update(seconds=format_seconds, number=_number, samples=forma
 
 
 def render_report(catalog: dict, *, timings: dict | None, fixes: dict | None,
-                  verification: dict | None, trace_dir: str = output.TRACE_DIR) -> str:
+                  verification: dict | None, trace_dir: str = output.TRACE_DIR,
+                  bench: dict | None = None) -> str:
     """The report page for already-loaded JSON (see :func:`read_inputs`). Reads and writes nothing."""
     context = build_context(catalog, timings=timings, fixes=fixes, verification=verification,
-                            trace_dir=trace_dir)
+                            trace_dir=trace_dir, bench=bench)
     return ENVIRONMENT.get_template("report.html").render(context)
 
 
