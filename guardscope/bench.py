@@ -254,12 +254,12 @@ def recommend(rows: list[dict[str, Any]]) -> dict[str, Any]:
     missed = missed_targets(best)
     if not missed:
         targets = best["targets"]
-        reason = (f"{best['name']} meets every target: {targets['recompiles']['value']} recompiles, "
+        reason = (f"it meets every target ({targets['recompiles']['value']} recompiles, "
                   f"speedup {targets['speedup']['value']:.2f}x, set-up {targets['setup_seconds']['value']:.1f} s, "
-                  f"worst request {targets['worst_ratio']['value']:.1f}x eager's worst")
+                  f"worst request {targets['worst_ratio']['value']:.1f}x eager's worst)")
         others = [r["name"] for r in measured if r is not best and not missed_targets(r)]
         if others:
-            reason += f"; the fastest of those that do (also: {', '.join(others)})"
+            reason += f", the fastest of the plans that do ({', '.join([best['name'], *others])})"
         return {"strategy": best["name"], "meets_targets": True, "reason": reason}
     return {
         "strategy": best["name"],
@@ -296,14 +296,20 @@ def build_document(
     }
 
 
-def _duration(seconds: float | None) -> str:
-    from .report import format_seconds
+def format_duration(seconds: float | None) -> str:
+    """Set-up and compile times: ``58.40 s``, ``488.12 ms``, ``0 s``."""
+    if seconds is None:
+        return "—"
+    if seconds == 0:
+        return "0 s"
+    return f"{seconds:.2f} s" if seconds >= 1 else format_ms(seconds * 1e3)
 
-    return "—" if seconds is None else ("0 s" if seconds == 0 else format_seconds(seconds))
 
-
-def _ms(value: float | None) -> str:
-    return "—" if value is None else _duration(value / 1e3)
+def format_ms(milliseconds: float | None) -> str:
+    """Request latencies, two decimals in one unit so columns compare: ``5.00 ms``, ``14.20 s``."""
+    if milliseconds is None:
+        return "—"
+    return f"{milliseconds:.2f} ms" if milliseconds < 1000 else f"{milliseconds / 1e3:.2f} s"
 
 
 def format_table(document: dict[str, Any]) -> str:
@@ -317,25 +323,25 @@ def format_table(document: dict[str, Any]) -> str:
         steady = row["steady"] or {}
         lines.append((
             row["name"],
-            _duration(row["setup_seconds"]),
+            format_duration(row["setup_seconds"]),
             str(row["setup_graphs"] + row["replay_compiles"]),
             str(row["recompiles"]),
-            _ms(steady.get("mean_ms")),
-            _ms(steady.get("p50_ms")),
-            _ms(steady.get("p99_ms")),
-            _ms(steady.get("max_ms")),
-            _ms(row["worst_ms"]),
+            format_ms(steady.get("mean_ms")),
+            format_ms(steady.get("p50_ms")),
+            format_ms(steady.get("p99_ms")),
+            format_ms(steady.get("max_ms")),
+            format_ms(row["worst_ms"]),
             "—" if row["speedup"] is None else f"{row['speedup']:.2f}x",
         ))
         details = []
         if row["first_compile"]:
-            details.append(f"first compile {_duration(row['first_compile']['latency_s'])} "
+            details.append(f"first compile {format_duration(row['first_compile']['latency_s'])} "
                            f"(sample {row['first_compile']['sample']})")
         if row["recompile_latency"]:
             samples = [e["sample"] for e in row["recompile_requests"]]
             details.append(f"recompiles at samples {samples[:12]}{' ...' if len(samples) > 12 else ''}: "
-                           f"mean {_duration(row['recompile_latency']['mean_s'])}, "
-                           f"max {_duration(row['recompile_latency']['max_s'])}")
+                           f"mean {format_duration(row['recompile_latency']['mean_s'])}, "
+                           f"max {format_duration(row['recompile_latency']['max_s'])}")
         if row["fallbacks"]:
             details.append(f"{row['fallbacks']} requests fell back to eager")
         if row["errors"]:

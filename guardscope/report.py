@@ -599,29 +599,29 @@ def bench_context(bench: dict | None) -> dict | None:
     """The latency table of ``guardscope bench`` (bench.json), None when it was not run."""
     if bench is None:
         return None
-    from .bench import missed_targets
+    from .bench import format_duration, format_ms, missed_targets
 
     rows = []
     for row in bench.get("strategies", []):
         steady = row.get("steady") or {}
-        recompiling = row.get("recompile_requests") or []
+        first = row.get("first_compile")
+        latency = row.get("recompile_latency")
         rows.append({
             "name": row["name"],
             "title": row.get("title") or row["name"],
             "status": row["status"],
             "reason": row.get("reason"),
-            "setup_seconds": row.get("setup_seconds"),
+            "setup": format_duration(row.get("setup_seconds")),
             "graphs": None if row.get("setup_graphs") is None else row["setup_graphs"] + row["replay_compiles"],
             "recompiles": row.get("recompiles"),
-            "recompile_samples": format_samples(e["sample"] for e in recompiling),
-            "recompile_latency": row.get("recompile_latency"),
-            "first_compile": row.get("first_compile"),
-            "steady": {key: (steady.get(key) / 1e3 if steady.get(key) is not None else None)
-                       for key in ("mean_ms", "p50_ms", "p99_ms", "max_ms")},
-            "steady_count": steady.get("count"),
-            "worst": None if row.get("worst_ms") is None else row["worst_ms"] / 1e3,
-            "worst_sample": row.get("worst_sample"),
-            "speedup": row.get("speedup"),
+            "recompile_samples": format_samples(e["sample"] for e in row.get("recompile_requests") or []),
+            "recompile_mean": format_duration(latency["mean_s"]) if latency else None,
+            "recompile_max": format_duration(latency["max_s"]) if latency else None,
+            "first_compile": None if not first else {"latency": format_duration(first["latency_s"]),
+                                                     "sample": first["sample"]},
+            "steady": {key: format_ms(steady.get(f"{key}_ms")) for key in ("mean", "p50", "p99", "max")},
+            "worst": format_ms(row.get("worst_ms")),
+            "speedup": None if row.get("speedup") is None else f"{row['speedup']:.2f}×",
             "fallbacks": row.get("fallbacks"),
             "errors": row.get("errors"),
             "first_error": (row.get("error_requests") or [{}])[0].get("error"),

@@ -150,8 +150,8 @@ def test_format_table():
     lines = text.splitlines()
     assert lines[0].split() == ["strategy", "set-up", "graphs", "recompiles", "mean", "p50", "p99", "max",
                                 "worst", "speedup"]
-    assert lines[1].split() == ["eager", "0", "s", "0", "0", "6", "ms", "6", "ms", "9.92", "ms", "10", "ms",
-                                "10", "ms", "1.00x"]
+    assert lines[1].split() == ["eager", "0", "s", "0", "0", "6.00", "ms", "6.00", "ms", "9.92", "ms", "10.00", "ms",
+                                "10.00", "ms", "1.00x"]
     assert "first compile 14.00 s (sample 10)" in text and "recompiles at samples [11]: mean 7.00 s" in text
     assert "export    FAILED: timed out after 300 s" in text
     assert text.splitlines()[-1].startswith("recommended none: No plan ran to the end: export failed")
@@ -175,7 +175,7 @@ def test_report_shows_the_bench_table_when_bench_json_exists(tmp_path):
     section = section[:section.index("</section>")]
     assert 'href="#latency"' in page and 'href="bench.json"' in page
     assert "Test GPU" in section and "Recommended: warmup</strong>" in section
-    assert 'id="bench-warmup"' in section and "58.00 s" in section and "1.30×" in section
+    assert 'id="bench-warmup"' in section and "58.00 s" in section and "1.30×" in section and "4.60 ms" in section
     assert "&lt;during load&gt;" in section  # text from the JSON is escaped
     assert "backend=inductor, dynamic=True" in section
     assert write_report(tmp_path).read_text() == page  # deterministic
