@@ -8,6 +8,7 @@ one-line reason. The child imports this same guardscope, wherever it is installe
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -47,6 +48,12 @@ def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     return environment
 
 
+def _kill_group(pid: int) -> None:
+    """SIGKILL the process group a child started with ``start_new_session`` leads."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
 def run_module(
     module: str,
     arguments: list[str],
@@ -66,19 +73,28 @@ def run_module(
     command = [sys.executable, "-m", module, *arguments]
     started = time.perf_counter()
     try:
+        # A session of its own: on a timeout the whole group goes (inductor's compile workers
+        # included), and no leftover process keeps the output pipes open.
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=environment or child_environment(), start_new_session=True)
         try:
-            completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                                       env=environment or child_environment())
+            stdout, stderr = child.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            _kill_group(child.pid)
+            child.communicate()
             return ChildOutcome(None, f"timed out after {timeout:.0f} s", time.perf_counter() - started, True)
+        except BaseException:  # Ctrl-C: take the child's group down with us
+            _kill_group(child.pid)
+            child.wait()
+            raise
         seconds = time.perf_counter() - started
-        if completed.returncode == 0 and result_path.is_file():
+        if child.returncode == 0 and result_path.is_file():
             return ChildOutcome(json.loads(result_path.read_text()), None, seconds)
-        tail = (completed.stderr or completed.stdout or "").strip().splitlines()[-5:]
-        if completed.returncode < 0:
-            cause = f"{what} died of {signal_name(completed.returncode)}"
+        tail = (stderr or stdout or "").strip().splitlines()[-5:]
+        if child.returncode < 0:
+            cause = f"{what} died of {signal_name(child.returncode)}"
         else:
-            cause = f"{what} exited with status {completed.returncode}"
+            cause = f"{what} exited with status {child.returncode}"
         return ChildOutcome(None, cause + (": " + " | ".join(tail) if tail else ""), seconds)
     finally:
         if result_path.exists():
