@@ -245,6 +245,8 @@ def export_input_checker(program: Any) -> Callable[[tuple, dict], str | None]:
     from torch.export.graph_signature import InputKind
 
     in_spec = program.call_spec.in_spec
+    # Resolved now, so a torch without it fails the set-up instead of sending every call to eager.
+    check_constraints = program._check_input_constraints
     placeholders = [node for node in program.graph.nodes if node.op == "placeholder"]
     examples = [
         node.meta.get("val")
@@ -268,7 +270,7 @@ def export_input_checker(program: Any) -> Callable[[tuple, dict], str | None]:
                     return (f"{pytree.keystr(path)} is {value.dtype} on {value.device}, exported for "
                             f"{example.dtype} on {example.device}")
         try:
-            program._check_input_constraints(flat)
+            check_constraints(flat)
         except Exception as exc:
             return first_line(exc)
         return None

@@ -294,3 +294,24 @@ def test_all_five_strategies_with_inductor_on_the_cpu(tmp_path):
     assert "strategy set-up graphs recompiles mean p50 p99 max worst speedup".split() in [line.split() for line in lines]
     assert lines[-2].startswith("recommended ") and lines[-1] == f"wrote       {out / 'bench.json'}, {out / 'report.html'}"
     assert 'id="bench-export"' in (out / "report.html").read_text()
+
+
+def test_export_input_checker_uses_the_exported_programs_own_bounds():
+    from torch.export import Dim
+
+    from guardscope import torch_compat
+
+    class Add(torch.nn.Module):
+        def forward(self, x, y):
+            return x.sum(0) + y.sum(0)
+
+    rows = Dim("rows", min=1, max=6)
+    program = torch.export.export(Add(), (torch.ones(3, 8),), {"y": torch.ones(3, 8)},
+                                  dynamic_shapes={"x": {0: rows}, "y": {0: rows}})
+    check = torch_compat.export_input_checker(program)
+    assert check((torch.ones(5, 8),), {"y": torch.ones(5, 8)}) is None
+    assert "<= 6" in check((torch.ones(9, 8),), {"y": torch.ones(9, 8)})          # beyond the Dim
+    assert check((torch.ones(4, 8),), {"y": torch.ones(5, 8)}) is not None         # one Dim, two sizes
+    assert check((torch.ones(4, 7),), {"y": torch.ones(4, 7)}) is not None         # a static size
+    assert "float64" in check((torch.ones(4, 8, dtype=torch.float64),), {"y": torch.ones(4, 8)})
+    assert check((torch.ones(4, 8),), {}) is not None                              # y missing
