@@ -4,7 +4,8 @@
 #
 #   bash bench/latency_gpu.sh OUT            # all of it (about 8-9 minutes on an H200)
 #   bash bench/latency_gpu.sh OUT bench      # analyze + emit-warmup + guardscope bench (about 6 min)
-#   bash bench/latency_gpu.sh OUT plain      # bench/plain_bench.py, then the comparison (about 2.5 min)
+#   bash bench/latency_gpu.sh OUT plain      # bench/plain_bench.py, then the comparison (about 2.5 min;
+#                                            # it takes WORK/bench.json when OUT lacks bench.json)
 #
 # Writes OUT/bench.txt, bench.json, report.html, fixes.json, plain.txt, plain.json, compare.txt
 # and OUT/steps.txt (seconds per step). CORPUS (default /tmp/gnn-full, generated when missing),
@@ -33,6 +34,9 @@ if [ "$STAGE" != plain ]; then
   step emit-warmup python -m guardscope.cli emit-warmup "$WORK"
   step bench bash -c "set -o pipefail; python -m guardscope.cli bench '$WORK' --device '$DEVICE' --timeout '${TIMEOUT:-240}' | tee '$OUT/bench.txt'"
   cp "$WORK/bench.json" "$WORK/report.html" "$WORK/fixes.json" "$OUT/"
+fi
+if [ "$STAGE" = plain ] && [ ! -f "$OUT/bench.json" ] && [ -f "$WORK/bench.json" ]; then
+  cp "$WORK/bench.json" "$OUT/"  # the bench stage's result, when this machine still has it
 fi
 if [ "$STAGE" != bench ]; then
   step plain bash -c "set -o pipefail; python bench/plain_bench.py '$CORPUS' --device '$DEVICE' --json '$OUT/plain.json' | tee '$OUT/plain.txt'"
