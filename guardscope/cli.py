@@ -64,6 +64,7 @@ def main() -> None:
       guardscope analyze samples/gnn/corpus --out out/   # catalog.json, report.html, trace/
       guardscope emit-warmup out/                        # warmup.py, unbacked.py, export_dims.py
       guardscope verify out/                             # proves each fix on the corpus
+      guardscope bench out/                              # serving latency of each fix (GPU)
       guardscope report out/                             # re-renders report.html
       guardscope diff before/ after/                     # what changed between two analyses
     """
@@ -420,6 +421,56 @@ def fidelity(out_dir: str, backend: str, device: str, mode: str | None, timeout:
                f"{document['labels'][0]} vs {document['labels'][1]} (DIR/fidelity.json, report.html)")
     if exit_code and not document["identical"]:
         sys.exit(1)
+
+
+@main.command()
+@click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=str))
+@click.option("--device", default="cuda", show_default=True,
+              help="Where to serve. Needs a GPU unless you pass --device cpu (CPU serving; slow, for testing).")
+@click.option("--corpus", default=None, type=click.Path(file_okay=False, path_type=str),
+              help="Replay this corpus instead of the analysed one (the same requests on another machine).")
+@click.option("--strategy", "strategies", multiple=True,
+              type=click.Choice(["eager", "compile", "warmup", "unbacked", "export"]),
+              help="Measure only these strategies (repeatable); default all five.")
+@click.option("--backend", type=click.Choice(["inductor", "aot_eager", "eager"]), default="inductor",
+              show_default=True, help="torch.compile backend of the compiled strategies (export always uses AOTInductor).")
+@click.option("--repeat", type=int, default=1, show_default=True, help="Replay the corpus this many times per strategy.")
+@click.option("--timeout", type=float, default=1200.0, show_default=True, help="Seconds allowed per strategy.")
+@click.option("--min-speedup", type=float, default=1.25, show_default=True, help="Target: steady speedup over eager.")
+@click.option("--max-setup", type=float, default=70.0, show_default=True, help="Target: set-up seconds.")
+@click.option("--max-worst-ratio", type=float, default=3.0, show_default=True,
+              help="Target: worst request during the replay, as a multiple of eager's worst.")
+@_friendly_errors
+def bench(out_dir: str, device: str, corpus: str | None, strategies: tuple[str, ...], backend: str, repeat: int,
+          timeout: float, min_speedup: float, max_setup: float, max_worst_ratio: float) -> None:
+    """Measure what each way of serving costs: eager, plain torch.compile, and guardscope's fixes.
+
+    For each strategy (eager; plain compile; the warmup; the mark_unbacked plan; torch.export +
+    AOTInductor with an eager fallback outside the bounds), in a fresh process with empty
+    inductor and triton caches: set-up time, graphs compiled, recompiles during the replay of the
+    corpus and their latency, steady mean / p50 / p99 / max latency, the worst request and the
+    speedup over eager. Recommends the plan that meets the targets. Writes DIR/bench.json and
+    refreshes DIR/report.html. Run 'guardscope emit-warmup DIR' first.
+
+    \b
+    Examples:
+      guardscope bench out/                                  # on a CUDA machine
+      guardscope bench out/ --corpus /data/corpus --timeout 300
+      guardscope bench out/ --device cpu --strategy eager --strategy warmup
+    """
+    from . import pipeline
+    from .bench import Criteria, format_table
+
+    document = pipeline.bench(
+        out_dir, device=device, corpus=corpus, strategies=strategies or None, backend=backend,
+        repeat=repeat, timeout=timeout, progress=lambda name: click.echo(f"measuring {name}...", err=True),
+        criteria=Criteria(min_speedup=min_speedup, max_setup_seconds=max_setup, max_worst_ratio=max_worst_ratio),
+    )
+    where = document["device_name"] or document["device"]
+    click.echo(f"device      {where}, torch {document['torch_version']}, backend {document['compile']['backend']}; "
+               f"{document['corpus']['samples']} samples x {document['repeat']}")
+    click.echo(format_table(document))
+    click.echo(f"wrote       {Path(out_dir) / 'bench.json'}, {Path(out_dir) / 'report.html'}")
 
 
 def _analyze_in_child(out_dir: str) -> None:

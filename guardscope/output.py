@@ -126,6 +126,7 @@ FIXES = "fixes.json"
 PROBE_DIR = "probe"
 PROBE_FILE = "probe.json"
 VERIFICATION = "verification.json"
+BENCH = "bench.json"
 
 
 def read_json(path: str | Path, what: str) -> Any:

@@ -276,10 +276,11 @@ def _respec(spec: str, corpus_dir: Path, new_dir: Path) -> str:
     return f"{Path(os.path.relpath(source.resolve(), new_dir.resolve())).as_posix()}:{attr}"
 
 
-def _load_analysis(out_dir: str | Path) -> tuple[Path, dict[str, Any], Any, Any]:
+def _load_analysis(out_dir: str | Path, corpus_dir: str | Path | None = None) -> tuple[Path, dict[str, Any], Any, Any]:
+    """The analysis in ``out_dir``: its catalog, its corpus (or ``corpus_dir``) and model."""
     out = Path(out_dir)
     catalog = output.read_catalog(out)
-    corpus = load_corpus(out / catalog["corpus"]["path"])
+    corpus = load_corpus(corpus_dir if corpus_dir is not None else out / catalog["corpus"]["path"])
     model = load_model(catalog["model"], base_dir=corpus.path)
     return out, catalog, corpus, model
 
@@ -811,3 +812,83 @@ def diff_analyses(
     if html is not None:
         write_diff_html(html, result)
     return result
+# --- bench -------------------------------------------------------------------------------------
+
+
+def bench(
+    out_dir: str | Path,
+    *,
+    device: str = "cuda",
+    corpus: str | Path | None = None,
+    strategies: tuple[str, ...] | None = None,
+    backend: str = "inductor",
+    repeat: int = 1,
+    timeout: float = 1200.0,
+    criteria: Any = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Measure serving latency under each strategy, each in a fresh process; write ``bench.json``.
+
+    Strategies (see :mod:`guardscope.bench`): ``eager``, ``compile`` (plain torch.compile),
+    ``warmup``, ``unbacked`` and ``export`` (torch.export + AOTInductor, eager fallback outside the
+    bounds); the last three need ``emit-warmup``. ``device`` defaults to CUDA: on a machine
+    without one this raises unless ``device="cpu"`` is asked for explicitly. ``corpus`` overrides
+    the analysed corpus (the same requests elsewhere, e.g. on the GPU machine). Returns the
+    document written to ``DIR/bench.json`` (and refreshes ``report.html``).
+    """
+    import torch
+
+    from . import bench as benchmark
+
+    out = Path(out_dir)
+    catalog = output.read_catalog(out)
+    chosen = tuple(strategies or benchmark.STRATEGIES)
+    unknown = sorted(set(chosen) - set(benchmark.STRATEGIES))
+    if unknown:
+        raise CompileOptionsError(f"unknown strategies {unknown}; choose from {', '.join(benchmark.STRATEGIES)}")
+    if repeat < 1:
+        raise CompileOptionsError(f"--repeat {repeat} must be at least 1")
+    if timeout <= 0:
+        raise CompileOptionsError(f"--timeout {timeout} must be positive")
+    try:
+        parsed = torch.device(device)
+    except RuntimeError as exc:
+        raise CompileOptionsError(f"device {device!r} is not a torch device: {exc}") from None
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise CompileOptionsError(
+            f"guardscope bench measures serving latency on a GPU (device {device!r}), but "
+            f"torch.cuda.is_available() is False here (torch {torch.__version__}). Run it on a CUDA "
+            "machine, or pass --device cpu to measure CPU serving (slow: every strategy compiles "
+            "with inductor for the CPU; meant for testing)"
+        )
+    corpus_dir = Path(corpus) if corpus is not None else out / catalog["corpus"]["path"]
+    samples = len(load_corpus(corpus_dir))  # a clear error before any subprocess starts
+    options = production_options(catalog, backend=backend, device=device)
+    options.validate()
+    rows = []
+    for name in benchmark.STRATEGIES:
+        if name not in chosen:
+            continue
+        if progress is not None:
+            progress(name)
+        rows.append(benchmark.run_strategy(
+            out, name, device=device, backend=backend,
+            corpus_dir=corpus_dir.resolve() if corpus is not None else None,
+            repeat=repeat, timeout=timeout,
+        ))
+    compile_options = options.compile_json()
+    document = benchmark.build_document(
+        rows,
+        criteria=criteria or benchmark.Criteria(),
+        torch_version=torch_compat.torch_version(),
+        device=device,
+        options={key: compile_options[key] for key in ("backend", "dynamic", "fullgraph", "mode", "inference_mode")},
+        corpus_path=Path(os.path.relpath(corpus_dir.resolve(), out.resolve())).as_posix(),
+        samples=samples,
+        repeat=repeat,
+    )
+    output.write_json(out / output.BENCH, document)
+    from .report import write_report
+
+    write_report(out)
+    return document

@@ -129,14 +129,15 @@ VERIFY_STATUSES = ("passed", "failed", "crashed", "skipped")
 # --- reading ---------------------------------------------------------------------------------
 
 def read_inputs(out_dir: str | Path) -> dict[str, Any]:
-    """Load an analysis folder: ``catalog`` (required), ``timings``, ``fixes``, ``verification``
-    (``None`` when the file does not exist). Keys match :func:`render_report`'s arguments."""
+    """Load an analysis folder: ``catalog`` (required), ``timings``, ``fixes``, ``verification``,
+    ``bench`` (``None`` when the file does not exist). Keys match :func:`render_report`'s arguments."""
     out = Path(out_dir)
     inputs: dict[str, Any] = {"catalog": output.read_catalog(out)}
     optional = {
         "timings": (output.TIMINGS, f"re-run 'guardscope analyze CORPUS --out {out} --force'"),
         "fixes": (output.FIXES, f"re-run 'guardscope emit-warmup {out}'"),
         "verification": (output.VERIFICATION, f"re-run 'guardscope verify {out}'"),
+        "bench": (output.BENCH, f"re-run 'guardscope bench {out}'"),
     }
     optional["probe"] = (f"{output.PROBE_DIR}/{output.PROBE_FILE}", f"re-run 'guardscope probe {out}'")
     optional["fidelity"] = ("fidelity.json", f"re-run 'guardscope fidelity {out}'")
@@ -738,6 +739,55 @@ def cudagraphs_context(catalog: dict, timings: dict | None) -> dict | None:
     }
 
 
+def bench_context(bench: dict | None) -> dict | None:
+    """The latency table of ``guardscope bench`` (bench.json), None when it was not run."""
+    if bench is None:
+        return None
+    from .bench import format_duration, format_ms, missed_targets
+
+    rows = []
+    for row in bench.get("strategies", []):
+        steady = row.get("steady") or {}
+        first = row.get("first_compile")
+        latency = row.get("recompile_latency")
+        rows.append({
+            "name": row["name"],
+            "title": row.get("title") or row["name"],
+            "status": row["status"],
+            "reason": row.get("reason"),
+            "setup": format_duration(row.get("setup_seconds")),
+            "graphs": None if row.get("setup_graphs") is None else row["setup_graphs"] + row["replay_compiles"],
+            "recompiles": row.get("recompiles"),
+            "recompile_samples": format_samples(e["sample"] for e in row.get("recompile_requests") or []),
+            "recompile_mean": format_duration(latency["mean_s"]) if latency else None,
+            "recompile_max": format_duration(latency["max_s"]) if latency else None,
+            "first_compile": None if not first else {"latency": format_duration(first["latency_s"]),
+                                                     "sample": first["sample"]},
+            "steady": {key: format_ms(steady.get(f"{key}_ms")) for key in ("mean", "p50", "p99", "max")},
+            "worst": format_ms(row.get("worst_ms")),
+            "speedup": None if row.get("speedup") is None else f"{row['speedup']:.2f}×",
+            "fallbacks": row.get("fallbacks"),
+            "errors": row.get("errors"),
+            "first_error": (row.get("error_requests") or [{}])[0].get("error"),
+            "has_targets": bool(row.get("targets")),
+            "missed": missed_targets(row) if row.get("targets") else [],
+        })
+    recommendation = bench.get("recommendation") or {}
+    return {
+        "device": bench.get("device_name") or bench.get("device"),
+        "torch_version": bench.get("torch_version"),
+        "compile": {k: _option(v) for k, v in sorted((bench.get("compile") or {}).items())},
+        "corpus_path": (bench.get("corpus") or {}).get("path"),
+        "samples": (bench.get("corpus") or {}).get("samples"),
+        "repeat": bench.get("repeat"),
+        "criteria": bench.get("criteria") or {},
+        "rows": rows,
+        "recommended": recommendation.get("strategy"),
+        "meets_targets": bool(recommendation.get("meets_targets")),
+        "reason": recommendation.get("reason"),
+    }
+
+
 def catalog_digest(catalog: dict) -> str:
     """A digest of the catalog's content, to tell which analysis other results belong to."""
     import hashlib
@@ -800,7 +850,8 @@ def fidelity_context(catalog: dict, fidelity: dict | None) -> dict | None:
 
 def build_context(catalog: dict, *, timings: dict | None, fixes: dict | None,
                   verification: dict | None, trace_dir: str = output.TRACE_DIR,
-                  probe: dict | None = None, fidelity: dict | None = None) -> dict:
+                  probe: dict | None = None, fidelity: dict | None = None,
+                  bench: dict | None = None) -> dict:
     return {
         "fidelity": fidelity_context(catalog, fidelity),
         "risk": risk_context(catalog, probe),
@@ -814,6 +865,8 @@ def build_context(catalog: dict, *, timings: dict | None, fixes: dict | None,
         "cudagraphs": cudagraphs_context(catalog, timings),
         "has_fixes": fixes is not None,
         "has_verification": verification is not None,
+        "bench": bench_context(bench),
+        "bench_file": output.BENCH,
         "trace_dir": trace_dir.rstrip("/"),
         "trace_file": output.TRACE_FILE,
         "catalog_file": output.CATALOG,
@@ -838,10 +891,11 @@ ENVIRONMENT.filters.update(seconds=format_seconds, number=_number, samples=forma
 
 def render_report(catalog: dict, *, timings: dict | None, fixes: dict | None,
                   verification: dict | None, trace_dir: str = output.TRACE_DIR,
-                  probe: dict | None = None, fidelity: dict | None = None) -> str:
+                  probe: dict | None = None, fidelity: dict | None = None,
+                  bench: dict | None = None) -> str:
     """The report page for already-loaded JSON (see :func:`read_inputs`). Reads and writes nothing."""
     context = build_context(catalog, timings=timings, fixes=fixes, verification=verification,
-                            trace_dir=trace_dir, probe=probe, fidelity=fidelity)
+                            trace_dir=trace_dir, probe=probe, fidelity=fidelity, bench=bench)
     return ENVIRONMENT.get_template("report.html").render(context)
 
 

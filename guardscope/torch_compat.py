@@ -312,3 +312,87 @@ def mode_uses_cudagraphs(mode: str | None) -> bool:
     except Exception:  # an unknown mode: torch.compile itself will say so
         return mode in ("reduce-overhead", "max-autotune")
     return bool(options.get("triton.cudagraphs"))
+# --- serving measurements (guardscope bench) ----------------------------------------------------
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on ``device``, so a request's wall time includes its kernels."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def graphs_compiled() -> int:
+    """Graphs Dynamo has compiled in this process so far (``counters["stats"]["unique_graphs"]``,
+    as the seed article counts them): read before and after a call, it tells whether the call
+    compiled, without the structured trace, whose payloads add to a compile's time."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+def device_name(device: torch.device) -> str | None:
+    """The accelerator's name (``NVIDIA H200``), None on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return None
+
+
+def aoti_compile_and_load(program: Any, package_path: str) -> Callable[..., Any]:
+    """Compile an ``ExportedProgram`` with AOTInductor into a ``.pt2`` package and load it.
+
+    ``torch._inductor.aoti_compile_and_package(program, package_path=...)`` and
+    ``aoti_load_package(path)`` have these signatures from torch 2.6 on (2.11 and 2.13 included);
+    the loaded model takes the exported call's ``(*args, **kwargs)``.
+    """
+    import torch._inductor
+
+    path = torch._inductor.aoti_compile_and_package(program, package_path=package_path)
+    return torch._inductor.aoti_load_package(path)
+
+
+def export_input_checker(program: Any) -> Callable[[tuple, dict], str | None]:
+    """``check(args, kwargs)``: None when ``program`` accepts the call, else why not.
+
+    An AOTInductor model does not check its inputs (unless AOTI_RUNTIME_CHECK_INPUTS=1 was set
+    when it was compiled): a call outside the exported bounds must be caught before it runs.
+    This uses the exported program's own check (``ExportedProgram._check_input_constraints``:
+    ranges of the Dims, dims that share a Dim, static sizes; torch 2.3+) after flattening the call
+    as ``torch.export`` does (``reorder_kwargs`` + ``tree_flatten_with_path``), plus each
+    tensor's dtype and device, which that check leaves out.
+    """
+    import torch.utils._pytree as pytree
+    from torch.export._tree_utils import reorder_kwargs
+    from torch.export.graph_signature import InputKind
+
+    in_spec = program.call_spec.in_spec
+    # Resolved now, so a torch without it fails the set-up instead of sending every call to eager.
+    check_constraints = program._check_input_constraints
+    placeholders = [node for node in program.graph.nodes if node.op == "placeholder"]
+    examples = [
+        node.meta.get("val")
+        for node, spec in zip(placeholders, program.graph_signature.input_specs)
+        if spec.kind == InputKind.USER_INPUT
+    ]
+
+    def first_line(exc: BaseException) -> str:
+        return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+
+    def check(args: tuple, kwargs: dict) -> str | None:
+        try:
+            flat, spec = pytree.tree_flatten_with_path((tuple(args), reorder_kwargs(kwargs, in_spec)))
+        except Exception as exc:
+            return first_line(exc)
+        if spec != in_spec:
+            return "the call's arguments are structured unlike the exported example's"
+        for (path, value), example in zip(flat, examples):
+            if isinstance(value, torch.Tensor) and isinstance(example, torch.Tensor):
+                if value.dtype != example.dtype or value.device.type != example.device.type:
+                    return (f"{pytree.keystr(path)} is {value.dtype} on {value.device}, exported for "
+                            f"{example.dtype} on {example.device}")
+        try:
+            check_constraints(flat)
+        except Exception as exc:
+            return first_line(exc)
+        return None
+
+    return check

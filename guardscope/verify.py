@@ -14,15 +14,13 @@ catalog's options, applies the artifact as its docstring says, replays the corpu
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
+
+from .isolation import import_file, run_module
 
 ARTIFACTS = ("warmup", "unbacked", "export")
 FILES = {"warmup": "warmup.py", "unbacked": "unbacked.py", "export": "export_dims.py"}
@@ -46,55 +44,23 @@ def _result(name: str, status: str, reason: str | None = None, **fields: Any) ->
     return result
 
 
-def _signal_name(code: int) -> str:
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
-
-
 def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: float) -> dict[str, Any]:
     """Verify one artifact in a fresh interpreter; turn any death of it into a result."""
     if not (out_dir / FILES[name]).is_file():
         return _result(name, "skipped", f"{FILES[name]} not found: run 'guardscope emit-warmup {out_dir}'")
     result_path = out_dir / f".verify-{name}.json"
-    if result_path.exists():
-        result_path.unlink()
-    command = [sys.executable, "-m", "guardscope.verify", name, str(out_dir), str(result_path)]
+    arguments = [name, str(out_dir), str(result_path)]
     if holdout is not None:
-        command += ["--holdout", str(holdout)]
-    environment = dict(os.environ)
-    # The child must import this guardscope, wherever it is installed from.
-    package_root = str(Path(__file__).resolve().parent.parent)
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, environment.get("PYTHONPATH")]))
-    started = time.perf_counter()
-    try:
-        completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment)
-    except subprocess.TimeoutExpired:
-        return _result(name, "crashed", f"timed out after {timeout:.0f} s")
-    try:
-        if completed.returncode == 0 and result_path.is_file():
-            return json.loads(result_path.read_text())
-        tail = (completed.stderr or completed.stdout or "").strip().splitlines()[-5:]
-        if completed.returncode < 0:
-            cause = f"the verification process died of {_signal_name(completed.returncode)}"
-        else:
-            cause = f"the verification process exited with status {completed.returncode}"
-        return _result(name, "crashed", cause + (": " + " | ".join(tail) if tail else ""),
-                       setup_seconds=round(time.perf_counter() - started, 3))
-    finally:
-        if result_path.exists():
-            result_path.unlink()
+        arguments += ["--holdout", str(holdout)]
+    outcome = run_module("guardscope.verify", arguments, result_path, timeout=timeout,
+                         what="the verification process")
+    if outcome.result is not None:
+        return outcome.result
+    return _result(name, "crashed", outcome.failure,
+                   setup_seconds=None if outcome.timed_out else round(outcome.seconds, 3))
 
 
 # --- the child ---------------------------------------------------------------------------------
-
-
-def _import_artifact(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(f"guardscope_artifact_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
 
 
 def _replay_split(corpus: Any, holdout: float | None, probed: list[Any] = ()) -> Iterator[Any]:
@@ -122,7 +88,7 @@ def _verify_compiled(name: str, out_dir: Path, catalog: dict, corpus: Any, model
     from .pipeline import production_options
     from .replay import Runner
 
-    module = _import_artifact(out_dir / FILES[name])
+    module = import_file(out_dir / FILES[name])
     options = production_options(catalog)
     if name == "unbacked":
         module.configure()
@@ -173,7 +139,7 @@ def _verify_compiled(name: str, out_dir: Path, catalog: dict, corpus: Any, model
 def _verify_export(out_dir: Path, catalog: dict, corpus: Any, model: Any) -> dict:
     import torch
 
-    module = _import_artifact(out_dir / FILES["export"])
+    module = import_file(out_dir / FILES["export"])
     model = model.eval()
     example = corpus.sample(module_example(out_dir, catalog))
     started = time.perf_counter()

@@ -1,0 +1,547 @@
+"""``guardscope bench``: what each way of serving the model costs, in the seed article's terms.
+
+For each strategy — eager; plain ``torch.compile``; guardscope's warmup; guardscope's
+``mark_unbacked`` plan; ``torch.export`` + AOTInductor with an eager fallback for calls outside the
+exported bounds — one fresh process (``python -m guardscope.bench STRATEGY DIR RESULT``), with
+empty inductor and triton cache folders of its own (``TORCHINDUCTOR_CACHE_DIR``,
+``TRITON_CACHE_DIR``) so that its set-up compiles everything it needs. A crash, a segfault or a
+timeout becomes a ``failed`` row for that strategy, never the end of the others.
+
+What a strategy's process does:
+
+1. builds the model on the device and runs one eager forward of the corpus's first sample,
+   untimed: CUDA context, cuBLAS handles and the caching allocator are what any server pays at
+   start, whatever it serves with;
+2. **set-up**, timed: nothing (eager, plain compile: torch.compile is lazy); ``warmup()``
+   (warmup); ``configure()`` + ``warmup()`` (unbacked); ``torch.export`` with the emitted Dims,
+   AOTInductor compile and load, one call of the export example (export);
+3. **replay**: the corpus in recorded order (``repeat`` times), request by request. A request's
+   arguments are moved to the device first (untimed); then the device is synchronized, the clock
+   read, the call made under the analysis's grad mode (``mark()`` first for the unbacked plan; the
+   bounds check, then the AOTInductor model or the eager fallback, for export), the device
+   synchronized and the clock read again. Whether a request compiled is read from Dynamo's own
+   graph counter before and after it (the structured trace is left off: its payloads would add to
+   the compile times measured).
+
+The pure functions below turn what the children report into rows: set-up, graphs compiled,
+recompiles during the replay (the first compile of a process that had compiled nothing is its
+first compile, not a recompile) with their latency, steady latency (requests that compiled nothing:
+mean, p50, p99, max), the worst request, the speedup over eager (eager's steady mean over the
+strategy's), the targets each strategy meets, and which of guardscope's plans to serve with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from .isolation import child_environment, import_file, run_module
+
+STRATEGIES = ("eager", "compile", "warmup", "unbacked", "export")
+TITLES = {
+    "eager": "eager",
+    "compile": "plain torch.compile",
+    "warmup": "guardscope warmup",
+    "unbacked": "guardscope mark_unbacked plan",
+    "export": "torch.export + AOTInductor, eager fallback",
+}
+# The emitted module each of guardscope's plans runs.
+ARTIFACTS = {"warmup": "warmup.py", "unbacked": "unbacked.py", "export": "export_dims.py"}
+# guardscope's plans: the candidates for the recommendation.
+PLANS = ("warmup", "unbacked", "export")
+# The plain compile raises Dynamo's recompile limit as the seed article does (64; 8 by default),
+# so that it recompiles instead of failing under fullgraph=True.
+PLAIN_RECOMPILE_LIMIT = 64
+# Long lists in bench.json (recompiling requests, fallbacks, errors) keep this many entries.
+LISTED = 200
+
+
+@dataclass(frozen=True)
+class Criteria:
+    """What a plan must achieve to be recommended (issue 7's targets by default)."""
+
+    max_recompiles: int = 0
+    min_speedup: float = 1.25
+    max_setup_seconds: float = 70.0
+    max_worst_ratio: float = 3.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- pure: statistics, targets, recommendation, table ------------------------------------------
+
+
+def percentile(ordered: list[float], fraction: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default) of sorted values."""
+    if not ordered:
+        raise ValueError("percentile of no values")
+    position = (len(ordered) - 1) * fraction
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def latency_stats(seconds: Iterable[float]) -> dict[str, Any] | None:
+    """count, mean, p50, p99 and max of request latencies, in milliseconds."""
+    ordered = sorted(seconds)
+    if not ordered:
+        return None
+    return {
+        "count": len(ordered),
+        "mean_ms": round(1e3 * sum(ordered) / len(ordered), 4),
+        "p50_ms": round(1e3 * percentile(ordered, 0.50), 4),
+        "p99_ms": round(1e3 * percentile(ordered, 0.99), 4),
+        "max_ms": round(1e3 * ordered[-1], 4),
+    }
+
+
+def empty_row(name: str, status: str, reason: str | None, wall_seconds: float | None = None) -> dict[str, Any]:
+    """A strategy's row with nothing measured (skipped, or failed before reporting)."""
+    return {
+        "name": name,
+        "title": TITLES[name],
+        "status": status,
+        "reason": reason,
+        "device_name": None,
+        "setup_seconds": None,
+        "setup_graphs": None,
+        "replay_compiles": None,
+        "recompiles": None,
+        "first_compile": None,
+        "recompile_requests": [],
+        "recompile_latency": None,
+        "requests": None,
+        "steady": None,
+        "worst_ms": None,
+        "worst_sample": None,
+        "fallbacks": None,
+        "fallback_requests": [],
+        "errors": None,
+        "error_requests": [],
+        "speedup": None,
+        "targets": None,
+        "wall_seconds": None if wall_seconds is None else round(wall_seconds, 3),
+    }
+
+
+def summarize(name: str, raw: dict[str, Any], wall_seconds: float | None = None) -> dict[str, Any]:
+    """A strategy's row from what its process reported (see :func:`_measure`).
+
+    ``raw["requests"]`` holds ``[sample, seconds, graphs compiled]`` per request in replay order;
+    ``raw["fallbacks"]`` and ``raw["errors"]`` ``[request, text]``. A request that compiled is a
+    recompile, except the first one of a strategy that compiled nothing at set-up (the plain
+    compile's first request): that is its first compile.
+    """
+    requests = raw["requests"]
+    errors = {request: text for request, text in raw["errors"]}
+    setup_graphs = raw["setup_graphs"]
+
+    def entry(request: int) -> dict[str, Any]:
+        sample, seconds, graphs = requests[request]
+        return {"request": request, "sample": sample, "latency_s": round(seconds, 4), "graphs": graphs}
+
+    compiled = [entry(request) for request, (_, _, graphs) in enumerate(requests) if graphs]
+    first = compiled[0] if compiled and not setup_graphs else None
+    recompiling = compiled[1:] if first else compiled
+    steady = [seconds for request, (_, seconds, graphs) in enumerate(requests)
+              if not graphs and request not in errors]
+    worst = max(range(len(requests)), key=lambda request: requests[request][1], default=None)
+    row = empty_row(name, "ok", None, wall_seconds)
+    row.update(
+        device_name=raw.get("device_name"),
+        setup_seconds=round(raw["setup_seconds"], 4),
+        setup_graphs=setup_graphs,
+        replay_compiles=sum(graphs for _, _, graphs in requests),
+        recompiles=len(recompiling),
+        first_compile=first,
+        recompile_requests=recompiling[:LISTED],
+        recompile_latency=None if not recompiling else {
+            "mean_s": round(sum(e["latency_s"] for e in recompiling) / len(recompiling), 4),
+            "max_s": round(max(e["latency_s"] for e in recompiling), 4),
+        },
+        requests=len(requests),
+        steady=latency_stats(steady),
+        worst_ms=None if worst is None else round(1e3 * requests[worst][1], 4),
+        worst_sample=None if worst is None else requests[worst][0],
+        fallbacks=len(raw["fallbacks"]) if name == "export" else None,
+        fallback_requests=[{"request": r, "sample": requests[r][0], "reason": text}
+                           for r, text in raw["fallbacks"][:LISTED]],
+        errors=len(errors),
+        error_requests=[{"request": r, "sample": requests[r][0], "error": text}
+                        for r, text in raw["errors"][:LISTED]],
+    )
+    return row
+
+
+def _target(value: float | None, limit: float, at_most: bool) -> dict[str, Any]:
+    met = None if value is None else (value <= limit if at_most else value >= limit)
+    return {"value": value, "limit": limit, "met": met}
+
+
+def apply_targets(rows: list[dict[str, Any]], criteria: Criteria) -> list[dict[str, Any]]:
+    """Fill each measured row's speedup over eager and its targets (new rows; eager has none).
+
+    ``speedup`` is eager's steady mean over the strategy's; ``worst_ratio`` the strategy's worst
+    request over eager's. Both are None (and their targets unknown) without a measured eager row.
+    """
+    eager = next((r for r in rows if r["name"] == "eager" and r["status"] == "ok"), None)
+    eager_mean = eager["steady"]["mean_ms"] if eager and eager["steady"] else None
+    eager_worst = eager["worst_ms"] if eager else None
+    result = []
+    for row in rows:
+        row = dict(row)
+        if row["status"] == "ok":
+            mean = row["steady"]["mean_ms"] if row["steady"] else None
+            row["speedup"] = round(eager_mean / mean, 4) if eager_mean and mean else None
+            if row["name"] != "eager":
+                worst_ratio = (round(row["worst_ms"] / eager_worst, 4)
+                               if eager_worst and row["worst_ms"] is not None else None)
+                row["targets"] = {
+                    "recompiles": _target(row["recompiles"], criteria.max_recompiles, at_most=True),
+                    "failed_requests": _target(row["errors"], 0, at_most=True),
+                    "speedup": _target(row["speedup"], criteria.min_speedup, at_most=False),
+                    "setup_seconds": _target(row["setup_seconds"], criteria.max_setup_seconds, at_most=True),
+                    "worst_ratio": _target(worst_ratio, criteria.max_worst_ratio, at_most=True),
+                }
+        result.append(row)
+    return result
+
+
+def missed_targets(row: dict[str, Any]) -> list[str]:
+    """The targets a row does not meet (or cannot be shown to meet), in words."""
+    words = []
+    for key, target in (row["targets"] or {}).items():
+        if target["met"]:
+            continue
+        value, limit = target["value"], target["limit"]
+        words.append({
+            "recompiles": f"{value} recompiles (at most {limit})",
+            "failed_requests": f"{value} failed requests",
+            "speedup": (f"speedup {value:.2f}x (at least {limit:g}x)" if value is not None
+                        else "speedup unknown (no eager row)"),
+            "setup_seconds": f"set-up {value:.1f} s (at most {limit:g} s)" if value is not None else "set-up unknown",
+            "worst_ratio": (f"worst request {value:.1f}x eager's worst (at most {limit:g}x)" if value is not None
+                            else "worst request unknown (no eager row)"),
+        }[key])
+    return words
+
+
+def recommend(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Which of guardscope's plans to serve with: among those meeting every target, the fastest
+    (highest speedup); when none does, the closest (fewest targets missed, then speedup), flagged."""
+    measured = [r for r in rows if r["name"] in PLANS and r["status"] == "ok" and r["targets"]]
+    if not measured:
+        tried = [r["name"] for r in rows if r["name"] in PLANS]
+        return {
+            "strategy": None,
+            "meets_targets": False,
+            "reason": ("No plan was measured" if not tried else
+                       "No plan ran to the end: " + ", ".join(f"{r['name']} {r['status']}"
+                                                            for r in rows if r["name"] in PLANS)),
+        }
+
+    def key(row: dict[str, Any]) -> tuple:
+        return (-len(missed_targets(row)), row["speedup"] or 0.0)
+
+    best = max(measured, key=key)
+    missed = missed_targets(best)
+    if not missed:
+        targets = best["targets"]
+        reason = (f"it meets every target ({targets['recompiles']['value']} recompiles, "
+                  f"speedup {targets['speedup']['value']:.2f}x, set-up {targets['setup_seconds']['value']:.1f} s, "
+                  f"worst request {targets['worst_ratio']['value']:.1f}x eager's worst)")
+        others = [r["name"] for r in measured if r is not best and not missed_targets(r)]
+        if others:
+            reason += f", the fastest of the plans that do ({', '.join([best['name'], *others])})"
+        return {"strategy": best["name"], "meets_targets": True, "reason": reason}
+    return {
+        "strategy": best["name"],
+        "meets_targets": False,
+        "reason": (f"No plan meets every target; the closest is {best['name']}, which misses: "
+                   + "; ".join(missed) + ". Eager serving stays the predictable choice until one does"),
+    }
+
+
+def build_document(
+    rows: list[dict[str, Any]],
+    *,
+    criteria: Criteria,
+    torch_version: str,
+    device: str,
+    options: dict[str, Any],
+    corpus_path: str,
+    samples: int,
+    repeat: int,
+) -> dict[str, Any]:
+    """bench.json: the measured rows with targets, the recommendation, and how it was measured."""
+    rows = apply_targets(rows, criteria)
+    return {
+        "schema": 1,
+        "torch_version": torch_version,
+        "device": device,
+        "device_name": next((r["device_name"] for r in rows if r["device_name"]), None),
+        "compile": options,
+        "corpus": {"path": corpus_path, "samples": samples},
+        "repeat": repeat,
+        "criteria": criteria.to_json(),
+        "strategies": rows,
+        "recommendation": recommend(rows),
+    }
+
+
+def format_duration(seconds: float | None) -> str:
+    """Set-up and compile times: ``58.40 s``, ``488.12 ms``, ``0 s``."""
+    if seconds is None:
+        return "—"
+    if seconds == 0:
+        return "0 s"
+    return f"{seconds:.2f} s" if seconds >= 1 else format_ms(seconds * 1e3)
+
+
+def format_ms(milliseconds: float | None) -> str:
+    """Request latencies, two decimals in one unit so columns compare: ``5.00 ms``, ``14.20 s``."""
+    if milliseconds is None:
+        return "—"
+    return f"{milliseconds:.2f} ms" if milliseconds < 1000 else f"{milliseconds / 1e3:.2f} s"
+
+
+def format_table(document: dict[str, Any]) -> str:
+    """The terminal table of bench.json: a row per strategy, details and targets below it."""
+    header = ("strategy", "set-up", "graphs", "recompiles", "mean", "p50", "p99", "max", "worst", "speedup")
+    lines: list[tuple[str, ...] | str] = [header]
+    for row in document["strategies"]:
+        if row["status"] != "ok":
+            lines.append(f"{row['name']:<9} {row['status'].upper()}: {row['reason']}")
+            continue
+        steady = row["steady"] or {}
+        lines.append((
+            row["name"],
+            format_duration(row["setup_seconds"]),
+            str(row["setup_graphs"] + row["replay_compiles"]),
+            str(row["recompiles"]),
+            format_ms(steady.get("mean_ms")),
+            format_ms(steady.get("p50_ms")),
+            format_ms(steady.get("p99_ms")),
+            format_ms(steady.get("max_ms")),
+            format_ms(row["worst_ms"]),
+            "—" if row["speedup"] is None else f"{row['speedup']:.2f}x",
+        ))
+        details = []
+        if row["first_compile"]:
+            details.append(f"first compile {format_duration(row['first_compile']['latency_s'])} "
+                           f"(sample {row['first_compile']['sample']})")
+        if row["recompile_latency"]:
+            samples = [e["sample"] for e in row["recompile_requests"]]
+            details.append(f"recompiles at samples {samples[:12]}{' ...' if len(samples) > 12 else ''}: "
+                           f"mean {format_duration(row['recompile_latency']['mean_s'])}, "
+                           f"max {format_duration(row['recompile_latency']['max_s'])}")
+        if row["fallbacks"]:
+            details.append(f"{row['fallbacks']} requests fell back to eager")
+        if row["errors"]:
+            details.append(f"{row['errors']} requests raised, first: {row['error_requests'][0]['error']}")
+        if row["targets"]:
+            missed = missed_targets(row)
+            details.append("targets: " + ("all met" if not missed else "missed " + "; ".join(missed)))
+        lines.extend(f"  {text}" for text in details)
+    table = [line for line in lines if isinstance(line, tuple)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    text = []
+    for line in lines:
+        if isinstance(line, str):
+            text.append(line)
+        else:
+            text.append("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                                  for i, (cell, w) in enumerate(zip(line, widths))).rstrip())
+    recommendation = document["recommendation"]
+    flag = "" if recommendation["meets_targets"] or not recommendation["strategy"] else " (targets not met)"
+    text.append(f"recommended {recommendation['strategy'] or 'none'}{flag}: {recommendation['reason']}")
+    return "\n".join(text)
+
+
+# --- the parent: one fresh process per strategy -------------------------------------------------
+
+
+def run_strategy(
+    out_dir: Path,
+    name: str,
+    *,
+    device: str,
+    backend: str,
+    corpus_dir: Path | None,
+    repeat: int,
+    timeout: float,
+) -> dict[str, Any]:
+    """Measure one strategy in a fresh process with empty compile caches; always a row."""
+    if name in ARTIFACTS and not (out_dir / ARTIFACTS[name]).is_file():
+        return empty_row(name, "skipped", f"{ARTIFACTS[name]} not found: run 'guardscope emit-warmup {out_dir}'")
+    work = Path(tempfile.mkdtemp(prefix=f"guardscope-bench-{name}-"))
+    try:
+        environment = child_environment({
+            "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor"),
+            "TRITON_CACHE_DIR": str(work / "triton"),
+        })
+        result = work / "result.json"
+        arguments = [name, str(out_dir), str(result), "--device", device, "--backend", backend,
+                     "--repeat", str(repeat), "--work", str(work)]
+        if corpus_dir is not None:
+            arguments += ["--corpus", str(corpus_dir)]
+        outcome = run_module("guardscope.bench", arguments, result, timeout=timeout,
+                             what="the benchmark process", environment=environment)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if outcome.result is None:
+        return empty_row(name, "failed", outcome.failure, outcome.seconds)
+    return summarize(name, outcome.result, outcome.seconds)
+
+
+# --- the child ---------------------------------------------------------------------------------
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"[:400]
+
+
+def _set_up(strategy: str, module: Any, runner: Any, out_dir: Path, catalog: dict, corpus: Any,
+            work: Path) -> tuple[Callable[[tuple, dict], str | None], int]:
+    """Prepare ``strategy``; return its request call (returning None, or why it fell back to
+    eager) and the graphs compiled outside Dynamo (the AOTInductor model)."""
+    from . import torch_compat
+
+    options = runner.options
+
+    def eager(args: tuple, kwargs: dict) -> None:
+        runner.model(*args, **kwargs)
+
+    def compiled(args: tuple, kwargs: dict) -> None:
+        runner.compiled(*args, **kwargs)
+
+    def marked(args: tuple, kwargs: dict) -> None:
+        module.mark(*args, **kwargs)
+        runner.compiled(*args, **kwargs)
+
+    if strategy == "eager":
+        return eager, 0
+    if strategy == "compile":
+        return compiled, 0
+    if strategy in ("warmup", "unbacked"):
+        module.warmup(runner.compiled, device=options.device, inference_mode=options.inference_mode)
+        return (compiled if strategy == "warmup" else marked), 0
+    # export: torch.export with the emitted Dims, AOTInductor, one call of the example.
+    from .verify import module_example
+
+    args, kwargs, _ = runner.prepare(corpus.sample(module_example(out_dir, catalog)), mark=False)
+    program = module.export(runner.model, *args, **kwargs)
+    aoti = torch_compat.aoti_compile_and_load(program, str(work / "model.pt2"))
+    accepts = torch_compat.export_input_checker(program)
+    with runner.grad_context():
+        aoti(*args, **kwargs)
+
+    def served(args: tuple, kwargs: dict) -> str | None:
+        reason = accepts(args, kwargs)
+        if reason is None:
+            aoti(*args, **kwargs)
+        else:
+            runner.model(*args, **kwargs)
+        return reason
+
+    return served, 1
+
+
+def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: Any, *, device: str,
+             backend: str, repeat: int, work: Path) -> dict[str, Any]:
+    """Set up ``strategy`` and replay the corpus request by request (see the module docstring)."""
+    from . import torch_compat
+    from .pipeline import production_options
+    from .replay import Runner
+
+    options = production_options(catalog, backend=backend, device=device)
+    module = import_file(out_dir / ARTIFACTS[strategy]) if strategy in ARTIFACTS else None
+    if strategy == "unbacked":
+        module.configure()  # global settings, before anything compiles
+    limit = (torch_compat.raised_recompile_limit(max(PLAIN_RECOMPILE_LIMIT, catalog["summary"]["compiles"]))
+             if strategy == "compile" else contextlib.nullcontext())
+    requests: list[list] = []
+    fallbacks: list[list] = []
+    errors: list[list] = []
+    with limit:
+        runner = Runner(model, options)
+
+        def sync() -> None:
+            torch_compat.synchronize(runner.device)
+
+        args, kwargs, _ = runner.prepare(corpus.sample(0), mark=False)
+        with runner.grad_context():
+            runner.model(*args, **kwargs)  # the device's own warm-up, untimed
+        sync()
+        graphs = torch_compat.graphs_compiled()
+        started = time.perf_counter()
+        call, aot_graphs = _set_up(strategy, module, runner, out_dir, catalog, corpus, work)
+        sync()
+        setup_seconds = time.perf_counter() - started
+        # torch.export may trace with Dynamo (strict mode): the export row counts its one model.
+        setup_graphs = aot_graphs or torch_compat.graphs_compiled() - graphs
+        request = 0
+        for _ in range(repeat):
+            for sample in corpus:
+                # Moved to the device outside inference mode, as a request's tensors arrive.
+                args, kwargs, _ = runner.prepare(sample, mark=False)
+                graphs = torch_compat.graphs_compiled()
+                with runner.grad_context():
+                    sync()
+                    started = time.perf_counter()
+                    try:
+                        fallback = call(args, kwargs)
+                        sync()
+                    except Exception as exc:  # a failing request is reported, the replay goes on
+                        fallback = None
+                        errors.append([request, _first_line(exc)])
+                    seconds = time.perf_counter() - started
+                if fallback is not None:
+                    fallbacks.append([request, fallback])
+                requests.append([sample.index, seconds, torch_compat.graphs_compiled() - graphs])
+                request += 1
+    torch_compat.reset_dynamo()
+    return {
+        "strategy": strategy,
+        "torch_version": torch_compat.torch_version(),
+        "device_name": torch_compat.device_name(runner.device),
+        "setup_seconds": setup_seconds,
+        "setup_graphs": setup_graphs,
+        "requests": requests,
+        "fallbacks": fallbacks,
+        "errors": errors,
+    }
+
+
+def child_main(argv: list[str]) -> int:
+    import argparse
+
+    from .output import write_json
+    from .pipeline import _load_analysis
+
+    parser = argparse.ArgumentParser(prog="python -m guardscope.bench")
+    parser.add_argument("strategy", choices=STRATEGIES)
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("result", type=Path)
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--backend", default="inductor")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--corpus", type=Path, default=None)
+    parser.add_argument("--work", type=Path, required=True)
+    arguments = parser.parse_args(argv)
+    out, catalog, corpus, model = _load_analysis(arguments.out_dir, arguments.corpus)
+    result = _measure(arguments.strategy, out, catalog, corpus, model, device=arguments.device,
+                      backend=arguments.backend, repeat=arguments.repeat, work=arguments.work)
+    write_json(arguments.result, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv[1:]))

@@ -1,0 +1,317 @@
+"""guardscope bench: serving latency per strategy, each in a fresh process, with the recommendation.
+
+The statistics, targets, recommendation, table and report section are checked on hand-made
+results; the processes on the CPU with tiny models: a crash and a timeout each become a failed
+row, and one real run of all five strategies with inductor (slow: every strategy compiles from
+empty caches, AOTInductor included).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import guardscope
+from guardscope import CorpusWriter, pipeline
+from guardscope.bench import (
+    Criteria,
+    apply_targets,
+    build_document,
+    empty_row,
+    format_table,
+    latency_stats,
+    percentile,
+    recommend,
+    summarize,
+)
+from guardscope.cli import main
+from guardscope.report import write_report
+
+from .conftest import model_spec
+
+GOLDEN_CATALOG = Path(__file__).parent / "golden" / "seed_catalog.json"
+
+
+def _raw(requests, setup_graphs=0, setup_seconds=0.0, fallbacks=(), errors=()):
+    """A strategy process's report; ``requests`` are (sample, seconds) or (sample, seconds, graphs)."""
+    return {"requests": [[*r, 0][:3] for r in requests], "setup_graphs": setup_graphs,
+            "setup_seconds": setup_seconds, "fallbacks": [list(f) for f in fallbacks],
+            "errors": [list(e) for e in errors], "device_name": "Test GPU"}
+
+
+def _measured(name, mean_ms, *, setup=0.0, setup_graphs=None, recompiles=(), worst_ms=None):
+    """A row of two steady requests averaging ``mean_ms``, the slower ``worst_ms``; then one
+    compiling request per entry of ``recompiles`` (seconds)."""
+    worst = worst_ms if worst_ms is not None else mean_ms + 1
+    requests = [(0, (2 * mean_ms - worst) / 1e3), (1, worst / 1e3)]
+    requests += [(10 + position, seconds, 1) for position, seconds in enumerate(recompiles)]
+    if setup_graphs is None:
+        setup_graphs = 0 if name in ("eager", "compile") else 1
+    return summarize(name, _raw(requests, setup_graphs=setup_graphs, setup_seconds=setup))
+
+
+# --- pure --------------------------------------------------------------------------------------
+
+
+def test_percentile_interpolates_like_numpy():
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.99) == pytest.approx(3.97)
+    assert percentile([7.0], 0.99) == 7.0
+    stats = latency_stats([0.003, 0.001, 0.002])
+    assert stats == {"count": 3, "mean_ms": 2.0, "p50_ms": 2.0, "p99_ms": 2.98, "max_ms": 3.0}
+    assert latency_stats([]) is None
+
+
+def test_summarize_plain_compile():
+    # request 0 compiles first (no graph before it), request 2 recompiles two graphs (a graph
+    # break), request 3 raises
+    raw = _raw([(0, 1.5, 1), (1, 0.002), (2, 0.8, 2), (3, 0.001), (0, 0.004)], errors=[(3, "ValueError: bad")])
+    row = summarize("compile", raw, wall_seconds=9.87654)
+    assert row["status"] == "ok" and row["setup_graphs"] == 0 and row["replay_compiles"] == 3
+    assert row["first_compile"] == {"request": 0, "sample": 0, "latency_s": 1.5, "graphs": 1}
+    assert row["recompiles"] == 1
+    assert row["recompile_requests"] == [{"request": 2, "sample": 2, "latency_s": 0.8, "graphs": 2}]
+    assert row["recompile_latency"] == {"mean_s": 0.8, "max_s": 0.8}
+    assert row["steady"]["count"] == 2 and row["steady"]["mean_ms"] == 3.0  # requests 1 and 4
+    assert row["worst_ms"] == 1500.0 and row["worst_sample"] == 0
+    assert row["errors"] == 1 and row["error_requests"] == [{"request": 3, "sample": 3, "error": "ValueError: bad"}]
+    assert row["fallbacks"] is None and row["wall_seconds"] == 9.877
+
+
+def test_summarize_after_a_warmup_every_compile_is_a_recompile():
+    row = summarize("warmup", _raw([(0, 0.001), (1, 0.9, 1), (2, 0.003)], setup_graphs=2, setup_seconds=12.3456789))
+    assert row["first_compile"] is None and row["recompiles"] == 1
+    assert [e["sample"] for e in row["recompile_requests"]] == [1]
+    assert row["setup_seconds"] == 12.3457 and row["setup_graphs"] == 2
+
+
+def test_summarize_export_counts_fallbacks_as_served_requests():
+    row = summarize("export", _raw([(0, 0.002), (1, 0.004)], setup_graphs=1,
+                                   fallbacks=[(1, "Expected input at x.shape[0] to be <= 6, but got 9")]))
+    assert row["fallbacks"] == 1 and row["fallback_requests"][0]["sample"] == 1
+    assert row["steady"]["count"] == 2 and row["recompiles"] == 0
+
+
+def test_targets_and_recommendation_pick_the_fastest_plan_that_meets_them():
+    rows = [
+        _measured("eager", 6.0, worst_ms=10.0),
+        _measured("compile", 4.0, recompiles=[14.0, 7.0]),
+        _measured("warmup", 4.6, setup=58.0, setup_graphs=10),
+        _measured("unbacked", 5.8, setup=14.0),
+        empty_row("export", "failed", "the benchmark process died of SIGSEGV"),
+    ]
+    document = build_document(rows, criteria=Criteria(), torch_version="2.11.0", device="cuda",
+                              options={"backend": "inductor"}, corpus_path="../c", samples=2, repeat=1)
+    by_name = {r["name"]: r for r in document["strategies"]}
+    assert by_name["eager"]["speedup"] == 1.0 and by_name["eager"]["targets"] is None
+    assert by_name["compile"]["recompiles"] == 1 and by_name["compile"]["first_compile"]["latency_s"] == 14.0
+    assert by_name["compile"]["targets"]["recompiles"]["met"] is False
+    assert by_name["compile"]["targets"]["worst_ratio"]["value"] == 1400.0
+    warmup = by_name["warmup"]["targets"]
+    assert warmup["speedup"] == {"value": 1.3043, "limit": 1.25, "met": True}
+    assert all(t["met"] for t in warmup.values())
+    assert by_name["unbacked"]["targets"]["speedup"]["met"] is False
+    assert by_name["export"]["targets"] is None
+    assert document["recommendation"]["strategy"] == "warmup" and document["recommendation"]["meets_targets"]
+    assert document["device_name"] == "Test GPU"
+
+    # a set-up over the limit leaves no plan meeting every target: the closest one, flagged
+    rows[2] = _measured("warmup", 4.6, setup=80.0, setup_graphs=10)
+    recommendation = recommend(apply_targets(rows, Criteria()))
+    assert recommendation["strategy"] == "warmup" and not recommendation["meets_targets"]
+    assert "set-up 80.0 s (at most 70 s)" in recommendation["reason"]
+    assert "Eager serving stays the predictable choice" in recommendation["reason"]
+
+    # looser criteria make it pass again
+    assert recommend(apply_targets(rows, Criteria(max_setup_seconds=90)))["meets_targets"]
+
+
+def test_without_an_eager_row_speedup_and_worst_are_unknown():
+    rows = apply_targets([_measured("warmup", 4.6, setup=5.0)], Criteria())
+    assert rows[0]["speedup"] is None and rows[0]["targets"]["speedup"]["met"] is None
+    recommendation = recommend(rows)
+    assert not recommendation["meets_targets"] and "speedup unknown (no eager row)" in recommendation["reason"]
+    assert recommend([empty_row("warmup", "skipped", "warmup.py not found")])["reason"] == \
+        "No plan ran to the end: warmup skipped"
+
+
+def test_format_table():
+    rows = [_measured("eager", 6.0, worst_ms=10.0), _measured("compile", 4.0, recompiles=[14.0, 7.0]),
+            empty_row("export", "failed", "timed out after 300 s")]
+    document = build_document(rows, criteria=Criteria(), torch_version="2.11.0", device="cuda",
+                              options={}, corpus_path="c", samples=2, repeat=1)
+    text = format_table(document)
+    lines = text.splitlines()
+    assert lines[0].split() == ["strategy", "set-up", "graphs", "recompiles", "mean", "p50", "p99", "max",
+                                "worst", "speedup"]
+    assert lines[1].split() == ["eager", "0", "s", "0", "0", "6.00", "ms", "6.00", "ms", "9.92", "ms", "10.00", "ms",
+                                "10.00", "ms", "1.00x"]
+    assert "first compile 14.00 s (sample 10)" in text and "recompiles at samples [11]: mean 7.00 s" in text
+    assert "export    FAILED: timed out after 300 s" in text
+    assert text.splitlines()[-1].startswith("recommended none: No plan ran to the end: export failed")
+
+
+# --- the report section ------------------------------------------------------------------------
+
+
+def test_report_shows_the_bench_table_when_bench_json_exists(tmp_path):
+    shutil.copy(GOLDEN_CATALOG, tmp_path / "catalog.json")
+    page = write_report(tmp_path).read_text()
+    assert 'id="latency"' not in page and 'href="#latency"' not in page
+    rows = [_measured("eager", 6.0, worst_ms=10.0), _measured("warmup", 4.6, setup=58.0, setup_graphs=10),
+            empty_row("export", "failed", "the benchmark process died of SIGSEGV <during load>")]
+    document = build_document(rows, criteria=Criteria(), torch_version="2.11.0", device="cuda",
+                              options={"backend": "inductor", "dynamic": True}, corpus_path="../gnn-full",
+                              samples=300, repeat=1)
+    (tmp_path / "bench.json").write_text(json.dumps(document))
+    page = write_report(tmp_path).read_text()
+    section = page[page.index('<section id="latency">'):]
+    section = section[:section.index("</section>")]
+    assert 'href="#latency"' in page and 'href="bench.json"' in page
+    assert "Test GPU" in section and "Recommended: warmup</strong>" in section
+    assert 'id="bench-warmup"' in section and "58.00 s" in section and "1.30×" in section and "4.60 ms" in section
+    assert "&lt;during load&gt;" in section  # text from the JSON is escaped
+    assert "backend=inductor, dynamic=True" in section
+    assert write_report(tmp_path).read_text() == page  # deterministic
+
+
+# --- the command -------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
+def test_bench_needs_cuda_unless_cpu_is_asked_for(tmp_path):
+    shutil.copy(GOLDEN_CATALOG, tmp_path / "catalog.json")
+    result = CliRunner().invoke(main, ["bench", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "torch.cuda.is_available() is False" in result.output and "--device cpu" in result.output
+    assert not (tmp_path / "bench.json").exists()
+
+
+def test_bench_rejects_bad_options(tmp_path):
+    shutil.copy(GOLDEN_CATALOG, tmp_path / "catalog.json")
+    result = CliRunner().invoke(main, ["bench", str(tmp_path), "--device", "cpu", "--repeat", "0"])
+    assert result.exit_code == 2 and "--repeat 0 must be at least 1" in result.output
+    result = CliRunner().invoke(main, ["bench", str(tmp_path / "missing"), "--device", "cpu"])
+    assert result.exit_code == 2 and "catalog.json not found" in result.output
+    assert "Examples:" in CliRunner().invoke(main, ["bench", "--help"]).output
+
+
+def _analysed(tmp_path, spec, inputs, name, compile_options):
+    corpus = tmp_path / name
+    with CorpusWriter(corpus, model=spec, compile=compile_options) as writer:
+        for tensor in inputs:
+            writer.add(tensor)
+    out = tmp_path / f"{name}-out"
+    guardscope.analyze(corpus, out)
+    return corpus, out
+
+
+def _large_input_corpus(tmp_path, spec, name):
+    """One request of 8 elements: the models below misbehave above 3."""
+    corpus = tmp_path / name
+    with CorpusWriter(corpus, model=spec, compile={"dynamic": True}) as writer:
+        writer.add(torch.ones(8))
+    return corpus
+
+
+def test_a_crash_and_a_timeout_are_failed_rows(tmp_path):
+    # Segfaults dies on inputs of more than 3 elements: analysed on small ones, benched on a large one
+    spec = model_spec("Segfaults")
+    _, out = _analysed(tmp_path, spec, [torch.ones(2), torch.ones(3)], "crash", {"dynamic": True})
+    large = _large_input_corpus(tmp_path, spec, "crash-large")
+    document = pipeline.bench(out, device="cpu", corpus=large, strategies=("eager", "warmup"))
+    eager, warmup = document["strategies"]
+    assert eager["status"] == "failed" and eager["reason"].startswith("the benchmark process died of SIGSEGV")
+    assert warmup["status"] == "skipped" and "guardscope emit-warmup" in warmup["reason"]
+    assert document["corpus"] == {"path": "../crash-large", "samples": 1}
+    assert json.loads((out / "bench.json").read_text()) == document
+
+    sleeper = tmp_path / "sleeper.py"
+    sleeper.write_text(textwrap.dedent("""
+        import time, torch
+
+        @torch._dynamo.disable
+        def _sleep_on_large(x):
+            if x.numel() > 3:
+                time.sleep(120)
+
+        class Sleeps(torch.nn.Module):
+            def forward(self, x):
+                _sleep_on_large(x)
+                return x.sin()
+    """))
+    spec = f"{sleeper}:Sleeps"
+    _, out = _analysed(tmp_path, spec, [torch.ones(2)], "sleep", {"dynamic": True})
+    large = _large_input_corpus(tmp_path, spec, "sleep-large")
+    document = pipeline.bench(out, device="cpu", corpus=large, strategies=("eager",), timeout=5)
+    assert document["strategies"][0]["status"] == "failed"
+    assert document["strategies"][0]["reason"] == "timed out after 5 s"
+
+
+@pytest.mark.slow
+def test_all_five_strategies_with_inductor_on_the_cpu(tmp_path):
+    # x.sin() * 2 over rows of 8: a row count of 1 recompiles (0/1 specialization)
+    sizes = (3, 1, 4, 5, 1, 6)
+    inputs = [torch.randn(n, 8, generator=torch.Generator().manual_seed(n)) for n in sizes]
+    _, out = _analysed(tmp_path, model_spec("Elementwise"), inputs, "corpus", {"dynamic": True, "fullgraph": True})
+    pipeline.emit_warmup(out)
+    # The bench replays the analysed requests plus one beyond the export bounds (x_0 in 1..6).
+    served = tmp_path / "served"
+    with CorpusWriter(served, model=model_spec("Elementwise"), compile={"dynamic": True, "fullgraph": True}) as writer:
+        for tensor in inputs + [torch.randn(9, 8)]:
+            writer.add(tensor)
+    result = CliRunner().invoke(main, ["bench", str(out), "--device", "cpu", "--corpus", str(served)])
+    assert result.exit_code == 0, result.output
+    document = json.loads((out / "bench.json").read_text())
+    rows = {r["name"]: r for r in document["strategies"]}
+    assert list(rows) == ["eager", "compile", "warmup", "unbacked", "export"]
+    assert all(r["status"] == "ok" and r["requests"] == 7 and r["errors"] == 0 for r in rows.values()), rows
+    assert rows["eager"]["setup_graphs"] == 0 and rows["eager"]["replay_compiles"] == 0
+    assert rows["eager"]["steady"]["count"] == 7 and rows["eager"]["speedup"] == 1.0
+    compiled = rows["compile"]
+    assert compiled["first_compile"]["sample"] == 0 and compiled["recompiles"] == 1
+    assert [e["sample"] for e in compiled["recompile_requests"]] == [1]
+    assert compiled["steady"]["count"] == 5
+    slowest_compile = max(e["latency_s"] for e in [compiled["first_compile"], *compiled["recompile_requests"]])
+    assert compiled["worst_ms"] == pytest.approx(1e3 * slowest_compile, rel=1e-3)
+    assert rows["warmup"]["setup_graphs"] == 2 and rows["warmup"]["recompiles"] == 0
+    assert rows["unbacked"]["setup_graphs"] == 1 and rows["unbacked"]["recompiles"] == 0
+    export = rows["export"]
+    assert export["setup_graphs"] == 1 and export["recompiles"] == 0
+    assert export["fallbacks"] == 1 and export["fallback_requests"][0]["sample"] == 6
+    for row in rows.values():
+        assert row["setup_seconds"] >= 0 and row["speedup"] > 0 and row["worst_ms"] >= row["steady"]["max_ms"]
+    assert document["compile"] == {"backend": "inductor", "dynamic": True, "fullgraph": True, "mode": None,
+                                   "inference_mode": True}
+    assert document["recommendation"]["strategy"] in ("warmup", "unbacked", "export")
+    lines = result.output.splitlines()
+    assert "strategy set-up graphs recompiles mean p50 p99 max worst speedup".split() in [line.split() for line in lines]
+    assert lines[-2].startswith("recommended ") and lines[-1] == f"wrote       {out / 'bench.json'}, {out / 'report.html'}"
+    assert 'id="bench-export"' in (out / "report.html").read_text()
+
+
+def test_export_input_checker_uses_the_exported_programs_own_bounds():
+    from torch.export import Dim
+
+    from guardscope import torch_compat
+
+    class Add(torch.nn.Module):
+        def forward(self, x, y):
+            return x.sum(0) + y.sum(0)
+
+    rows = Dim("rows", min=1, max=6)
+    program = torch.export.export(Add(), (torch.ones(3, 8),), {"y": torch.ones(3, 8)},
+                                  dynamic_shapes={"x": {0: rows}, "y": {0: rows}})
+    check = torch_compat.export_input_checker(program)
+    assert check((torch.ones(5, 8),), {"y": torch.ones(5, 8)}) is None
+    assert "<= 6" in check((torch.ones(9, 8),), {"y": torch.ones(9, 8)})          # beyond the Dim
+    assert check((torch.ones(4, 8),), {"y": torch.ones(5, 8)}) is not None         # one Dim, two sizes
+    assert check((torch.ones(4, 7),), {"y": torch.ones(4, 7)}) is not None         # a static size
+    assert "float64" in check((torch.ones(4, 8, dtype=torch.float64),), {"y": torch.ones(4, 8)})
+    assert check((torch.ones(4, 8),), {}) is not None                              # y missing
