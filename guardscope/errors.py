@@ -45,3 +45,8 @@ class OutputError(GuardscopeError):
 
 class CatalogError(GuardscopeError):
     """``catalog.json`` is missing, malformed, or of an unknown schema."""
+
+
+class BundleError(GuardscopeError):
+    """A compile-cache bundle could not be made: the plan failed to compile, the process died,
+    or torch saved no cache artifacts (a backend without caches, or caches turned off)."""

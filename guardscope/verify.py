@@ -10,13 +10,17 @@ catalog's options, applies the artifact as its docstring says, replays the corpu
   ``fullgraph`` a sample the existing graphs' guards accept is not run — it cannot compile.
 * export: ``torch.export`` with the artifact's Dims, then every topology's representative
   through the exported program, compared with eager.
+
+When a plan has a compile-cache bundle (``guardscope bundle DIR``), two more fresh children, each
+with new, empty cache folders, measure its set-up with the bundle's backend and device: once
+without the bundle and once loading it (then replaying the corpus, so the bundled graphs are
+proven too). The result's ``bundle`` holds both, with inductor's cache hits and misses.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 ARTIFACTS = ("warmup", "unbacked", "export")
+BUNDLED = ("warmup", "unbacked")  # the plans a compile-cache bundle can speed up
 FILES = {"warmup": "warmup.py", "unbacked": "unbacked.py", "export": "export_dims.py"}
 
 
@@ -40,6 +45,7 @@ def _result(name: str, status: str, reason: str | None = None, **fields: Any) ->
         "failures": [],
         "samples_replayed": None,
         "topologies": [],
+        "bundle": None,
     }
     result.update(fields)
     return result
@@ -52,23 +58,20 @@ def _signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
-def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: float) -> dict[str, Any]:
-    """Verify one artifact in a fresh interpreter; turn any death of it into a result."""
-    if not (out_dir / FILES[name]).is_file():
-        return _result(name, "skipped", f"{FILES[name]} not found: run 'guardscope emit-warmup {out_dir}'")
-    result_path = out_dir / f".verify-{name}.json"
+def _run_child(out_dir: Path, name: str, tag: str, options: list[str], *, timeout: float,
+               env: dict[str, str] | None = None) -> dict[str, Any]:
+    """``python -m guardscope.verify NAME DIR RESULT OPTIONS`` in a fresh interpreter; any death
+    of it becomes a ``crashed`` result."""
+    from .bundle import child_env
+
+    result_path = out_dir / f".verify-{tag}.json"
     if result_path.exists():
         result_path.unlink()
-    command = [sys.executable, "-m", "guardscope.verify", name, str(out_dir), str(result_path)]
-    if holdout is not None:
-        command += ["--holdout", str(holdout)]
-    environment = dict(os.environ)
-    # The child must import this guardscope, wherever it is installed from.
-    package_root = str(Path(__file__).resolve().parent.parent)
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, environment.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", "guardscope.verify", name, str(out_dir), str(result_path), *options]
     started = time.perf_counter()
     try:
-        completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment)
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                                   env=child_env(env or {}))
     except subprocess.TimeoutExpired:
         return _result(name, "crashed", f"timed out after {timeout:.0f} s")
     try:
@@ -84,6 +87,67 @@ def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: fl
     finally:
         if result_path.exists():
             result_path.unlink()
+
+
+def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: float,
+                 bundle: bool = True) -> dict[str, Any]:
+    """Verify one artifact in a fresh interpreter; with ``bundle``, also measure the set-up of
+    its compile-cache bundle (when it has one) with and without it."""
+    if not (out_dir / FILES[name]).is_file():
+        return _result(name, "skipped", f"{FILES[name]} not found: run 'guardscope emit-warmup {out_dir}'")
+    split = ["--holdout", str(holdout)] if holdout is not None else []
+    result = _run_child(out_dir, name, name, split, timeout=timeout)
+    if bundle and name in BUNDLED and result["status"] != "crashed":
+        measured = measure_bundle(out_dir, name, split, timeout=timeout)
+        if measured is not None:
+            result["bundle"] = measured
+            recompiles = (measured.get("with") or {}).get("replay_recompiles")
+            if recompiles and result["status"] == "passed":
+                result["status"] = "failed"
+                result["reason"] = (f"after loading its compile-cache bundle ({measured['backend']}, "
+                                    f"{measured['device']}) the replay recompiled {recompiles} time(s), first at "
+                                    f"sample {measured['with']['recompile_samples'][0]}")
+    return result
+
+
+def measure_bundle(out_dir: Path, name: str, split: list[str], *, timeout: float) -> dict[str, Any] | None:
+    """Set-up of a plan in fresh processes with empty cache folders, without and with its bundle
+    (None when the plan has no bundle). ``status``: ``used`` (every graph came from the cache),
+    ``partial`` (some compiled from scratch), ``not used`` (the bundle was refused: ``reason``),
+    ``not measured`` (a child could not run)."""
+    from .bundle import isolated_caches, read_manifest
+    from .errors import GuardscopeError
+
+    try:
+        manifest = read_manifest(out_dir, name)
+    except GuardscopeError as exc:
+        return {"status": "not used", "reason": str(exc), "without": None, "with": None}
+    if manifest is None:
+        return None
+    measured: dict[str, Any] = {
+        key: manifest.get(key) for key in ("file", "bytes", "torch_version", "device", "device_name", "graphs")
+    }
+    measured["backend"] = (manifest.get("compile") or {}).get("backend")
+    for mode in ("without", "with"):
+        options = [*split, "--backend", str(measured["backend"]), "--device", str(measured["device"])]
+        with isolated_caches() as caches:
+            measured[mode] = _run_child(out_dir, name, f"{name}-{mode}-bundle",
+                                        options + (["--bundle"] if mode == "with" else []),
+                                        timeout=timeout, env=caches)
+    without, with_ = measured["without"], measured["with"]
+    load = with_.get("bundle_load") or {}
+    if with_["status"] in ("crashed", "skipped") or without["status"] in ("crashed", "skipped"):
+        failed = with_ if with_["status"] in ("crashed", "skipped") else without
+        measured.update(status="not measured", reason=failed["reason"])
+    elif load.get("status") != "loaded":
+        measured.update(status="not used", reason=load.get("reason") or f"the bundle was {load.get('status')}")
+    elif with_["cache"]["fxgraph_misses"]:
+        measured.update(status="partial", reason=(
+            f"{with_['cache']['fxgraph_misses']} graph(s) compiled from scratch despite the bundle "
+            f"({with_['cache']['fxgraph_hits']} from the cache)"))
+    else:
+        measured.update(status="used", reason=None)
+    return measured
 
 
 # --- the child ---------------------------------------------------------------------------------
@@ -102,25 +166,43 @@ def _replay_split(corpus: Any, holdout: float | None) -> Iterator[Any]:
     return (sample for sample in corpus if sample.index >= start)
 
 
-def _verify_compiled(name: str, out_dir: Path, catalog: dict, corpus: Any, model: Any, holdout: float | None) -> dict:
-    from . import torch_compat
-    from .capture import TraceCapture, events_from_records
-    from .classify import classify_reasons
-    from .pipeline import production_options
+def set_up_plan(name: str, out_dir: Path, model: Any, options: Any, *, use_bundle: bool) -> tuple[Any, Any, float, dict | None]:
+    """Apply a plan as its module's docstring says, in this process: configure (unbacked), compile,
+    load the compile-cache bundle (``use_bundle``), run the warmup. Returns (module, runner,
+    set-up seconds, what the bundle load did)."""
     from .replay import Runner
 
     module = _import_artifact(out_dir / FILES[name])
-    options = production_options(catalog)
     if name == "unbacked":
         module.configure()
+    runner = Runner(model, options)
+    started = time.perf_counter()
+    load = module.load_bundle(runner.compiled, options.device).to_json() if use_bundle else None
+    module.warmup(runner.compiled, device=options.device, inference_mode=options.inference_mode, bundle=False)
+    return module, runner, time.perf_counter() - started, load
+
+
+def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout: float | None,
+                     options: Any, *, setup: dict[str, Any] | None = None) -> dict:
+    """Set up the plan, replay the corpus, count compiles. ``setup`` (a set-up measurement:
+    ``{"use_bundle": bool}``) adds the cache counters, the bundle load and whether the cache
+    folders were empty at start to the result."""
+    from . import bundle, torch_compat
+    from .capture import TraceCapture, events_from_records
+    from .classify import classify_reasons
+
+    measured: dict[str, Any] = {}
+    if setup is not None:
+        measured["cache_dirs_empty"] = bundle.cache_dirs_empty()
     # Dynamo's own recompile limit stays as in production: an artifact that needs more graphs
     # than the default allows must raise it itself.
     with TraceCapture() as capture:
-        runner = Runner(model, options)
-        started = time.perf_counter()
         capture.set_sample(None)
-        module.warmup(runner.compiled, device=options.device, inference_mode=options.inference_mode)
-        setup_seconds = time.perf_counter() - started
+        module, runner, setup_seconds, load = set_up_plan(
+            name, out_dir, model, options, use_bundle=bool(setup and setup["use_bundle"]))
+        if setup is not None:
+            measured.update(cache=torch_compat.compile_cache_counters(), bundle_load=load,
+                            backend=options.backend, device=options.device)
         setup_graphs = runner.graphs()
         replayed = 0
         for sample in _replay_split(corpus, holdout):
@@ -152,6 +234,7 @@ def _verify_compiled(name: str, out_dir: Path, catalog: dict, corpus: Any, model
         recompile_samples=[e.sample for e in recompiles],
         failures=failures,
         samples_replayed=replayed,
+        **measured,
     )
 
 
@@ -210,20 +293,34 @@ def module_example(out_dir: Path, catalog: dict) -> int:
 def child_main(argv: list[str]) -> int:
     import argparse
 
+    from .errors import CompileOptionsError
     from .output import write_json
-    from .pipeline import _load_analysis
+    from .pipeline import _load_analysis, production_options
 
     parser = argparse.ArgumentParser(prog="python -m guardscope.verify")
     parser.add_argument("artifact", choices=ARTIFACTS)
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("result", type=Path)
     parser.add_argument("--holdout", type=float, default=None)
+    parser.add_argument("--backend", default=None, help="set-up measurement: compile with this backend")
+    parser.add_argument("--device", default=None, help="set-up measurement: on this device")
+    parser.add_argument("--bundle", action="store_true", help="set-up measurement: load the plan's bundle")
     arguments = parser.parse_args(argv)
     out, catalog, corpus, model = _load_analysis(arguments.out_dir)
     if arguments.artifact == "export":
         result = _verify_export(out, catalog, corpus, model)
+    elif arguments.backend is None:
+        result = _verify_compiled(arguments.artifact, out, corpus, model, arguments.holdout,
+                                  production_options(catalog))
     else:
-        result = _verify_compiled(arguments.artifact, out, catalog, corpus, model, arguments.holdout)
+        try:
+            options = production_options(catalog, backend=arguments.backend, device=arguments.device)
+            options.validate()
+        except CompileOptionsError as exc:
+            result = _result(arguments.artifact, "skipped", str(exc))
+        else:
+            result = _verify_compiled(arguments.artifact, out, corpus, model, arguments.holdout, options,
+                                      setup={"use_bundle": arguments.bundle})
     write_json(arguments.result, result)
     return 0
 
