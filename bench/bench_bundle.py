@@ -8,11 +8,12 @@ Steps (each a fresh process started from the repository root):
 
   prepare   guardscope analyze CORPUS --device D (eager backend: the guards), guardscope emit-warmup,
             guardscope bundle --device D (the production backend, inductor unless the corpus manifest
-            names another); skipped with --reuse when WORK/out already holds the bundles
+            names another); with --reuse, what WORK/out already holds is kept and only missing
+            bundles are made
   eager     the model without torch.compile: one untimed call, then the corpus served --passes times
   PLAN      for each plan (warmup, unbacked), twice: "plain" (compile + the plan's warmup) and "bundle"
             (load DIR/PLAN.compile-cache.bin, then the same); set-up timed from compile to the end of
-            the warmup, then the corpus served --passes times, counting every new graph as a recompile
+            the warmup, then the corpus served --passes times (default 3), counting every new graph as a recompile
 
 Every serving process gets new, empty TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR folders and checks
 they are empty before it compiles. Requests are timed one by one (CUDA synchronised before and after);
@@ -177,9 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", help="device of every run (default %(default)s)")
     parser.add_argument("--plan", dest="plans", action="append", choices=PLANS,
                         help="plan to measure (repeatable; default both)")
-    parser.add_argument("--passes", type=int, default=2, help="times the corpus is served after set-up (default 2)")
+    parser.add_argument("--passes", type=int, default=3, help="times the corpus is served after set-up (default 3)")
     parser.add_argument("--reuse", action="store_true",
-                        help="keep WORK/out (analysis, plans, bundles) when it already has the bundles")
+                        help="keep the analysis, plans and bundles already in WORK/out; bundle only the plans "
+                        "that lack one")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per process (default 600)")
     parser.add_argument("--serve", choices=("eager", "plain", "bundle"), help=argparse.SUPPRESS)
     parser.add_argument("--out", type=pathlib.Path, help=argparse.SUPPRESS)
@@ -205,15 +207,21 @@ def run_benchmark(options: argparse.Namespace) -> int:
     spec = common.ensure_model_resolves(options.corpus)
     print(f"corpus      {options.corpus} (model {spec}; {common.preread(options.corpus) / 1e6:.0f} MB)")
     prepared: dict[str, float] = {}
-    if options.reuse and all((out / f"{plan}.compile-cache.json").is_file() for plan in plans):
-        print(f"prepare     reusing {out}")
+    reuse = options.reuse and all((out / name).is_file() for name in ("catalog.json", "warmup.py", "unbacked.py"))
+    if reuse:
+        print(f"prepare     reusing the analysis and plans in {out}")
     else:
-        print(f"prepare     analyze, emit-warmup, bundle --device {options.device} ...", flush=True)
-        analyze = common.run_analyze(options.corpus, out, "--device", options.device, timeout=options.timeout).check()
-        emit = _guardscope(work, "emit", "emit-warmup", str(out), timeout=options.timeout)
-        bundle = _guardscope(work, "bundle", "bundle", str(out), "--device", options.device,
-                             *[a for plan in plans for a in ("--artifact", plan)], timeout=options.timeout)
-        prepared = {"analyze": analyze.wall_seconds, "emit-warmup": emit.wall_seconds, "bundle": bundle.wall_seconds}
+        print(f"prepare     analyze, emit-warmup --device {options.device} ...", flush=True)
+        prepared["analyze"] = common.run_analyze(options.corpus, out, "--device", options.device,
+                                                 timeout=options.timeout).check().wall_seconds
+        prepared["emit-warmup"] = _guardscope(work, "emit", "emit-warmup", str(out), timeout=options.timeout).wall_seconds
+    missing = [plan for plan in plans if not (reuse and (out / f"{plan}.compile-cache.json").is_file())]
+    if missing:
+        print(f"prepare     bundle {', '.join(missing)} --device {options.device} ...", flush=True)
+        prepared["bundle"] = _guardscope(work, "bundle", "bundle", str(out), "--device", options.device,
+                                         *[a for plan in missing for a in ("--artifact", plan)],
+                                         timeout=options.timeout).wall_seconds
+    if prepared:
         print("  " + ", ".join(f"{k} {v:.1f} s" for k, v in prepared.items()), flush=True)
     manifests = {plan: common.read_json(out / f"{plan}.compile-cache.json") for plan in plans}
 

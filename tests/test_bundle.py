@@ -260,3 +260,19 @@ def test_bundle_command(bundled, tmp_path):
     assert result.exit_code == 2
     help_text = runner.invoke(cli.main, ["bundle", "--help"]).output
     assert "guardscope bundle out/ --device cuda" in help_text
+
+
+def test_verify_reports_a_bundle_for_another_device_as_not_measured(bundled, tmp_path):
+    """A bundle made on a GPU machine, verified where there is no GPU: the plan still passes."""
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA")
+    source, _ = bundled
+    shutil.copytree(source.parent, tmp_path / "root")
+    out = tmp_path / "root" / "out"
+    manifest_path = out / "warmup.compile-cache.json"
+    manifest_path.write_text(json.dumps({**json.loads(manifest_path.read_text()), "device": "cuda"}))
+    result = CliRunner().invoke(cli.main, ["verify", str(out), "--artifact", "warmup"])
+    assert result.exit_code == 0, result.output
+    assert "bundle NOT MEASURED; device 'cuda' was asked for" in result.output
+    (verified,) = json.loads((out / "verification.json").read_text())["artifacts"]
+    assert verified["status"] == "passed" and verified["bundle"]["with"]["status"] == "skipped"
