@@ -572,7 +572,8 @@ def dimensions_context(catalog: dict) -> list[dict]:
 
 
 # A bundle's verification status -> the badge style it borrows.
-BUNDLE_BADGES = {"used": "passed", "partial": "skipped", "not used": "failed", "not measured": "skipped"}
+BUNDLE_BADGES = {"used": "passed", "partial": "skipped", "not used": "failed", "not measured": "skipped",
+                 "crashed": "crashed"}
 
 
 def _count(value: Any) -> str:

@@ -102,7 +102,11 @@ def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: fl
         if measured is not None:
             result["bundle"] = measured
             recompiles = (measured.get("with") or {}).get("replay_recompiles")
-            if recompiles and result["status"] == "passed":
+            if measured["status"] == "crashed":
+                # the plan itself died under the production backend: it is not proven to work
+                result["status"] = "crashed"
+                result["reason"] = measured["reason"]
+            elif recompiles and result["status"] == "passed":
                 result["status"] = "failed"
                 result["reason"] = (f"after loading its compile-cache bundle ({measured['backend']}, "
                                     f"{measured['device']}) the replay recompiled {recompiles} time(s), first at "
@@ -114,7 +118,8 @@ def measure_bundle(out_dir: Path, name: str, split: list[str], *, timeout: float
     """Set-up of a plan in fresh processes with empty cache folders, without and with its bundle
     (None when the plan has no bundle). ``status``: ``used`` (every graph came from the cache),
     ``partial`` (some compiled from scratch), ``not used`` (the bundle was refused: ``reason``),
-    ``not measured`` (a child could not run)."""
+    ``not measured`` (a child could not run here, e.g. no GPU for a CUDA bundle), ``crashed``
+    (a child died: the plan crashes under the production backend)."""
     from .bundle import isolated_caches, read_manifest
     from .errors import GuardscopeError
 
@@ -134,20 +139,27 @@ def measure_bundle(out_dir: Path, name: str, split: list[str], *, timeout: float
             measured[mode] = _run_child(out_dir, name, f"{name}-{mode}-bundle",
                                         options + (["--bundle"] if mode == "with" else []),
                                         timeout=timeout, env=caches)
-    without, with_ = measured["without"], measured["with"]
-    load = with_.get("bundle_load") or {}
-    if with_["status"] in ("crashed", "skipped") or without["status"] in ("crashed", "skipped"):
-        failed = with_ if with_["status"] in ("crashed", "skipped") else without
-        measured.update(status="not measured", reason=failed["reason"])
-    elif load.get("status") != "loaded":
-        measured.update(status="not used", reason=load.get("reason") or f"the bundle was {load.get('status')}")
-    elif with_["cache"]["fxgraph_misses"]:
-        measured.update(status="partial", reason=(
-            f"{with_['cache']['fxgraph_misses']} graph(s) compiled from scratch despite the bundle "
-            f"({with_['cache']['fxgraph_hits']} from the cache)"))
-    else:
-        measured.update(status="used", reason=None)
+    status, reason = bundle_status(measured["without"], measured["with"], f"{measured['backend']} on {measured['device']}")
+    measured.update(status=status, reason=reason)
     return measured
+
+
+def bundle_status(without: dict[str, Any], with_: dict[str, Any], where: str) -> tuple[str, str | None]:
+    """(status, reason) of a bundle from its two set-up results; see :func:`measure_bundle`. Pure."""
+    for mode, run in (("without", without), ("with", with_)):
+        if run["status"] == "crashed":
+            return "crashed", f"set-up with {where} {mode} the bundle crashed: {run['reason']}"
+    for run in (without, with_):
+        if run["status"] == "skipped":
+            return "not measured", run["reason"]
+    load = with_.get("bundle_load") or {}
+    if load.get("status") != "loaded":
+        return "not used", load.get("reason") or f"the bundle was {load.get('status')}"
+    cache = with_["cache"]
+    if cache["fxgraph_misses"]:
+        return "partial", (f"{cache['fxgraph_misses']} graph(s) compiled from scratch despite the bundle "
+                           f"({cache['fxgraph_hits']} from the cache)")
+    return "used", None
 
 
 # --- the child ---------------------------------------------------------------------------------

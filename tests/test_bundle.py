@@ -28,6 +28,7 @@ from guardscope.bundle import (
 )
 from guardscope.corpus import CorpusWriter, load_corpus
 from guardscope.report import bundle_context
+from guardscope.verify import bundle_status
 
 from .conftest import REPO, model_spec
 from .models import Elementwise
@@ -132,6 +133,23 @@ def test_bundle_context_rows():
     assert bundle_context(None, None) is None
     made_only = bundle_context({"file": "x.compile-cache.bin", "bytes": 10, "compile": {"backend": "inductor"}}, None)
     assert made_only["rows"] == [] and made_only["status"] is None and made_only["backend"] == "inductor"
+
+
+def test_bundle_status_from_the_two_set_ups():
+    loaded = {"status": "loaded", "reason": None}
+    ok = {"status": "passed", "reason": None, "cache": {"fxgraph_hits": 3, "fxgraph_misses": 0}, "bundle_load": loaded}
+    plain = {"status": "passed", "reason": None, "cache": {"fxgraph_hits": 0, "fxgraph_misses": 3}, "bundle_load": None}
+    assert bundle_status(plain, ok, "inductor on cuda") == ("used", None)
+    partial = {**ok, "cache": {"fxgraph_hits": 2, "fxgraph_misses": 1}}
+    assert bundle_status(plain, partial, "inductor on cuda") == (
+        "partial", "1 graph(s) compiled from scratch despite the bundle (2 from the cache)")
+    refused = {**ok, "bundle_load": {"status": "incompatible", "reason": "it was made on NVIDIA A100, ..."}}
+    assert bundle_status(plain, refused, "x") == ("not used", "it was made on NVIDIA A100, ...")
+    skipped = {"status": "skipped", "reason": "device 'cuda' was asked for but ..."}
+    assert bundle_status(skipped, skipped, "x") == ("not measured", "device 'cuda' was asked for but ...")
+    died = {"status": "crashed", "reason": "the verification process died of SIGSEGV"}
+    assert bundle_status(plain, died, "inductor on cuda") == (
+        "crashed", "set-up with inductor on cuda with the bundle crashed: the verification process died of SIGSEGV")
 
 
 # --- real bundles ------------------------------------------------------------------------------
