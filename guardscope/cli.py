@@ -63,6 +63,7 @@ def main() -> None:
     Typical use:
       guardscope analyze samples/gnn/corpus --out out/   # catalog.json, report.html, trace/
       guardscope emit-warmup out/                        # warmup.py, unbacked.py, export_dims.py
+      guardscope bundle out/ --device cuda               # compile-cache bundles: fast set-up
       guardscope verify out/                             # proves each fix on the corpus
       guardscope bench out/                              # serving latency of each fix (GPU)
       guardscope report out/                             # re-renders report.html
@@ -206,8 +207,11 @@ def report(out_dir: str) -> None:
               help="Headroom on torch.export Dim maxima, as a fraction (0.25 = 25%).")
 @click.option("--include-probed", is_flag=True,
               help="Also cover the new topologies 'guardscope probe DIR' found (DIR/probe/corpus).")
+@click.option("--bundle", "make_bundles", is_flag=True,
+              help="Then compile both plans with the production backend and save their compile-cache "
+              "bundles (as 'guardscope bundle DIR' with its defaults).")
 @_friendly_errors
-def emit_warmup(out_dir: str, margin: float, include_probed: bool) -> None:
+def emit_warmup(out_dir: str, margin: float, include_probed: bool, make_bundles: bool) -> None:
     """Write the fixes for the analysis in DIR: a warmup set, a mark_unbacked plan, export Dims.
 
     Reads DIR/catalog.json and the corpus it names; writes DIR/warmup/ + DIR/warmup.py,
@@ -220,6 +224,7 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool) -> None:
       guardscope emit-warmup out/
       guardscope verify out/
       guardscope probe out/ && guardscope emit-warmup out/ --include-probed
+      guardscope emit-warmup out/ --bundle     # plus compile-cache bundles, on the production machine
     """
     from . import pipeline
 
@@ -236,6 +241,55 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool) -> None:
     click.echo(f"export      {len(fixes.export.dims)} Dims: "
                + ", ".join(f"{d.name}[{d.min}..{d.max}]" for d in fixes.export.dims))
     click.echo("wrote       " + ", ".join(str(p) for p in fixes.files))
+    if make_bundles:
+        _echo_bundles(out_dir, pipeline.bundle(out_dir, progress=_bundle_progress))
+
+
+def _bundle_progress(name: str) -> None:
+    click.echo(f"bundling {name} (compiles the plan in a fresh process with empty caches)...", err=True)
+
+
+def _echo_bundles(out_dir: str, manifests: list[dict]) -> None:
+    for manifest in manifests:
+        compile_options = manifest["compile"]
+        click.echo(f"bundle      {manifest['artifact']}: {manifest['graphs']} graphs compiled in "
+                   f"{manifest['compile_seconds']:.1f} s ({compile_options['backend']} on "
+                   f"{manifest['device_name']}, torch {manifest['torch_version']}); "
+                   f"{manifest['bytes'] / 1e6:.1f} MB -> {Path(out_dir) / manifest['file']}")
+
+
+@main.command()
+@click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=str))
+@click.option("--artifact", "artifacts", multiple=True, type=click.Choice(["warmup", "unbacked"]),
+              help="Bundle only this plan (repeatable); default both.")
+@click.option("--backend", type=click.Choice(["eager", "aot_eager", "inductor"]), default=None,
+              help="Production backend; default the corpus manifest's compile.backend, else inductor.")
+@click.option("--device", default=None,
+              help="Device to compile on (cpu, cuda, cuda:1...); default the analysis's device.")
+@click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds allowed per plan.")
+@_friendly_errors
+def bundle(out_dir: str, artifacts: tuple[str, ...], backend: str | None, device: str | None,
+           timeout: float) -> None:
+    """Save a compile-cache bundle beside each plan, so set-up takes seconds instead of minutes.
+
+    Compiles the plan (warmup.py, unbacked.py) with the production backend on DEVICE in a fresh
+    process with empty cache folders, runs its warmup, and saves torch's compile-cache artifacts
+    to DIR/<plan>.compile-cache.bin with a manifest DIR/<plan>.compile-cache.json (torch version,
+    device name, backend and settings, plan hash). The generated module loads the bundle when it
+    matches and warns why when it does not. Run it on a machine of the production kind; then
+    'guardscope verify DIR' measures set-up with and without it.
+
+    \b
+    Example:
+      guardscope emit-warmup out/
+      guardscope bundle out/ --device cuda
+      guardscope verify out/
+    """
+    from . import pipeline
+
+    manifests = pipeline.bundle(out_dir, artifacts=artifacts or None, backend=backend, device=device,
+                                timeout=timeout, progress=_bundle_progress)
+    _echo_bundles(out_dir, manifests)
 
 
 @main.command()
@@ -245,14 +299,17 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool) -> None:
 @click.option("--holdout", type=float, default=None,
               help="Replay only the last FRACTION of the corpus (e.g. 0.3), to test on samples the plan did not see first.")
 @click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds allowed per artifact.")
+@click.option("--no-bundle", is_flag=True,
+              help="Do not measure the set-up of compile-cache bundles (two more fresh processes per bundled plan).")
 @_friendly_errors
-def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, timeout: float) -> None:
+def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, timeout: float, no_bundle: bool) -> None:
     """Prove the fixes in DIR on the corpus, each in a fresh subprocess.
 
     Each artifact is applied as its docstring says (warmup; configure + mark + warmup; export),
     then the corpus is replayed with every compile counted as a failure. Writes
     DIR/verification.json and refreshes DIR/report.html. Exits with status 1 when any artifact
-    fails or crashes.
+    fails or crashes. A plan with a compile-cache bundle (guardscope bundle) also gets its set-up
+    measured with and without the bundle, each in a fresh process with empty cache folders.
 
     \b
     Example:
@@ -262,7 +319,8 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
     from . import pipeline
 
     document = pipeline.verify(out_dir, artifacts=artifacts or None, holdout=holdout, timeout=timeout,
-                               progress=lambda name: click.echo(f"verifying {name}...", err=True))
+                               progress=lambda name: click.echo(f"verifying {name}...", err=True),
+                               bundle=not no_bundle)
     for result in document["artifacts"]:
         line = f"{result['name']:<9} {result['status'].upper():<8}"
         if result["setup_graphs"] is not None:
@@ -277,6 +335,8 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
         click.echo(line)
         if result["reason"]:
             click.echo(f"          {result['reason']}")
+        if result.get("bundle"):
+            click.echo(f"          {format_bundle_setup(result['bundle'])}")
     click.echo(f"verdict     {'PASSED' if document['passed'] else 'FAILED'} (DIR/verification.json)")
     if not document["passed"]:
         sys.exit(1)
@@ -500,6 +560,20 @@ def _analyze_in_child(out_dir: str) -> None:
                 "Try --backend eager (the guards, and so the catalog, are the same) to analyse anyway.",
                 fg="red", err=True)
     sys.exit(3)
+
+
+def format_bundle_setup(measured: dict) -> str:
+    """One line on a plan's compile-cache bundle from its verification result."""
+    line = f"bundle {measured['status'].upper()}"
+    without, with_ = measured.get("without") or {}, measured.get("with") or {}
+    if without.get("setup_seconds") is not None and with_.get("setup_seconds") is not None:
+        cache = with_.get("cache") or {}
+        line += (f": set-up {with_['setup_seconds']:.1f} s with {measured['file']} vs {without['setup_seconds']:.1f} s "
+                 f"without ({measured['backend']}, {measured['device']}; fresh processes, empty caches; "
+                 f"{cache.get('fxgraph_hits', 0)} graphs from the cache, {cache.get('fxgraph_misses', 0)} compiled)")
+    if measured.get("reason"):
+        line += f"; {measured['reason']}"
+    return line
 
 
 def format_summary(analysis: Any) -> str:

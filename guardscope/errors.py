@@ -51,3 +51,6 @@ class ServeError(GuardscopeError):
     """``guardscope.runtime.serve`` cannot start: the plan directory lacks the chosen fix (run
     ``guardscope emit-warmup``), no plan passed verification, the model is already compiled, or
     the fallback directory already holds a corpus."""
+class BundleError(GuardscopeError):
+    """A compile-cache bundle could not be made: the plan failed to compile, the process died,
+    or torch saved no cache artifacts (a backend without caches, or caches turned off)."""

@@ -66,20 +66,25 @@ def remove_corpus(directory: str | Path) -> None:
         pass  # something else lives there: leave it
 
 
-def write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically."""
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
-            stream.write(text)
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
         os.replace(temporary, path)
     except BaseException:
         if os.path.exists(temporary):
             os.unlink(temporary)
         raise
     return path
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8, newlines as written) to ``path`` atomically."""
+    return write_bytes(path, text.encode("utf-8"))
 
 
 def dumps(data: Any) -> str:
@@ -127,6 +132,14 @@ PROBE_DIR = "probe"
 PROBE_FILE = "probe.json"
 VERIFICATION = "verification.json"
 BENCH = "bench.json"
+# A plan's compile-cache bundle (guardscope bundle DIR): DIR/<plan>.compile-cache.bin + .json.
+BUNDLE_SUFFIX = ".compile-cache.bin"
+BUNDLE_MANIFEST_SUFFIX = ".compile-cache.json"
+
+
+def bundle_files(artifact: str) -> tuple[str, str]:
+    """File names of a plan's bundle and its manifest, beside the plan's module."""
+    return artifact + BUNDLE_SUFFIX, artifact + BUNDLE_MANIFEST_SUFFIX
 
 
 def read_json(path: str | Path, what: str) -> Any:

@@ -745,9 +745,12 @@ def verify(
     holdout: float | None = None,
     timeout: float = 3600.0,
     progress: Callable[[str], None] | None = None,
+    bundle: bool = True,
 ) -> dict[str, Any]:
     """Verify each emitted artifact in a fresh subprocess; write ``verification.json``.
 
+    With ``bundle``, a plan that has a compile-cache bundle also gets its set-up measured with
+    and without it, each in a fresh process with empty cache folders (the result's ``bundle``).
     Returns the verification document: ``{"schema": 1, "passed": bool, "artifacts": [...]}``.
     """
     from .verify import ARTIFACTS, run_artifact
@@ -764,7 +767,7 @@ def verify(
     for name in chosen:
         if progress is not None:
             progress(name)
-        results.append(run_artifact(out, name, holdout=holdout, timeout=timeout))
+        results.append(run_artifact(out, name, holdout=holdout, timeout=timeout, bundle=bundle))
     # Artifacts not re-run this time keep their last result.
     previous_path = out / output.VERIFICATION
     if artifacts and previous_path.is_file():
@@ -892,3 +895,57 @@ def bench(
 
     write_report(out)
     return document
+# --- bundle ------------------------------------------------------------------------------------
+
+
+def production_backend(out_dir: str | Path) -> str:
+    """The backend production compiles with: the corpus manifest's ``compile.backend``, else
+    inductor (an analysis runs with eager, so the catalog's backend is not it)."""
+    from .corpus import read_manifest
+
+    out = Path(out_dir)
+    catalog = output.read_catalog(out)
+    return str(read_manifest(out / catalog["corpus"]["path"]).compile.get("backend") or "inductor")
+
+
+def bundle(
+    out_dir: str | Path,
+    *,
+    artifacts: tuple[str, ...] | None = None,
+    backend: str | None = None,
+    device: str | None = None,
+    timeout: float = 3600.0,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Compile each plan (``warmup``, ``unbacked``) with the production backend on ``device`` in a
+    fresh process with empty compile caches, and save its compile-cache bundle beside its module:
+    ``DIR/<plan>.compile-cache.bin`` + ``.json`` (see :mod:`guardscope.bundle`). Run it on a
+    machine of the production kind. Returns the manifests; refreshes ``report.html``.
+    """
+    from .bundle import ARTIFACTS, make_bundle
+    from .errors import BundleError
+    from .replay import BACKENDS
+    from .verify import FILES
+
+    out = Path(out_dir)
+    catalog = output.read_catalog(out)
+    chosen = artifacts or ARTIFACTS
+    unknown = sorted(set(chosen) - set(ARTIFACTS))
+    if unknown:
+        raise CompileOptionsError(f"unknown plans {unknown}; bundles are made for {', '.join(ARTIFACTS)}")
+    missing = [FILES[name] for name in chosen if not (out / FILES[name]).is_file()]
+    if missing:
+        raise BundleError(f"{', '.join(missing)} not found in {out}: run 'guardscope emit-warmup {out}' first")
+    backend = backend or production_backend(out)
+    if backend not in BACKENDS:
+        raise CompileOptionsError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
+    device = device or catalog["compile"].get("device") or "cpu"
+    manifests = []
+    for name in chosen:
+        if progress is not None:
+            progress(name)
+        manifests.append(make_bundle(out, name, backend=backend, device=device, timeout=timeout))
+    from .report import write_report
+
+    write_report(out)
+    return manifests

@@ -147,7 +147,22 @@ def read_inputs(out_dir: str | Path) -> dict[str, Any]:
     if inputs["fidelity"] is not None:
         checked = out / "fidelity" / output.CATALOG
         inputs["fidelity"] = dict(inputs["fidelity"], catalog=output.read_catalog(checked.parent) if checked.is_file() else None)
+    inputs["bundles"] = read_bundles(out)
     return inputs
+
+
+BUNDLED_PLANS = ("warmup", "unbacked")
+
+
+def read_bundles(out_dir: str | Path) -> dict[str, Any] | None:
+    """The compile-cache bundle manifests in ``out_dir`` by plan (``guardscope bundle``), or None."""
+    out = Path(out_dir)
+    bundles = {}
+    for plan in BUNDLED_PLANS:
+        path = out / output.bundle_files(plan)[1]
+        if path.is_file():
+            bundles[plan] = output.read_json(path, f"re-run 'guardscope bundle {out} --artifact {plan}'")
+    return bundles or None
 
 
 # --- formatting (also jinja filters) ---------------------------------------------------------
@@ -567,7 +582,58 @@ def dimensions_context(catalog: dict) -> list[dict]:
     } for d in catalog.get("dimensions", [])]
 
 
-def fixes_context(fixes: dict | None, verification: dict | None) -> list[dict]:
+# A bundle's verification status -> the badge style it borrows.
+BUNDLE_BADGES = {"used": "passed", "partial": "skipped", "not used": "failed", "not measured": "skipped",
+                 "crashed": "crashed"}
+
+
+def _count(value: Any) -> str:
+    return "n/a" if value is None else _number(value)
+
+
+def bundle_context(manifest: dict | None, measured: dict | None) -> dict | None:
+    """A plan's compile-cache bundle: how it was made (its manifest) and, once verified, set-up
+    without and with it in fresh processes with empty caches (rows of label, without, with)."""
+    if manifest is None and measured is None:
+        return None
+    made = manifest or {}
+    known = {**(measured or {}), **{k: v for k, v in made.items() if v is not None}}
+    context = {
+        "file": known.get("file"),
+        "size": f"{known['bytes'] / 1e6:.1f} MB" if known.get("bytes") is not None else "n/a",
+        "torch_version": known.get("torch_version"),
+        "device": known.get("device"),
+        "device_name": known.get("device_name"),
+        "backend": (made.get("compile") or {}).get("backend") or known.get("backend"),
+        "graphs": known.get("graphs"),
+        "compile_seconds": made.get("compile_seconds"),
+        "status": None,
+        "badge": None,
+        "reason": None,
+        "rows": [],
+    }
+    if measured is None:
+        return context
+    context.update(status=measured.get("status"), badge=BUNDLE_BADGES.get(measured.get("status"), "skipped"),
+                   reason=measured.get("reason"))
+    without, with_ = measured.get("without") or {}, measured.get("with") or {}
+    if without.get("setup_seconds") is None or with_.get("setup_seconds") is None:
+        return context
+    caches = [run.get("cache") or {} for run in (without, with_)]
+    load = with_.get("bundle_load") or {}
+    context["rows"] = [
+        ("set-up (load + warmup)", format_seconds(without["setup_seconds"]), format_seconds(with_["setup_seconds"])),
+        ("bundle load", "—", format_seconds(load.get("seconds")) + ("" if load.get("status") == "loaded"
+                                                                     else f" ({load.get('status')})")),
+        ("graphs from the cache", _count(caches[0].get("fxgraph_hits")), _count(caches[1].get("fxgraph_hits"))),
+        ("graphs compiled from scratch", _count(caches[0].get("fxgraph_misses")), _count(caches[1].get("fxgraph_misses"))),
+        ("cache folders empty at start", *("yes" if run.get("cache_dirs_empty") else "no" for run in (without, with_))),
+        ("recompiles on replay", _count(without.get("replay_recompiles")), _count(with_.get("replay_recompiles"))),
+    ]
+    return context
+
+
+def fixes_context(fixes: dict | None, verification: dict | None, bundles: dict | None = None) -> list[dict]:
     """One entry per artifact in fixes.json, then any verified artifact fixes.json lacks."""
     verified = _verification_by_name(verification)
     artifacts = list((fixes or {}).get("artifacts", []))
@@ -601,6 +667,7 @@ def fixes_context(fixes: dict | None, verification: dict | None) -> list[dict]:
                     for t in check.get("topologies") or []
                 ],
             },
+            "bundle": bundle_context((bundles or {}).get(artifact["name"]), (check or {}).get("bundle")),
         })
     return result
 
@@ -851,7 +918,7 @@ def fidelity_context(catalog: dict, fidelity: dict | None) -> dict | None:
 def build_context(catalog: dict, *, timings: dict | None, fixes: dict | None,
                   verification: dict | None, trace_dir: str = output.TRACE_DIR,
                   probe: dict | None = None, fidelity: dict | None = None,
-                  bench: dict | None = None) -> dict:
+                  bench: dict | None = None, bundles: dict | None = None) -> dict:
     return {
         "fidelity": fidelity_context(catalog, fidelity),
         "risk": risk_context(catalog, probe),
@@ -861,7 +928,7 @@ def build_context(catalog: dict, *, timings: dict | None, fixes: dict | None,
         "failure_kinds": failures_context(catalog),
         "topologies": topologies_context(catalog, timings),
         "dimensions": dimensions_context(catalog),
-        "fixes": fixes_context(fixes, verification),
+        "fixes": fixes_context(fixes, verification, bundles),
         "cudagraphs": cudagraphs_context(catalog, timings),
         "has_fixes": fixes is not None,
         "has_verification": verification is not None,
@@ -892,10 +959,11 @@ ENVIRONMENT.filters.update(seconds=format_seconds, number=_number, samples=forma
 def render_report(catalog: dict, *, timings: dict | None, fixes: dict | None,
                   verification: dict | None, trace_dir: str = output.TRACE_DIR,
                   probe: dict | None = None, fidelity: dict | None = None,
-                  bench: dict | None = None) -> str:
+                  bench: dict | None = None, bundles: dict | None = None) -> str:
     """The report page for already-loaded JSON (see :func:`read_inputs`). Reads and writes nothing."""
     context = build_context(catalog, timings=timings, fixes=fixes, verification=verification,
-                            trace_dir=trace_dir, probe=probe, fidelity=fidelity, bench=bench)
+                            trace_dir=trace_dir, probe=probe, fidelity=fidelity, bench=bench,
+                            bundles=bundles)
     return ENVIRONMENT.get_template("report.html").render(context)
 
 

@@ -10,19 +10,26 @@ catalog's options, applies the artifact as its docstring says, replays the corpu
   ``fullgraph`` a sample the existing graphs' guards accept is not run — it cannot compile.
 * export: ``torch.export`` with the artifact's Dims, then every topology's representative
   through the exported program, compared with eager.
+
+When a plan has a compile-cache bundle (``guardscope bundle DIR``), two more fresh children, each
+with new, empty cache folders, measure its set-up with the bundle's backend and device: once
+without the bundle and once loading it (then replaying the corpus, so the bundled graphs are
+proven too). The result's ``bundle`` holds both, with inductor's cache hits and misses.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from .isolation import import_file, run_module
-
 ARTIFACTS = ("warmup", "unbacked", "export")
+BUNDLED = ("warmup", "unbacked")  # the plans a compile-cache bundle can speed up
 FILES = {"warmup": "warmup.py", "unbacked": "unbacked.py", "export": "export_dims.py"}
 
 
@@ -39,28 +46,131 @@ def _result(name: str, status: str, reason: str | None = None, **fields: Any) ->
         "samples_replayed": None,
         "probed_replayed": 0,
         "topologies": [],
+        "bundle": None,
     }
     result.update(fields)
     return result
 
 
-def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: float) -> dict[str, Any]:
-    """Verify one artifact in a fresh interpreter; turn any death of it into a result."""
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _run_child(out_dir: Path, name: str, tag: str, options: list[str], *, timeout: float,
+               env: dict[str, str] | None = None) -> dict[str, Any]:
+    """``python -m guardscope.verify NAME DIR RESULT OPTIONS`` in a fresh interpreter; any death
+    of it becomes a ``crashed`` result."""
+    from .bundle import child_env
+
+    result_path = out_dir / f".verify-{tag}.json"
+    if result_path.exists():
+        result_path.unlink()
+    command = [sys.executable, "-m", "guardscope.verify", name, str(out_dir), str(result_path), *options]
+    started = time.perf_counter()
+    try:
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                                   env=child_env(env or {}))
+    except subprocess.TimeoutExpired:
+        return _result(name, "crashed", f"timed out after {timeout:.0f} s")
+    try:
+        if completed.returncode == 0 and result_path.is_file():
+            return json.loads(result_path.read_text())
+        tail = (completed.stderr or completed.stdout or "").strip().splitlines()[-5:]
+        if completed.returncode < 0:
+            cause = f"the verification process died of {_signal_name(completed.returncode)}"
+        else:
+            cause = f"the verification process exited with status {completed.returncode}"
+        return _result(name, "crashed", cause + (": " + " | ".join(tail) if tail else ""),
+                       setup_seconds=round(time.perf_counter() - started, 3))
+    finally:
+        if result_path.exists():
+            result_path.unlink()
+
+
+def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: float,
+                 bundle: bool = True) -> dict[str, Any]:
+    """Verify one artifact in a fresh interpreter; with ``bundle``, also measure the set-up of
+    its compile-cache bundle (when it has one) with and without it."""
     if not (out_dir / FILES[name]).is_file():
         return _result(name, "skipped", f"{FILES[name]} not found: run 'guardscope emit-warmup {out_dir}'")
-    result_path = out_dir / f".verify-{name}.json"
-    arguments = [name, str(out_dir), str(result_path)]
-    if holdout is not None:
-        arguments += ["--holdout", str(holdout)]
-    outcome = run_module("guardscope.verify", arguments, result_path, timeout=timeout,
-                         what="the verification process")
-    if outcome.result is not None:
-        return outcome.result
-    return _result(name, "crashed", outcome.failure,
-                   setup_seconds=None if outcome.timed_out else round(outcome.seconds, 3))
+    split = ["--holdout", str(holdout)] if holdout is not None else []
+    result = _run_child(out_dir, name, name, split, timeout=timeout)
+    if bundle and name in BUNDLED and result["status"] != "crashed":
+        measured = measure_bundle(out_dir, name, split, timeout=timeout)
+        if measured is not None:
+            result["bundle"] = measured
+            recompiles = (measured.get("with") or {}).get("replay_recompiles")
+            if measured["status"] == "crashed":
+                # the plan itself died under the production backend: it is not proven to work
+                result["status"] = "crashed"
+                result["reason"] = measured["reason"]
+            elif recompiles and result["status"] == "passed":
+                result["status"] = "failed"
+                result["reason"] = (f"after loading its compile-cache bundle ({measured['backend']}, "
+                                    f"{measured['device']}) the replay recompiled {recompiles} time(s), first at "
+                                    f"sample {measured['with']['recompile_samples'][0]}")
+    return result
+
+
+def measure_bundle(out_dir: Path, name: str, split: list[str], *, timeout: float) -> dict[str, Any] | None:
+    """Set-up of a plan in fresh processes with empty cache folders, without and with its bundle
+    (None when the plan has no bundle). ``status``: ``used`` (every graph came from the cache),
+    ``partial`` (some compiled from scratch), ``not used`` (the bundle was refused: ``reason``),
+    ``not measured`` (a child could not run here, e.g. no GPU for a CUDA bundle), ``crashed``
+    (a child died: the plan crashes under the production backend)."""
+    from .bundle import isolated_caches, read_manifest
+    from .errors import GuardscopeError
+
+    try:
+        manifest = read_manifest(out_dir, name)
+    except GuardscopeError as exc:
+        return {"status": "not used", "reason": str(exc), "without": None, "with": None}
+    if manifest is None:
+        return None
+    measured: dict[str, Any] = {
+        key: manifest.get(key) for key in ("file", "bytes", "torch_version", "device", "device_name", "graphs")
+    }
+    measured["backend"] = (manifest.get("compile") or {}).get("backend")
+    for mode in ("without", "with"):
+        options = [*split, "--backend", str(measured["backend"]), "--device", str(measured["device"])]
+        with isolated_caches() as caches:
+            measured[mode] = _run_child(out_dir, name, f"{name}-{mode}-bundle",
+                                        options + (["--bundle"] if mode == "with" else []),
+                                        timeout=timeout, env=caches)
+    status, reason = bundle_status(measured["without"], measured["with"], f"{measured['backend']} on {measured['device']}")
+    measured.update(status=status, reason=reason)
+    return measured
+
+
+def bundle_status(without: dict[str, Any], with_: dict[str, Any], where: str) -> tuple[str, str | None]:
+    """(status, reason) of a bundle from its two set-up results; see :func:`measure_bundle`. Pure."""
+    for mode, run in (("without", without), ("with", with_)):
+        if run["status"] == "crashed":
+            return "crashed", f"set-up with {where} {mode} the bundle crashed: {run['reason']}"
+    for run in (without, with_):
+        if run["status"] == "skipped":
+            return "not measured", run["reason"]
+    load = with_.get("bundle_load") or {}
+    if load.get("status") != "loaded":
+        return "not used", load.get("reason") or f"the bundle was {load.get('status')}"
+    cache = with_["cache"]
+    if cache["fxgraph_misses"]:
+        return "partial", (f"{cache['fxgraph_misses']} graph(s) compiled from scratch despite the bundle "
+                           f"({cache['fxgraph_hits']} from the cache)")
+    return "used", None
 
 
 # --- the child ---------------------------------------------------------------------------------
+
+
+def _import_artifact(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(f"guardscope_artifact_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
 
 
 def _replay_split(corpus: Any, holdout: float | None, probed: list[Any] = ()) -> Iterator[Any]:
@@ -81,25 +191,43 @@ def probed_samples(out_dir: Path, corpus: Any) -> tuple[dict[str, Any] | None, l
     return load_probed(out_dir, len(corpus))
 
 
-def _verify_compiled(name: str, out_dir: Path, catalog: dict, corpus: Any, model: Any, holdout: float | None) -> dict:
-    from . import torch_compat
-    from .capture import TraceCapture, events_from_records
-    from .classify import classify_reasons
-    from .pipeline import production_options
+def set_up_plan(name: str, out_dir: Path, model: Any, options: Any, *, use_bundle: bool) -> tuple[Any, Any, float, dict | None]:
+    """Apply a plan as its module's docstring says, in this process: configure (unbacked), compile,
+    load the compile-cache bundle (``use_bundle``), run the warmup. Returns (module, runner,
+    set-up seconds, what the bundle load did)."""
     from .replay import Runner
 
-    module = import_file(out_dir / FILES[name])
-    options = production_options(catalog)
+    module = _import_artifact(out_dir / FILES[name])
     if name == "unbacked":
         module.configure()
+    runner = Runner(model, options)
+    started = time.perf_counter()
+    load = module.load_bundle(runner.compiled, options.device).to_json() if use_bundle else None
+    module.warmup(runner.compiled, device=options.device, inference_mode=options.inference_mode, bundle=False)
+    return module, runner, time.perf_counter() - started, load
+
+
+def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout: float | None,
+                     options: Any, *, setup: dict[str, Any] | None = None) -> dict:
+    """Set up the plan, replay the corpus, count compiles. ``setup`` (a set-up measurement:
+    ``{"use_bundle": bool}``) adds the cache counters, the bundle load and whether the cache
+    folders were empty at start to the result."""
+    from . import bundle, torch_compat
+    from .capture import TraceCapture, events_from_records
+    from .classify import classify_reasons
+
+    measured: dict[str, Any] = {}
+    if setup is not None:
+        measured["cache_dirs_empty"] = bundle.cache_dirs_empty()
     # Dynamo's own recompile limit stays as in production: an artifact that needs more graphs
     # than the default allows must raise it itself.
     with TraceCapture() as capture:
-        runner = Runner(model, options)
-        started = time.perf_counter()
         capture.set_sample(None)
-        module.warmup(runner.compiled, device=options.device, inference_mode=options.inference_mode)
-        setup_seconds = time.perf_counter() - started
+        module, runner, setup_seconds, load = set_up_plan(
+            name, out_dir, model, options, use_bundle=bool(setup and setup["use_bundle"]))
+        if setup is not None:
+            measured.update(cache=torch_compat.compile_cache_counters(), bundle_load=load,
+                            backend=options.backend, device=options.device)
         setup_graphs = runner.graphs()
         replayed = 0
         _, probed = probed_samples(out_dir, corpus)
@@ -133,13 +261,14 @@ def _verify_compiled(name: str, out_dir: Path, catalog: dict, corpus: Any, model
         failures=failures,
         samples_replayed=replayed,
         probed_replayed=len(probed),
+        **measured,
     )
 
 
 def _verify_export(out_dir: Path, catalog: dict, corpus: Any, model: Any) -> dict:
     import torch
 
-    module = import_file(out_dir / FILES["export"])
+    module = _import_artifact(out_dir / FILES["export"])
     model = model.eval()
     example = corpus.sample(module_example(out_dir, catalog))
     started = time.perf_counter()
@@ -197,20 +326,34 @@ def module_example(out_dir: Path, catalog: dict) -> int:
 def child_main(argv: list[str]) -> int:
     import argparse
 
+    from .errors import CompileOptionsError
     from .output import write_json
-    from .pipeline import _load_analysis
+    from .pipeline import _load_analysis, production_options
 
     parser = argparse.ArgumentParser(prog="python -m guardscope.verify")
     parser.add_argument("artifact", choices=ARTIFACTS)
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("result", type=Path)
     parser.add_argument("--holdout", type=float, default=None)
+    parser.add_argument("--backend", default=None, help="set-up measurement: compile with this backend")
+    parser.add_argument("--device", default=None, help="set-up measurement: on this device")
+    parser.add_argument("--bundle", action="store_true", help="set-up measurement: load the plan's bundle")
     arguments = parser.parse_args(argv)
     out, catalog, corpus, model = _load_analysis(arguments.out_dir)
     if arguments.artifact == "export":
         result = _verify_export(out, catalog, corpus, model)
+    elif arguments.backend is None:
+        result = _verify_compiled(arguments.artifact, out, corpus, model, arguments.holdout,
+                                  production_options(catalog))
     else:
-        result = _verify_compiled(arguments.artifact, out, catalog, corpus, model, arguments.holdout)
+        try:
+            options = production_options(catalog, backend=arguments.backend, device=arguments.device)
+            options.validate()
+        except CompileOptionsError as exc:
+            result = _result(arguments.artifact, "skipped", str(exc))
+        else:
+            result = _verify_compiled(arguments.artifact, out, corpus, model, arguments.holdout, options,
+                                      setup={"use_bundle": arguments.bundle})
     write_json(arguments.result, result)
     return 0
 

@@ -18,9 +18,17 @@ def base_context(catalog: dict[str, Any]) -> dict[str, Any]:
         "version": __version__,
         "model": catalog["model"],
         "compile_call": "".join(call),
+        "compile_options": {key: compile_options.get(key) for key in ("dynamic", "fullgraph", "mode")},
         "device": compile_options.get("device", "cpu"),
         "inference_mode": bool(compile_options.get("inference_mode", True)),
     }
+
+
+def bundle_file(artifact: str) -> str:
+    """The compile-cache bundle a generated module loads, beside it (``guardscope bundle DIR``)."""
+    from ..output import bundle_files
+
+    return bundle_files(artifact)[0]
 
 
 def topology_words(catalog: dict[str, Any], topology_id: int, limit: int = 3) -> str:

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..plan import UnbackedPlan, check_identifier
 from . import render
-from .common import base_context
+from .common import base_context, bundle_file
 
 
 def environment_form(plan: UnbackedPlan, supports_unbacked_sources: bool) -> dict[str, str]:
@@ -23,6 +23,7 @@ def render_unbacked(
     return render(
         "unbacked.py.j2",
         **base_context(catalog),
+        bundle_file=bundle_file("unbacked"),
         arguments=tuple(check_identifier(a) for a in catalog.get("arguments", [])),
         dims=plan.dims,
         skipped=plan.skipped,

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..plan import WarmupPlan
 from . import render
-from .common import base_context, topology_words
+from .common import base_context, bundle_file, topology_words
 
 
 def render_warmup(catalog: dict[str, Any], plan: WarmupPlan) -> str:
@@ -22,6 +22,7 @@ def render_warmup(catalog: dict[str, Any], plan: WarmupPlan) -> str:
     return render(
         "warmup.py.j2",
         **base_context(catalog),
+        bundle_file=bundle_file("warmup"),
         steps=steps,
         graphs=plan.graphs,
         one_per_topology=plan.one_per_topology,
