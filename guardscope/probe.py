@@ -31,6 +31,7 @@ from typing import Any, Iterable
 import torch
 
 from .model import Sample
+from .replay import lookup
 
 DEFAULT_VALUES = (0, 1, 2)
 # Where pairs of dims are edited together: on the most common topology's representative only
@@ -354,16 +355,6 @@ def _with_order(tensor: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
     return tensor.permute(*order).clone(memory_format=torch.contiguous_format).permute(*inverse)
 
 
-def _get(arguments: dict[str, Any], path: str) -> Any:
-    name, _, rest = path.partition("[")
-    value = arguments[name]
-    while rest:
-        key, _, rest = rest.partition("]")
-        rest = rest.lstrip("[")
-        value = value[int(key)] if key.lstrip("-").isdigit() else value[key.strip("'\"")]
-    return value
-
-
 def _set(arguments: dict[str, Any], path: str, new: Any) -> None:
     name, _, rest = path.partition("[")
     if not rest:
@@ -399,21 +390,21 @@ def synthesize(base: Sample, bound: inspect.BoundArguments, candidate: Candidate
                 value = int(edit.value)
             else:
                 path, axis = split_dim(edit.other[0])
-                value = int(_get(arguments, path).shape[axis])
+                value = int(lookup(arguments, path).shape[axis])
             for dim in edit.dims:
                 sizes[dim] = value
     for dim, value in sorted(sizes.items()):
         path, axis = split_dim(dim)
-        tensor = _get(arguments, path)
+        tensor = lookup(arguments, path)
         if not isinstance(tensor, torch.Tensor) or axis >= tensor.dim():
             raise InvalidCandidate(f"{dim} is not a tensor dimension of this sample")
         _set(arguments, path, _resize(tensor, axis, value))
     for edit in candidate.edits:
         if edit.kind == "dtype":
-            tensor = _get(arguments, edit.path)
+            tensor = lookup(arguments, edit.path)
             _set(arguments, edit.path, tensor.to(getattr(torch, edit.value)))
         elif edit.kind == "layout":
-            tensor = _get(arguments, edit.path)
+            tensor = lookup(arguments, edit.path)
             kind, layout = edit.value
             if kind == "empty":
                 if tensor.numel() != 0:
@@ -425,9 +416,9 @@ def synthesize(base: Sample, bound: inspect.BoundArguments, candidate: Candidate
     # Index tensors: keep every value inside the (possibly new) size of the dim it indexes.
     for path, target in sorted(indexes.items()):
         try:
-            tensor = _get(arguments, path)
+            tensor = lookup(arguments, path)
             target_path, axis = split_dim(target)
-            limit = int(_get(arguments, target_path).shape[axis])
+            limit = int(lookup(arguments, target_path).shape[axis])
         except (KeyError, IndexError, TypeError):
             continue
         if not isinstance(tensor, torch.Tensor) or tensor.numel() == 0:

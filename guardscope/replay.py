@@ -167,7 +167,7 @@ def describe(bound: dict[str, Any], index: int, serving: str | None, error: str 
     )
 
 
-def _lookup(bound: dict[str, Any], path: str) -> Any:
+def lookup(bound: dict[str, Any], path: str) -> Any:
     """Find the value at an argument path such as ``x`` or ``xs[0]``."""
     name, _, rest = path.partition("[")
     value = bound[name]
@@ -243,7 +243,7 @@ class Runner:
         bound = _bind(self.signature, Sample(sample.index, args, kwargs))
         if mark:
             for path, dim in self.options.mark_unbacked:
-                value = _lookup(bound, path)
+                value = lookup(bound, path)
                 if isinstance(value, torch.Tensor) and value.dim() > dim:
                     torch._dynamo.decorators.mark_unbacked(value, dim)
         return args, kwargs, bound
