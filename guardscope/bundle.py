@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from . import output
+from .isolation import child_environment
 
 FORMAT = 1
 ARTIFACTS = ("warmup", "unbacked")
@@ -209,15 +210,6 @@ def cache_dirs_empty() -> bool:
     return True
 
 
-def child_env(extra: dict[str, str]) -> dict[str, str]:
-    """This environment plus ``extra``, with this guardscope importable in the child."""
-    environment = dict(os.environ)
-    package_root = str(Path(__file__).resolve().parent.parent)
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, environment.get("PYTHONPATH")]))
-    environment.update(extra)
-    return environment
-
-
 def read_manifest(out_dir: str | Path, artifact: str) -> dict[str, Any] | None:
     """The manifest of a plan's bundle in ``out_dir``, or None when there is no bundle."""
     path = Path(out_dir) / output.bundle_files(artifact)[1]
@@ -243,7 +235,7 @@ def make_bundle(out_dir: str | Path, artifact: str, *, backend: str, device: str
         with isolated_caches() as caches:
             try:
                 completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                                           env=child_env(caches))
+                                           env=child_environment(caches))
             except subprocess.TimeoutExpired:
                 raise BundleError(f"compiling the {artifact} plan for its bundle took over {timeout:.0f} s; "
                                   "raise --timeout") from None

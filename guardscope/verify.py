@@ -19,14 +19,13 @@ proven too). The result's ``bundle`` holds both, with inductor's cache hits and 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Iterator
+
+from .isolation import child_environment, import_file, run_module
 
 ARTIFACTS = ("warmup", "unbacked", "export")
 BUNDLED = ("warmup", "unbacked")  # the plans a compile-cache bundle can speed up
@@ -52,42 +51,18 @@ def _result(name: str, status: str, reason: str | None = None, **fields: Any) ->
     return result
 
 
-def _signal_name(code: int) -> str:
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
-
-
 def _run_child(out_dir: Path, name: str, tag: str, options: list[str], *, timeout: float,
                env: dict[str, str] | None = None) -> dict[str, Any]:
-    """``python -m guardscope.verify NAME DIR RESULT OPTIONS`` in a fresh interpreter; any death
-    of it becomes a ``crashed`` result."""
-    from .bundle import child_env
-
+    """``python -m guardscope.verify NAME DIR RESULT OPTIONS`` in a fresh interpreter (see
+    :func:`guardscope.isolation.run_module`); any death of it becomes a ``crashed`` result."""
     result_path = out_dir / f".verify-{tag}.json"
-    if result_path.exists():
-        result_path.unlink()
-    command = [sys.executable, "-m", "guardscope.verify", name, str(out_dir), str(result_path), *options]
-    started = time.perf_counter()
-    try:
-        completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                                   env=child_env(env or {}))
-    except subprocess.TimeoutExpired:
-        return _result(name, "crashed", f"timed out after {timeout:.0f} s")
-    try:
-        if completed.returncode == 0 and result_path.is_file():
-            return json.loads(result_path.read_text())
-        tail = (completed.stderr or completed.stdout or "").strip().splitlines()[-5:]
-        if completed.returncode < 0:
-            cause = f"the verification process died of {_signal_name(completed.returncode)}"
-        else:
-            cause = f"the verification process exited with status {completed.returncode}"
-        return _result(name, "crashed", cause + (": " + " | ".join(tail) if tail else ""),
-                       setup_seconds=round(time.perf_counter() - started, 3))
-    finally:
-        if result_path.exists():
-            result_path.unlink()
+    outcome = run_module("guardscope.verify", [name, str(out_dir), str(result_path), *options], result_path,
+                         timeout=timeout, what="the verification process",
+                         environment=child_environment(env))
+    if outcome.result is not None:
+        return outcome.result
+    return _result(name, "crashed", outcome.failure,
+                   setup_seconds=None if outcome.timed_out else round(outcome.seconds, 3))
 
 
 def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: float,
@@ -166,13 +141,6 @@ def bundle_status(without: dict[str, Any], with_: dict[str, Any], where: str) ->
 # --- the child ---------------------------------------------------------------------------------
 
 
-def _import_artifact(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(f"guardscope_artifact_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
 def _replay_split(corpus: Any, holdout: float | None, probed: list[Any] = ()) -> Iterator[Any]:
     """The corpus, or its last ``holdout`` fraction, streamed shard by shard; then the probed
     samples the fixes cover (numbered after the corpus)."""
@@ -197,7 +165,7 @@ def set_up_plan(name: str, out_dir: Path, model: Any, options: Any, *, use_bundl
     set-up seconds, what the bundle load did)."""
     from .replay import Runner
 
-    module = _import_artifact(out_dir / FILES[name])
+    module = import_file(out_dir / FILES[name])
     if name == "unbacked":
         module.configure()
     runner = Runner(model, options)
@@ -268,7 +236,7 @@ def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout:
 def _verify_export(out_dir: Path, catalog: dict, corpus: Any, model: Any) -> dict:
     import torch
 
-    module = _import_artifact(out_dir / FILES["export"])
+    module = import_file(out_dir / FILES["export"])
     model = model.eval()
     example = corpus.sample(module_example(out_dir, catalog))
     started = time.perf_counter()
