@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from . import output
-from .isolation import child_environment
+from .isolation import child_environment, run_module
 
 FORMAT = 1
 ARTIFACTS = ("warmup", "unbacked")
@@ -228,29 +227,18 @@ def make_bundle(out_dir: str | Path, artifact: str, *, backend: str, device: str
 
     out = Path(out_dir)
     result_path = out / f".bundle-{artifact}.json"
-    result_path.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "guardscope.bundle", artifact, str(out), str(result_path),
-               "--backend", backend, "--device", device]
-    try:
-        with isolated_caches() as caches:
-            try:
-                completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                                           env=child_environment(caches))
-            except subprocess.TimeoutExpired:
-                raise BundleError(f"compiling the {artifact} plan for its bundle took over {timeout:.0f} s; "
-                                  "raise --timeout") from None
-        if completed.returncode == 0 and result_path.is_file():
-            result = json.loads(result_path.read_text())
-            if "error" in result:
-                raise BundleError(result["error"])
-            return result
-        tail = " | ".join((completed.stderr or completed.stdout or "").strip().splitlines()[-5:])
-        how = (f"died of signal {-completed.returncode}" if completed.returncode < 0
-               else f"exited with status {completed.returncode}")
-        raise BundleError(f"compiling the {artifact} plan for its bundle failed: the process {how}"
-                          + (f": {tail}" if tail else ""))
-    finally:
-        result_path.unlink(missing_ok=True)
+    with isolated_caches() as caches:
+        outcome = run_module("guardscope.bundle", [artifact, str(out), str(result_path), "--backend", backend,
+                                                   "--device", device], result_path, timeout=timeout,
+                             what="the process", environment=child_environment(caches))
+    if outcome.timed_out:
+        raise BundleError(f"compiling the {artifact} plan for its bundle took over {timeout:.0f} s; "
+                          "raise --timeout")
+    if outcome.result is None:
+        raise BundleError(f"compiling the {artifact} plan for its bundle failed: {outcome.failure}")
+    if "error" in outcome.result:
+        raise BundleError(outcome.result["error"])
+    return outcome.result
 
 
 def _make_in_child(out: Path, artifact: str, backend: str, device: str) -> dict[str, Any]:

@@ -702,12 +702,11 @@ def fidelity(
         command += ["--mark-unbacked", f"{path}:{dim}"]
     if options.mark_unbacked:
         command += ["--mark-samples", options.mark_samples]
-    environment = dict(os.environ)
-    package_root = str(Path(__file__).resolve().parent.parent)
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, environment.get("PYTHONPATH")]))
+    from .isolation import child_environment
+
     try:
         completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                                   env=environment, cwd=str(corpus_dir))
+                                   env=child_environment(), cwd=str(corpus_dir))
     except subprocess.TimeoutExpired:
         raise CompileOptionsError(f"the {backend} analysis took longer than {timeout:.0f} s") from None
     if completed.returncode != 0 or not (target / output.CATALOG).is_file():

@@ -307,8 +307,6 @@ class Scanner:
             own = {f"{path}.size()[{a}]" for a in range(tensor.dim())}
             fits = {dim: size - 1 - high for dim, size in sizes.items() if dim not in own and size > high}
             previous = self.bounds.get(path)
-            if previous is None and path in self.bounds:
-                continue
             merged = fits if previous is None else {d: previous[d] + fits[d] for d in previous if d in fits}
             self.bounds[path] = merged or None
 
