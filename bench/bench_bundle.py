@@ -12,8 +12,10 @@ Steps (each a fresh process started from the repository root):
             bundles are made
   eager     the model without torch.compile: one untimed call, then the corpus served --passes times
   PLAN      for each plan (warmup, unbacked), twice: "plain" (compile + the plan's warmup) and "bundle"
-            (load DIR/PLAN.compile-cache.bin, then the same); set-up timed from compile to the end of
-            the warmup, then the corpus served --passes times (default 3), counting every new graph as a recompile
+            (load DIR/PLAN.compile-cache.bin, then the same); set-up timed, after one untimed eager call
+            (the device's warm-up), from importing the plan to the end of the warmup, then the corpus
+            served --passes times (default 3), counting every new graph as a recompile, then one paired
+            pass (eager and the plan back to back on each request, alternating which goes first)
 
 Every serving process gets new, empty TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR folders and checks
 they are empty before it compiles. Requests are timed one by one (CUDA synchronised before and after);
@@ -82,11 +84,14 @@ def serve(out: pathlib.Path, mode: str, plan: str | None, device: str, passes: i
     model = model.to(target).eval()
     mark = None
     load = None
+    # The device's own warm-up, untimed for every mode (CUDA context, cuBLAS, the allocator): set-up
+    # is timed from a warm device, as guardscope verify, bundle and bench time it.
+    with grad():
+        model(*requests[0][0], **requests[0][1])
+    sync()
     started = time.perf_counter()
     if mode == "eager":
         served = model
-        with grad():
-            served(*requests[0][0], **requests[0][1])
     else:
         spec = importlib.util.spec_from_file_location(f"bench_{plan}", out / f"{plan}.py")
         module = importlib.util.module_from_spec(spec)
@@ -122,6 +127,24 @@ def serve(out: pathlib.Path, mode: str, plan: str | None, device: str, passes: i
         worst = max(range(len(times)), key=times.__getitem__)
         rounds.append({"mean_ms": statistics.fmean(times) * 1e3, "median_ms": statistics.median(times) * 1e3,
                        "worst_ms": times[worst] * 1e3, "worst_sample": worst})
+    # One more pass, eager and the plan back to back on each request (alternating which goes
+    # first): the speedup free of the drift between processes.
+    pairs = []
+    if mode != "eager":
+        for index, (args, kwargs) in enumerate(requests):
+            if mark is not None:
+                mark(*args, **kwargs)
+            timed = {}
+            before = counters["stats"]["unique_graphs"]
+            with grad():
+                for side in (("eager", "plan") if index % 2 == 0 else ("plan", "eager")):
+                    sync()
+                    begun = time.perf_counter()
+                    (model if side == "eager" else served)(*args, **kwargs)
+                    sync()
+                    timed[side] = time.perf_counter() - begun
+            if counters["stats"]["unique_graphs"] == before:
+                pairs.append((timed["eager"], timed["plan"]))
     return {
         "mode": mode,
         "plan": plan,
@@ -136,6 +159,12 @@ def serve(out: pathlib.Path, mode: str, plan: str | None, device: str, passes: i
         "recompile_samples": recompile_samples,
         "passes": rounds,
         "steady_mean_ms": rounds[-1]["mean_ms"],
+        "paired": None if not pairs else {
+            "requests": len(pairs),
+            "eager_mean_ms": statistics.fmean(p[0] for p in pairs) * 1e3,
+            "mean_ms": statistics.fmean(p[1] for p in pairs) * 1e3,
+            "speedup": sum(p[0] for p in pairs) / sum(p[1] for p in pairs),
+        },
         "worst_ms": max(r["worst_ms"] for r in rounds),
     }
 
@@ -235,13 +264,18 @@ def run_benchmark(options: argparse.Namespace) -> int:
         print(f"  {name:<16} set-up {run['setup_seconds']:7.2f} s  graphs {run['graphs']:>3}  "
               f"cache hits {run['cache']['fxgraph_hits']:>3} misses {run['cache']['fxgraph_misses']:>3}  "
               f"bundle {loaded:<12} recompiles {run['recompiles']:>3}  steady mean {run['steady_mean_ms']:.3f} ms  "
-              f"worst {run['worst_ms']:.3f} ms  empty caches {run['cache_dirs_empty']}", flush=True)
+              f"worst {run['worst_ms']:.3f} ms  empty caches {run['cache_dirs_empty']}"
+              + (f"  paired {run['paired']['mean_ms']:.3f} vs eager {run['paired']['eager_mean_ms']:.3f} ms = "
+                 f"{run['paired']['speedup']:.2f}x" if run.get("paired") else ""), flush=True)
 
     eager = runs["eager"]
     verdicts: dict[str, dict] = {}
     for plan in plans:
         with_bundle, plain = runs[f"{plan}-bundle"], runs[f"{plan}-plain"]
-        speedup = eager["steady_mean_ms"] / with_bundle["steady_mean_ms"]
+        processes = eager["steady_mean_ms"] / with_bundle["steady_mean_ms"]
+        # Judged on the paired ratio (same process, same requests) when measured; see guardscope.bench.
+        paired = (with_bundle.get("paired") or {}).get("speedup")
+        speedup = paired if paired is not None else processes
         checks = {
             "setup": with_bundle["setup_seconds"] <= TARGETS["setup_seconds"],
             "recompiles": with_bundle["recompiles"] == TARGETS["recompiles"],
@@ -250,13 +284,15 @@ def run_benchmark(options: argparse.Namespace) -> int:
             "bundle loaded": (with_bundle["bundle_load"] or {}).get("status") == "loaded"
                               and with_bundle["cache"]["fxgraph_misses"] == 0,
         }
-        verdicts[plan] = {"speedup": round(speedup, 4), "checks": checks, "met": all(checks.values()),
+        verdicts[plan] = {"speedup": round(speedup, 4), "speedup_basis": "paired" if paired is not None else "processes",
+                          "speedup_processes": round(processes, 4), "checks": checks, "met": all(checks.values()),
                           "setup_ratio": round(plain["setup_seconds"] / with_bundle["setup_seconds"], 3)}
         print(f"{plan:<11} set-up {plain['setup_seconds']:.1f} s plain -> {with_bundle['setup_seconds']:.1f} s with "
               f"bundle ({manifests[plan]['bytes'] / 1e6:.1f} MB; target <= {TARGETS['setup_seconds']:.0f} s: "
               f"{'MET' if checks['setup'] else 'MISSED'}); recompiles {with_bundle['recompiles']} "
               f"({'MET' if checks['recompiles'] else 'MISSED'}); steady {with_bundle['steady_mean_ms']:.3f} ms vs eager "
-              f"{eager['steady_mean_ms']:.3f} ms = {speedup:.2f}x (>= {TARGETS['speedup']}x: "
+              f"{eager['steady_mean_ms']:.3f} ms = {processes:.2f}x, paired {paired or float('nan'):.2f}x "
+              f"(>= {TARGETS['speedup']}x: "
               f"{'MET' if checks['speedup'] else 'MISSED'}); worst {with_bundle['worst_ms']:.3f} ms vs eager "
               f"{eager['worst_ms']:.3f} ms ({'MET' if checks['worst'] else 'MISSED'}); bundle used: "
               f"{'yes' if checks['bundle loaded'] else 'NO'}")

@@ -252,9 +252,10 @@ def _make_in_child(out: Path, artifact: str, backend: str, device: str) -> dict[
     if not cache_dirs_empty():
         return {"error": "the compile-cache folders are not empty: start this through 'guardscope bundle', "
                          "which gives the compile new, empty ones"}
-    _, catalog, _, model = _load_analysis(out)
+    _, catalog, corpus, model = _load_analysis(out)
     options = production_options(catalog, backend=backend, device=device)
-    module, runner, seconds, _ = set_up_plan(artifact, out, model, options, use_bundle=False)
+    module, runner, seconds, _ = set_up_plan(artifact, out, model, options, use_bundle=False,
+                                             warm_sample=corpus.sample(0) if len(corpus) else None)
     saved = torch_compat.save_compile_cache()
     if saved is None:
         return {"error": f"torch saved no compile-cache artifacts after compiling the {artifact} plan with backend "

@@ -495,6 +495,9 @@ def fidelity(out_dir: str, backend: str, device: str, mode: str | None, timeout:
 @click.option("--backend", type=click.Choice(["inductor", "aot_eager", "eager"]), default="inductor",
               show_default=True, help="torch.compile backend of the compiled strategies (export always uses AOTInductor).")
 @click.option("--repeat", type=int, default=1, show_default=True, help="Replay the corpus this many times per strategy.")
+@click.option("--paired", type=int, default=1, show_default=True,
+              help="Passes in which each request also runs eagerly, back to back, in the strategy's own "
+                   "process: the paired speedup the target is judged on (0: off, judge the eager process's mean).")
 @click.option("--timeout", type=float, default=1200.0, show_default=True, help="Seconds allowed per strategy.")
 @click.option("--min-speedup", type=float, default=1.25, show_default=True, help="Target: steady speedup over eager.")
 @click.option("--max-setup", type=float, default=70.0, show_default=True, help="Target: set-up seconds.")
@@ -502,20 +505,23 @@ def fidelity(out_dir: str, backend: str, device: str, mode: str | None, timeout:
               help="Target: worst request during the replay, as a multiple of eager's worst.")
 @_friendly_errors
 def bench(out_dir: str, device: str, corpus: str | None, strategies: tuple[str, ...], backend: str, repeat: int,
-          timeout: float, min_speedup: float, max_setup: float, max_worst_ratio: float) -> None:
+          paired: int, timeout: float, min_speedup: float, max_setup: float, max_worst_ratio: float) -> None:
     """Measure what each way of serving costs: eager, plain torch.compile, and guardscope's fixes.
 
     For each strategy (eager; plain compile; the warmup; the mark_unbacked plan; torch.export +
     AOTInductor with an eager fallback outside the bounds), in a fresh process with empty
     inductor and triton caches: set-up time, graphs compiled, recompiles during the replay of the
     corpus and their latency, steady mean / p50 / p99 / max latency, the worst request and the
-    speedup over eager. Recommends the plan that meets the targets. Writes DIR/bench.json and
-    refreshes DIR/report.html. Run 'guardscope emit-warmup DIR' first.
+    speedup over eager: against the eager process, and paired (eager and the strategy on the same
+    requests in the strategy's process, free of the drift between processes). Recommends the plan
+    that meets the targets. Writes DIR/bench.json and refreshes DIR/report.html. Run
+    'guardscope emit-warmup DIR' first.
 
     \b
     Examples:
       guardscope bench out/                                  # on a CUDA machine
       guardscope bench out/ --corpus /data/corpus --timeout 300
+      guardscope bench out/ --repeat 3 --paired 2             # more requests, tighter figures
       guardscope bench out/ --device cpu --strategy eager --strategy warmup
     """
     from . import pipeline
@@ -523,7 +529,7 @@ def bench(out_dir: str, device: str, corpus: str | None, strategies: tuple[str, 
 
     document = pipeline.bench(
         out_dir, device=device, corpus=corpus, strategies=strategies or None, backend=backend,
-        repeat=repeat, timeout=timeout, progress=lambda name: click.echo(f"measuring {name}...", err=True),
+        repeat=repeat, paired=paired, timeout=timeout, progress=lambda name: click.echo(f"measuring {name}...", err=True),
         criteria=Criteria(min_speedup=min_speedup, max_setup_seconds=max_setup, max_worst_ratio=max_worst_ratio),
     )
     where = document["device_name"] or document["device"]

@@ -825,6 +825,7 @@ def bench(
     strategies: tuple[str, ...] | None = None,
     backend: str = "inductor",
     repeat: int = 1,
+    paired: int = 1,
     timeout: float = 1200.0,
     criteria: Any = None,
     progress: Callable[[str], None] | None = None,
@@ -850,6 +851,8 @@ def bench(
         raise CompileOptionsError(f"unknown strategies {unknown}; choose from {', '.join(benchmark.STRATEGIES)}")
     if repeat < 1:
         raise CompileOptionsError(f"--repeat {repeat} must be at least 1")
+    if paired < 0:
+        raise CompileOptionsError(f"--paired {paired} must be 0 (off) or more")
     if timeout <= 0:
         raise CompileOptionsError(f"--timeout {timeout} must be positive")
     try:
@@ -876,7 +879,7 @@ def bench(
         rows.append(benchmark.run_strategy(
             out, name, device=device, backend=backend,
             corpus_dir=corpus_dir.resolve() if corpus is not None else None,
-            repeat=repeat, timeout=timeout,
+            repeat=repeat, paired=paired, timeout=timeout,
         ))
     compile_options = options.compile_json()
     document = benchmark.build_document(
@@ -888,6 +891,7 @@ def bench(
         corpus_path=Path(os.path.relpath(corpus_dir.resolve(), out.resolve())).as_posix(),
         samples=samples,
         repeat=repeat,
+        paired=paired,
     )
     output.write_json(out / output.BENCH, document)
     from .report import write_report

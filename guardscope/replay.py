@@ -248,6 +248,15 @@ class Runner:
                     torch._dynamo.decorators.mark_unbacked(value, dim)
         return args, kwargs, bound
 
+    def warm_device(self, sample: Sample) -> None:
+        """One eager (uncompiled) forward of ``sample``, then wait for the device: CUDA context,
+        cuBLAS handles and the caching allocator are what any server pays before its first
+        request, whatever it serves with, so set-up timings start after this."""
+        args, kwargs, _ = self.prepare(sample, mark=False)
+        with self.grad_context():
+            self.model(*args, **kwargs)
+        torch_compat.synchronize(self.device)
+
     def run(self, sample: Sample, mark: bool = True) -> None:
         self.forget_entries()
         args, kwargs, _ = self.prepare(sample, mark)

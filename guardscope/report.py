@@ -833,6 +833,12 @@ def bench_context(bench: dict | None) -> dict | None:
             "steady": {key: format_ms(steady.get(f"{key}_ms")) for key in ("mean", "p50", "p99", "max")},
             "worst": format_ms(row.get("worst_ms")),
             "speedup": None if row.get("speedup") is None else f"{row['speedup']:.2f}×",
+            "paired": None if not (row.get("paired") or {}).get("speedup") else {
+                "speedup": f"{row['paired']['speedup']:.2f}×",
+                "requests": row["paired"]["requests"],
+                "mean": format_ms(row["paired"]["mean_ms"]),
+                "eager_mean": format_ms(row["paired"]["eager_mean_ms"]),
+            },
             "fallbacks": row.get("fallbacks"),
             "errors": row.get("errors"),
             "first_error": (row.get("error_requests") or [{}])[0].get("error"),

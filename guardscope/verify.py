@@ -159,19 +159,30 @@ def probed_samples(out_dir: Path, corpus: Any) -> tuple[dict[str, Any] | None, l
     return load_probed(out_dir, len(corpus))
 
 
-def set_up_plan(name: str, out_dir: Path, model: Any, options: Any, *, use_bundle: bool) -> tuple[Any, Any, float, dict | None]:
+def set_up_plan(name: str, out_dir: Path, model: Any, options: Any, *, use_bundle: bool,
+                warm_sample: Any = None) -> tuple[Any, Any, float, dict | None]:
     """Apply a plan as its module's docstring says, in this process: configure (unbacked), compile,
     load the compile-cache bundle (``use_bundle``), run the warmup. Returns (module, runner,
-    set-up seconds, what the bundle load did)."""
+    set-up seconds, what the bundle load did).
+
+    Set-up is timed the same way everywhere guardscope reports it (verify, bundle, bench): from a
+    warm device — ``warm_sample``, when given, runs once eagerly first, untimed (see
+    :meth:`guardscope.replay.Runner.warm_device`) — to the end of the warmup with the device
+    synchronised: the bundle load, every compile (inductor's own imports included) and the warmup
+    forwards."""
+    from . import torch_compat
     from .replay import Runner
 
     module = import_file(out_dir / FILES[name])
     if name == "unbacked":
         module.configure()
     runner = Runner(model, options)
+    if warm_sample is not None:
+        runner.warm_device(warm_sample)
     started = time.perf_counter()
     load = module.load_bundle(runner.compiled, options.device).to_json() if use_bundle else None
     module.warmup(runner.compiled, device=options.device, inference_mode=options.inference_mode, bundle=False)
+    torch_compat.synchronize(runner.device)
     return module, runner, time.perf_counter() - started, load
 
 
@@ -192,7 +203,8 @@ def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout:
     with TraceCapture() as capture:
         capture.set_sample(None)
         module, runner, setup_seconds, load = set_up_plan(
-            name, out_dir, model, options, use_bundle=bool(setup and setup["use_bundle"]))
+            name, out_dir, model, options, use_bundle=bool(setup and setup["use_bundle"]),
+            warm_sample=corpus.sample(0) if len(corpus) else None)
         if setup is not None:
             measured.update(cache=torch_compat.compile_cache_counters(), bundle_load=load,
                             backend=options.backend, device=options.device)

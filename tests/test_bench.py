@@ -38,14 +38,14 @@ from .conftest import model_spec
 GOLDEN_CATALOG = Path(__file__).parent / "golden" / "seed_catalog.json"
 
 
-def _raw(requests, setup_graphs=0, setup_seconds=0.0, fallbacks=(), errors=()):
+def _raw(requests, setup_graphs=0, setup_seconds=0.0, fallbacks=(), errors=(), paired=()):
     """A strategy process's report; ``requests`` are (sample, seconds) or (sample, seconds, graphs)."""
     return {"requests": [[*r, 0][:3] for r in requests], "setup_graphs": setup_graphs,
             "setup_seconds": setup_seconds, "fallbacks": [list(f) for f in fallbacks],
-            "errors": [list(e) for e in errors], "device_name": "Test GPU"}
+            "errors": [list(e) for e in errors], "device_name": "Test GPU", "paired": [list(p) for p in paired]}
 
 
-def _measured(name, mean_ms, *, setup=0.0, setup_graphs=None, recompiles=(), worst_ms=None):
+def _measured(name, mean_ms, *, setup=0.0, setup_graphs=None, recompiles=(), worst_ms=None, paired=()):
     """A row of two steady requests averaging ``mean_ms``, the slower ``worst_ms``; then one
     compiling request per entry of ``recompiles`` (seconds)."""
     worst = worst_ms if worst_ms is not None else mean_ms + 1
@@ -53,7 +53,7 @@ def _measured(name, mean_ms, *, setup=0.0, setup_graphs=None, recompiles=(), wor
     requests += [(10 + position, seconds, 1) for position, seconds in enumerate(recompiles)]
     if setup_graphs is None:
         setup_graphs = 0 if name in ("eager", "compile") else 1
-    return summarize(name, _raw(requests, setup_graphs=setup_graphs, setup_seconds=setup))
+    return summarize(name, _raw(requests, setup_graphs=setup_graphs, setup_seconds=setup, paired=paired))
 
 
 # --- pure --------------------------------------------------------------------------------------
@@ -114,7 +114,7 @@ def test_targets_and_recommendation_pick_the_fastest_plan_that_meets_them():
     assert by_name["compile"]["targets"]["recompiles"]["met"] is False
     assert by_name["compile"]["targets"]["worst_ratio"]["value"] == 1400.0
     warmup = by_name["warmup"]["targets"]
-    assert warmup["speedup"] == {"value": 1.3043, "limit": 1.25, "met": True}
+    assert warmup["speedup"] == {"value": 1.3043, "limit": 1.25, "met": True, "basis": "processes"}
     assert all(t["met"] for t in warmup.values())
     assert by_name["unbacked"]["targets"]["speedup"]["met"] is False
     assert by_name["export"]["targets"] is None
@@ -130,6 +130,28 @@ def test_targets_and_recommendation_pick_the_fastest_plan_that_meets_them():
 
     # looser criteria make it pass again
     assert recommend(apply_targets(rows, Criteria(max_setup_seconds=90)))["meets_targets"]
+
+
+def test_the_speedup_target_is_judged_on_the_paired_ratio_when_measured():
+    # The eager process measured 6 ms, the warmup's process 4.6 ms (1.30x across processes); in the
+    # warmup's own process eager took 5.0 and 5.4 ms on the same requests against 4.4 and 4.8 ms:
+    # 10.4 / 9.2 = 1.13x paired, which misses the 1.25x target.
+    pairs = [(0, 0.0050, 0.0044), (1, 0.0054, 0.0048)]
+    rows = apply_targets([_measured("eager", 6.0, worst_ms=10.0),
+                          _measured("warmup", 4.6, setup=5.0, paired=pairs)], Criteria())
+    warmup = rows[1]
+    assert warmup["speedup"] == 1.3043
+    assert warmup["paired"] == {"requests": 2, "eager_mean_ms": 5.2, "mean_ms": 4.6, "speedup": 1.1304}
+    assert warmup["targets"]["speedup"] == {"value": 1.1304, "limit": 1.25, "met": False, "basis": "paired"}
+    recommendation = recommend(rows)
+    assert not recommendation["meets_targets"] and "speedup 1.13x paired (at least 1.25x)" in recommendation["reason"]
+    document = build_document(rows, criteria=Criteria(), torch_version="2.11.0", device="cuda",
+                              options={}, corpus_path="c", samples=2, repeat=1, paired=1)
+    text = format_table(document)
+    assert text.splitlines()[2].split()[-2:] == ["1.30x", "1.13x"]
+    assert "paired with eager in its own process (2 requests): 4.60 ms against eager's 5.20 ms" in text
+    # No pairs (eager, or --paired 0): the processes' ratio is judged
+    assert summarize("warmup", _raw([(0, 0.004)], setup_graphs=1))["paired"] is None
 
 
 def test_without_an_eager_row_speedup_and_worst_are_unknown():
@@ -149,9 +171,9 @@ def test_format_table():
     text = format_table(document)
     lines = text.splitlines()
     assert lines[0].split() == ["strategy", "set-up", "graphs", "recompiles", "mean", "p50", "p99", "max",
-                                "worst", "speedup"]
+                                "worst", "speedup", "paired"]
     assert lines[1].split() == ["eager", "0", "s", "0", "0", "6.00", "ms", "6.00", "ms", "9.92", "ms", "10.00", "ms",
-                                "10.00", "ms", "1.00x"]
+                                "10.00", "ms", "1.00x", "—"]
     assert "first compile 14.00 s (sample 10)" in text and "recompiles at samples [11]: mean 7.00 s" in text
     assert "export    FAILED: timed out after 300 s" in text
     assert text.splitlines()[-1].startswith("recommended none: No plan ran to the end: export failed")
@@ -164,7 +186,8 @@ def test_report_shows_the_bench_table_when_bench_json_exists(tmp_path):
     shutil.copy(GOLDEN_CATALOG, tmp_path / "catalog.json")
     page = write_report(tmp_path).read_text()
     assert 'id="latency"' not in page and 'href="#latency"' not in page
-    rows = [_measured("eager", 6.0, worst_ms=10.0), _measured("warmup", 4.6, setup=58.0, setup_graphs=10),
+    rows = [_measured("eager", 6.0, worst_ms=10.0),
+            _measured("warmup", 4.6, setup=58.0, setup_graphs=10, paired=[(0, 0.0062, 0.0046), (1, 0.0058, 0.0046)]),
             empty_row("export", "failed", "the benchmark process died of SIGSEGV <during load>")]
     document = build_document(rows, criteria=Criteria(), torch_version="2.11.0", device="cuda",
                               options={"backend": "inductor", "dynamic": True}, corpus_path="../gnn-full",
@@ -176,6 +199,8 @@ def test_report_shows_the_bench_table_when_bench_json_exists(tmp_path):
     assert 'href="#latency"' in page and 'href="bench.json"' in page
     assert "Test GPU" in section and "Recommended: warmup</strong>" in section
     assert 'id="bench-warmup"' in section and "58.00 s" in section and "1.30×" in section and "4.60 ms" in section
+    assert "Paired with eager in its own process over 2 requests: 4.60 ms against eager's 6.00 ms" in section
+    assert section.count("1.30×") == 2  # 6.0 / 4.6 across processes, 12.0 / 9.2 paired
     assert "&lt;during load&gt;" in section  # text from the JSON is escaped
     assert "backend=inductor, dynamic=True" in section
     assert write_report(tmp_path).read_text() == page  # deterministic
@@ -287,11 +312,16 @@ def test_all_five_strategies_with_inductor_on_the_cpu(tmp_path):
     assert export["fallbacks"] == 1 and export["fallback_requests"][0]["sample"] == 6
     for row in rows.values():
         assert row["setup_seconds"] >= 0 and row["speedup"] > 0 and row["worst_ms"] >= row["steady"]["max_ms"]
+    # Every compiled strategy timed eager beside it on the same 7 requests (one paired pass)
+    assert rows["eager"]["paired"] is None
+    for name in ("compile", "warmup", "unbacked", "export"):
+        assert rows[name]["paired"]["requests"] == 7 and rows[name]["paired"]["speedup"] > 0, name
+        assert rows[name]["targets"]["speedup"]["basis"] == "paired"
     assert document["compile"] == {"backend": "inductor", "dynamic": True, "fullgraph": True, "mode": None,
                                    "inference_mode": True}
     assert document["recommendation"]["strategy"] in ("warmup", "unbacked", "export")
     lines = result.output.splitlines()
-    assert "strategy set-up graphs recompiles mean p50 p99 max worst speedup".split() in [line.split() for line in lines]
+    assert "strategy set-up graphs recompiles mean p50 p99 max worst speedup paired".split() in [line.split() for line in lines]
     assert lines[-2].startswith("recommended ") and lines[-1] == f"wrote       {out / 'bench.json'}, {out / 'report.html'}"
     assert 'id="bench-export"' in (out / "report.html").read_text()
 
