@@ -785,6 +785,7 @@ def cudagraphs_context(catalog: dict, timings: dict | None) -> dict | None:
         "observed": section["observed"],
         "note": section.get("note"),
         # cudagraph_skip_dynamic_graphs was set for the analysis: say what it does on this torch
+        "partitioned": bool(settings.get("graph_partition")),
         "skip_setting": skip_effect(bool(settings.get("graph_partition"))) if settings.get("skip_dynamic_graphs") else None,
         "expected_captions": EXPECTED_CAPTIONS[expected.get("model", "per_shape")],
         "expected": {"skips": 0, **expected},  # (catalogs before the skip model had no skips)
