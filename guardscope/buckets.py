@@ -13,8 +13,11 @@ corpus:
 * the combination of ``k`` per group with the least padding that keeps every compiled graph
   within :data:`SHAPES_PER_GRAPH` distinct shapes, counted on the corpus's own samples
   (bucketed shapes actually seen, per graph), with the padding waste in % of input elements;
-* a verdict against ``torch._inductor.config.triton.cudagraph_skip_dynamic_graphs``: no CUDA
-  graphs, so no recordings, for graphs with symbolic sizes — and no CUDA-graph speed-up either.
+* a verdict against ``torch._inductor.config.triton.cudagraph_skip_dynamic_graphs``, whose effect
+  depends on inductor's graph partitioning (``partitioned``): with it (torch 2.11+ by default)
+  the ops that use symbolic sizes run without CUDA graphs and each graph's static-shape parts are
+  captured once — no re-recording per size, no CUDA-graph speed-up for the dynamic parts; without
+  it, graphs with symbolic sizes skip CUDA graphs altogether — no recordings, no speed-up.
 
 Sizes 0 and 1 are never padded: Dynamo specialises them (they have graphs of their own) and an
 empty edge list padded to two edges is no longer empty. Padding itself changes what a model
@@ -425,8 +428,11 @@ def recommend(
     max_buckets: int = MAX_BUCKETS,
     waste_limit: float = WASTE_LIMIT,
     confirmed: bool = False,
+    partitioned: bool = False,
 ) -> Recommendation:
-    """Padding buckets for ``groups`` on the corpus ``rows`` (see the module docstring)."""
+    """Padding buckets for ``groups`` on the corpus ``rows`` (see the module docstring).
+    ``partitioned``: inductor's graph partitioning turns ``cudagraph_skip_dynamic_graphs`` into
+    "CUDA-graph the static partitions" (the verdict's wording says what the setting does)."""
     if budget < 1 or max_buckets < 1:
         raise ValueError("budget and max_buckets must be at least 1")
     table = ShapeTable(rows, groups)
@@ -484,7 +490,7 @@ def recommend(
         search = "none"
     if chosen is not None:
         chosen = _evaluate(table, groups, dict(chosen.bounds), bound=True)
-    verdict, reasons = _verdict(baseline, chosen, plans, budget, waste_limit, confirmed)
+    verdict, reasons = _verdict(baseline, chosen, plans, budget, waste_limit, confirmed, partitioned)
     return Recommendation(
         groups=tuple(plans),
         baseline=baseline,
@@ -503,11 +509,29 @@ def _percent(share: float) -> str:
     return f"{100 * share:.1f}%"
 
 
+SKIP_SETTING = "torch._inductor.config.triton.cudagraph_skip_dynamic_graphs = True"
+
+
+def skip_effect(partitioned: bool) -> str:
+    """What :data:`SKIP_SETTING` does, in one sentence, on a torch with or without graph partitioning."""
+    if partitioned:
+        return (
+            "With inductor's graph partitioning (on in this torch) the ops that use symbolic sizes "
+            "then run without CUDA graphs and each graph's static-shape parts are captured once — "
+            "no re-recording per size and no per-size spikes, but no CUDA-graph launch savings "
+            "for the dynamic parts."
+        )
+    return (
+        "Graphs with symbolic sizes then run as plain Inductor code — no recordings and no "
+        "spikes, but no CUDA-graph launch savings for them either."
+    )
+
+
 def _verdict(
     baseline: Outcome, chosen: Outcome | None, plans: Sequence[GroupPlan], budget: int,
-    waste_limit: float, confirmed: bool,
+    waste_limit: float, confirmed: bool, partitioned: bool = False,
 ) -> tuple[str, tuple[str, ...]]:
-    skip = "torch._inductor.config.triton.cudagraph_skip_dynamic_graphs = True"
+    skip = SKIP_SETTING
     reasons = []
     if baseline.max_per_graph <= budget:
         reasons.append(
@@ -529,11 +553,7 @@ def _verdict(
             + (f"; the dims not padded, {', '.join(fixed)}, vary on their own)" if fixed else ")")
             if chosen is not None else "no dimension may be padded"
         )
-        reasons.append(
-            f"Skip CUDA graphs for dynamic graphs instead ({skip}): {why}. Graphs with symbolic "
-            "sizes then run as plain Inductor code — no recordings and no spikes, but no "
-            "CUDA-graph launch savings for them either."
-        )
+        reasons.append(f"Skip CUDA graphs for dynamic shapes instead ({skip}): {why}. {skip_effect(partitioned)}")
         return VERDICT_SKIP, tuple(reasons)
     chosen_bounds = dict(chosen.bounds)
     padded = ", ".join(f"{p.group.name} to {list(chosen_bounds[p.group.name])}" for p in plans if p.group.name in chosen_bounds)
@@ -546,8 +566,7 @@ def _verdict(
     if chosen.waste > waste_limit:
         reasons.append(
             f"That is more than the {_percent(waste_limit)} of extra work worth paying: skip CUDA "
-            f"graphs for dynamic graphs instead ({skip}) — no recordings, and no CUDA-graph "
-            "speed-up for those graphs."
+            f"graphs for dynamic shapes instead ({skip}). {skip_effect(partitioned)}"
         )
         return VERDICT_SKIP, tuple(reasons)
     reasons.append(

@@ -181,10 +181,25 @@ class CudagraphSettings:
     paddable: tuple[str, ...] | None = None  # dims the user confirmed paddable; None: not asked
     shapes_per_graph: int = SHAPES_PER_GRAPH
     max_buckets: int = MAX_BUCKETS
+    # Inductor's settings at analysis time (torch_compat.cudagraph_config):
+    # triton.cudagraph_skip_dynamic_graphs, and whether graph partitioning turns it into
+    # "CUDA-graph the static partitions only" instead of "skip the whole graph".
+    skip_dynamic_graphs: bool = False
+    graph_partition: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"skip_dynamic_graphs": self.skip_dynamic_graphs, "graph_partition": self.graph_partition}
 
 
 def _against_order(failure: Any) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", failure.against or "")) or (1 << 30,)
+
+
+def _expected_model(settings: CudagraphSettings) -> str:
+    """How ``expected`` counts: ``per_shape``, ``static_partitions`` or ``skipped``."""
+    if not settings.skip_dynamic_graphs:
+        return "per_shape"
+    return "static_partitions" if settings.graph_partition else "skipped"
 
 
 # --- the builder -------------------------------------------------------------------------------
@@ -221,8 +236,9 @@ class CatalogBuilder:
     samples: int = 0
     _partitions_seen: set = field(default_factory=set, repr=False)
     described: int = 0  # samples whose forward ran (failed ones carry no shapes worth trusting)
-    # With CUDA graphs (mode="reduce-overhead"): the distinct shapes per serving graph, for the
-    # padding buckets, and the CUDA graph events of each sample. Memory grows with distinct
+    # With CUDA graphs (mode="reduce-overhead"): the distinct shapes per graph that ran (Dynamo's
+    # lookup, SampleMeta.ran; CUDA Graph Trees are that graph's), for the expected recordings and
+    # the padding buckets, and the CUDA graph events of each sample. Memory grows with distinct
     # shapes, so this is only kept when asked for.
     track_shapes: bool = False
     shapes: dict[tuple[str | None, int, tuple[int, ...]], int] = field(default_factory=dict)
@@ -268,7 +284,7 @@ class CatalogBuilder:
                 if dim not in present and candidates:
                     candidates.clear()
         if self.track_shapes:
-            self._add_shape(meta.serving, tuple(dims), tuple(values))
+            self._add_shape(meta.ran or meta.serving, tuple(dims), tuple(values))
         if meta.serving is None:
             self.not_analysed.append(meta.index)
             return
@@ -276,20 +292,20 @@ class CatalogBuilder:
         if meta.serving not in self.first_shapes:
             self.first_shapes[meta.serving] = {path: list(t.shape) for path, t in meta.tensors}
 
-    def _add_shape(self, serving: str | None, dims: tuple[str, ...], values: tuple[int, ...]) -> None:
+    def _add_shape(self, graph: str | None, dims: tuple[str, ...], values: tuple[int, ...]) -> None:
         try:
             layout = self.layouts.index(dims)
         except ValueError:
             layout = len(self.layouts)
             self.layouts.append(dims)
-        key = (serving, layout, values)
+        key = (graph, layout, values)
         self.shapes[key] = self.shapes.get(key, 0) + 1
 
     def to_state(self) -> dict[str, Any]:
         """Everything accumulated so far, as JSON values (for checkpoints)."""
         return {
             "track_shapes": self.track_shapes,
-            "shapes": [[serving, layout, list(values), count] for (serving, layout, values), count in self.shapes.items()],
+            "shapes": [[graph, layout, list(values), count] for (graph, layout, values), count in self.shapes.items()],
             "layouts": [list(dims) for dims in self.layouts],
             "cudagraph_events": [list(event) for event in self.cudagraph_events],
             "dims": [[dim, a.input, a.axis, a.min, a.max, a.ever_zero, a.ever_one] for dim, a in self.dims.items()],
@@ -316,7 +332,7 @@ class CatalogBuilder:
         builder.described = int(state["described"])
         builder.track_shapes = bool(state.get("track_shapes", False))
         builder.layouts = [tuple(dims) for dims in state.get("layouts", [])]
-        builder.shapes = {(serving, layout, tuple(values)): count for serving, layout, values, count in state.get("shapes", [])}
+        builder.shapes = {(graph, layout, tuple(values)): count for graph, layout, values, count in state.get("shapes", [])}
         builder.cudagraph_events = [tuple(event) for event in state.get("cudagraph_events", [])]
         return builder
 
@@ -430,8 +446,8 @@ class CatalogBuilder:
 
     def shape_rows(self) -> list[ShapeRow]:
         return [
-            ShapeRow(serving, self.layouts[layout], values, count)
-            for (serving, layout, values), count in sorted(
+            ShapeRow(graph, self.layouts[layout], values, count)
+            for (graph, layout, values), count in sorted(
                 self.shapes.items(), key=lambda item: (item[0][0] or "", item[0][1], item[0][2])
             )
         ]
@@ -476,17 +492,38 @@ class CatalogBuilder:
             "by_graph": [{"graph": graph, **counts} for graph, counts in sorted(by_graph.items(), key=lambda i: _compile_order(i[0]))],
         }
 
-    def _expected(self) -> dict[str, Any]:
-        """Recordings the corpus's shapes imply: a graph meets a new size key on the first
-        sample with it (a new tree, warmed up) and captures it on the second."""
+    def _expected(self, settings: CudagraphSettings) -> dict[str, Any]:
+        """Recordings the corpus's shapes imply, per graph that ran the samples.
+
+        By default a graph meets a new size key on the first sample with it (a new tree, warmed
+        up) and captures it on the second. With ``cudagraph_skip_dynamic_graphs`` and graph
+        partitioning, only the graph's static-shape partitions are CUDA-graphed: their key never
+        varies, so one new shape per graph, captured on its second run. With it and no
+        partitioning, CUDA graphs are skipped for the whole graph: a skip at its compile, no
+        recording (assuming every graph has symbolic sizes, as with ``dynamic=True``).
+        """
+        runs: dict[str, int] = {}
+        keys: dict[str, int] = {}
+        repeated: dict[str, int] = {}
+        for (graph, _, _), count in self.shapes.items():
+            name = graph or "none"
+            runs[name] = runs.get(name, 0) + count
+            keys[name] = keys.get(name, 0) + 1
+            repeated[name] = repeated.get(name, 0) + int(count >= 2)
         by_graph: dict[str, dict[str, int]] = {}
-        for (serving, _, _), count in self.shapes.items():
-            counts = by_graph.setdefault(serving or "none", {"new_shapes": 0, "recordings": 0})
-            counts["new_shapes"] += 1
-            counts["recordings"] += int(count >= 2)
+        for name in runs:
+            if not settings.skip_dynamic_graphs:
+                counts = {"new_shapes": keys[name], "recordings": repeated[name], "skips": 0}
+            elif settings.graph_partition:
+                counts = {"new_shapes": 1, "recordings": int(runs[name] >= 2), "skips": 0}
+            else:
+                counts = {"new_shapes": 0, "recordings": 0, "skips": 1}
+            by_graph[name] = counts
         return {
+            "model": _expected_model(settings),
             "new_shapes": sum(c["new_shapes"] for c in by_graph.values()),
             "recordings": sum(c["recordings"] for c in by_graph.values()),
+            "skips": sum(c["skips"] for c in by_graph.values()),
             "by_graph": [{"graph": graph, **counts} for graph, counts in sorted(by_graph.items(), key=lambda i: _compile_order(i[0]))],
         }
 
@@ -499,6 +536,7 @@ class CatalogBuilder:
         recommendation = recommend(
             self.shape_rows(), groups, budget=settings.shapes_per_graph,
             max_buckets=settings.max_buckets, confirmed=paddable is not None,
+            partitioned=settings.graph_partition,
         )
         section: dict[str, Any] = {
             "observed": settings.observed,
@@ -506,7 +544,8 @@ class CatalogBuilder:
                 "the replay did not run CUDA graphs (they need --backend inductor on a CUDA device): "
                 "recordings are expected from the corpus's shapes, not observed"
             ),
-            "expected": self._expected(),
+            "settings": settings.to_json(),
+            "expected": self._expected(settings),
             "recorded": self._recorded() if settings.observed else None,
             "padding": {**recommendation.to_json(), "unknown_paddable": unknown},
         }

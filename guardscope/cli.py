@@ -636,21 +636,27 @@ def format_cudagraphs(section: dict[str, Any]) -> list[str]:
     lines = []
     expected = section["expected"]
     recorded = section.get("recorded")
+    expected_skips = f", {expected['skips']} skips" if expected.get("skips") else ""
     if recorded is not None:
         skips = sum(s["count"] for s in recorded["skips"])
         lines.append(
             f"cudagraphs  {recorded['new_shapes']['count']} new shapes (warm-ups) at "
             f"{len(recorded['new_shapes']['samples'])} samples, {recorded['recordings']['count']} recordings, "
             f"{skips} skips (expected from the shapes: {expected['new_shapes']} new shapes, "
-            f"{expected['recordings']} recordings)"
+            f"{expected['recordings']} recordings{expected_skips})"
         )
         for skip in recorded["skips"][:5]:
             lines.append(f"  skipped   {skip['count']}x at samples {skip['samples'][:10]}: {skip['reason']}")
     else:
         lines.append(
             f"cudagraphs  expected from the shapes: {expected['new_shapes']} new shapes (warm-ups), "
-            f"{expected['recordings']} recordings (not observed: run --backend inductor --device cuda to see them)"
+            f"{expected['recordings']} recordings{expected_skips} (not observed: run --backend inductor --device cuda to see them)"
         )
+    if (section.get("settings") or {}).get("skip_dynamic_graphs"):
+        from .buckets import skip_effect
+
+        lines.append("  setting   cudagraph_skip_dynamic_graphs = True. "
+                     + skip_effect(section["settings"]["graph_partition"]))
     padding = section["padding"]
     chosen = padding.get("chosen")
     if padding["verdict"] == "pad" and chosen:

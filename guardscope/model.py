@@ -132,8 +132,10 @@ class TensorMeta:
 class SampleMeta:
     """The guard-relevant description of one sample, keyed by argument path (``x``, ``xs[0]``).
 
-    ``serving`` is the compile id of the cache entry that ran the sample (its topology);
-    ``error`` is set when the forward raised.
+    ``serving`` is the compile id of the earliest-compiled cache entry accepting the sample (its
+    topology, stable whatever the replay's history); ``ran`` is the one Dynamo's
+    most-recently-used-first lookup really ran, when the replay tracks it (CUDA graphs belong to
+    that graph); ``error`` is set when the forward raised.
     """
 
     index: int
@@ -143,6 +145,7 @@ class SampleMeta:
     serving: str | None
     error: str | None = None
     cudagraph: tuple[CudagraphEvent, ...] = ()  # filled only when the replay uses CUDA graphs
+    ran: str | None = None  # filled only when the replay tracks Dynamo's lookup order
 
 
 @dataclass(frozen=True)

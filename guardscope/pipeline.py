@@ -110,7 +110,10 @@ def analyze(
     ``"x.size()[0]"``, the user confirmed can be padded; ``shapes_per_graph``: the budget),
     and, when the replay really runs CUDA graphs (inductor on a GPU), every recording and
     "skipping cudagraphs" reason with its sample. CUDA graphs record at run time, so such a
-    replay runs every sample (``replay_mode`` is then ``"full"`` whatever was asked).
+    replay runs every sample (``replay_mode`` is then ``"full"`` whatever was asked). The
+    expected recordings follow the graph Dynamo really runs per sample (its lookup order,
+    :class:`guardscope.torch_compat.LookupOrder`) and inductor's settings at call time
+    (``cudagraph_skip_dynamic_graphs``, graph partitioning: :func:`torch_compat.cudagraph_config`).
     """
     from .errors import ShardError
     from .replay import ReplaySession
@@ -133,7 +136,7 @@ def analyze(
         warnings.append("--replay guards ignored: CUDA graphs record at run time, so every sample runs")
     cudagraphs = (
         CudagraphSettings(observed=options.uses_cudagraphs, paddable=paddable,
-                          shapes_per_graph=shapes_per_graph)
+                          shapes_per_graph=shapes_per_graph, **torch_compat.cudagraph_config())
         if torch_compat.mode_uses_cudagraphs(options.mode) else None
     )
     fingerprint = _fingerprint(corpus, spec, options, replay_mode)
@@ -160,11 +163,14 @@ def analyze(
         progress=(lambda done: progress(done_before + done)) if progress else None,
         guard_only=replay_mode in ("auto", "guards"),
         cudagraph_stream=cudagraph_stream,
+        track_lookup=cudagraphs is not None,
     ) as session:
         if state:
             # Rebuild the graphs the finished shards compiled: their compile events come back
-            # identical, so the catalog equals an uninterrupted run's.
+            # identical, so the catalog equals an uninterrupted run's. Dynamo's lookup order
+            # is the one the finished shards left, not the warm-up's.
             session.warm(corpus.sample(index) for index in state["compile_samples"])
+            session.restore_lookup_order(state.get("lookup_order", session.lookup_order))
         last_checkpoint = time.monotonic()
         for position, shard in enumerate(corpus.manifest.shards):
             if position < next_shard:
@@ -187,6 +193,7 @@ def analyze(
                     "fingerprint": fingerprint,
                     "next_shard": position + 1,
                     "compile_samples": session.compile_samples(),
+                    "lookup_order": session.lookup_order,
                     "builder": builder.to_state(),
                     "skipped_shards": skipped,
                     "seconds": (state["seconds"] if state else 0.0) + session.seconds,

@@ -230,6 +230,7 @@ class Runner:
         )
         self.grad_context = torch.inference_mode if options.inference_mode else torch.no_grad
         self._entries: list | None = None
+        self.lookup = torch_compat.LookupOrder()
         device = torch.device(options.device)
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
@@ -268,11 +269,19 @@ class Runner:
         with self.grad_context():
             return self.serving_locals({**self.self_local, **bound})
 
-    def serving_locals(self, f_locals: dict[str, Any]) -> str | None:
-        """The earliest-compiled graph accepting these frame locals (see torch_compat)."""
+    def entries(self) -> list:
         if self._entries is None:
             self._entries = torch_compat.entries_by_age(self.code)
-        return torch_compat.first_accepting(self._entries, f_locals)
+        return self._entries
+
+    def serving_locals(self, f_locals: dict[str, Any]) -> str | None:
+        """The earliest-compiled graph accepting these frame locals (see torch_compat)."""
+        return torch_compat.first_accepting(self.entries(), f_locals)
+
+    def ran_locals(self, f_locals: dict[str, Any]) -> str | None:
+        """After a call (run or skipped) with these frame locals: the graph Dynamo's
+        most-recently-used-first lookup ran for it, moved to the front of that order."""
+        return self.lookup.call(self.entries(), f_locals)
 
     def forget_entries(self) -> None:
         """A forward ran: it may have compiled a graph, so the entry list must be re-read."""
@@ -304,6 +313,11 @@ class ReplaySession:
     graphs (``options.uses_cudagraphs``) every sample runs too: CUDA Graph Trees record per
     distinct size at run time, and each sample's recordings and skips are captured
     (:class:`guardscope.capture.CudagraphCapture`) into its ``SampleMeta.cudagraph``.
+
+    With ``track_lookup`` each sample's ``SampleMeta.ran`` is the graph that really ran it:
+    Dynamo tries graphs most-recently-used first (:class:`guardscope.torch_compat.LookupOrder`),
+    so that can be a later graph than ``serving``, the earliest-compiled accepting one. CUDA
+    Graph Trees belong to the graph that runs, so the CUDA graph predictions use ``ran``.
     """
 
     def __init__(
@@ -316,8 +330,10 @@ class ReplaySession:
         progress: Callable[[int], None] | None = None,
         guard_only: bool = False,
         cudagraph_stream: IO[str] | None = None,
+        track_lookup: bool = False,
     ) -> None:
         self.model = model
+        self.track_lookup = track_lookup
         self.options = options
         self.on_sample = on_sample
         self.progress = progress
@@ -386,7 +402,19 @@ class ReplaySession:
                     first_line = (str(exc).strip().splitlines() or [""])[0]
                     error = f"{type(exc).__name__}: {first_line}"[:500]
                 serving = None if error else runner.serving_locals(f_locals)
-        return describe(bound, sample.index, serving, error)
+            # A call that raised still moved the graph it ran to the front of Dynamo's order.
+            ran = runner.ran_locals(f_locals) if self.track_lookup else None
+        meta = describe(bound, sample.index, serving, error)
+        return dataclasses.replace(meta, ran=ran) if ran is not None else meta
+
+    @property
+    def lookup_order(self) -> list[str]:
+        """Dynamo's lookup order as emulated so far (a checkpoint keeps it for a resume)."""
+        return list(self.runner.lookup.order)
+
+    def restore_lookup_order(self, order: list[str]) -> None:
+        """After :meth:`warm`: the order an uninterrupted replay had reached."""
+        self.runner.lookup = torch_compat.LookupOrder(order)
 
     def replay(self, samples: Iterable[Sample]) -> None:
         started = time.perf_counter()

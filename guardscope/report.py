@@ -676,7 +676,13 @@ CUDAGRAPH_STRIP_BINS = 300   # the per-sample strip of CUDA graph events: at mos
 VERDICT_TITLES = {
     "none_needed": "No padding needed",
     "pad": "Pad to buckets",
-    "skip_dynamic_graphs": "Skip CUDA graphs for dynamic graphs",
+    "skip_dynamic_graphs": "Skip CUDA graphs for dynamic shapes",
+}
+# What ``expected`` counted (the catalog's cudagraphs.expected.model), for the stat captions.
+EXPECTED_CAPTIONS = {
+    "per_shape": ("one warm-up per shape of each graph", "shapes seen twice or more"),
+    "static_partitions": ("one per graph that ran: its static partitions", "one per graph that ran twice"),
+    "skipped": ("none: graphs with symbolic sizes skip CUDA graphs", "none"),
 }
 
 
@@ -772,10 +778,17 @@ def cudagraphs_context(catalog: dict, timings: dict | None) -> dict | None:
                 "waste": f"{100 * o['padding_waste']:.1f} %",
             } for o in group["options"]],
         })
+    from .buckets import skip_effect
+
+    settings = section.get("settings") or {}
     return {
         "observed": section["observed"],
         "note": section.get("note"),
-        "expected": expected,
+        # cudagraph_skip_dynamic_graphs was set for the analysis: say what it does on this torch
+        "partitioned": bool(settings.get("graph_partition")),
+        "skip_setting": skip_effect(bool(settings.get("graph_partition"))) if settings.get("skip_dynamic_graphs") else None,
+        "expected_captions": EXPECTED_CAPTIONS[expected.get("model", "per_shape")],
+        "expected": {"skips": 0, **expected},  # (catalogs before the skip model had no skips)
         "recorded": None if recorded is None else {
             "new_shapes": recorded["new_shapes"]["count"],
             "recordings": recorded["recordings"]["count"],

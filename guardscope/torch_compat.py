@@ -170,20 +170,59 @@ def entries_by_age(code: Any) -> list[tuple[str, Callable[[dict[str, Any]], bool
     return sorted(cache_entries(code) or [], key=lambda entry: _compile_order(entry[0]))
 
 
+def _accepts(check: Callable[[dict[str, Any]], bool], f_locals: dict[str, Any]) -> bool:
+    try:
+        return bool(check(f_locals))
+    except Exception:
+        return False
+
+
 def first_accepting(entries: list[tuple[str, Callable[[dict[str, Any]], bool]]], f_locals: dict[str, Any]) -> str | None:
     """Compile id of the first entry whose guards accept these frame locals, or None.
 
     Given :func:`entries_by_age`, that is the earliest-compiled accepting graph: Dynamo itself
     tries entries most-recently-used first, so which of two accepting graphs runs depends on
     history, and the earliest-compiled one is the stable answer (None: the call would compile).
+    :class:`LookupOrder` answers the other question: which graph a call really runs.
     """
     for compile_id, check in entries:
-        try:
-            if check(f_locals):
-                return compile_id
-        except Exception:
-            continue
+        if _accepts(check, f_locals):
+            return compile_id
     return None
+
+
+class LookupOrder:
+    """Dynamo's lookup order of one code object's cache entries, emulated call by call.
+
+    Dynamo keeps a frame's cache entries in a list it searches front to back: a hit is moved to
+    the front, a new compile is put at the front (``lookup`` and ``create_cache_entry`` in
+    ``torch/csrc/dynamo/extra_state.cpp``, ``use_lru`` on by default, torch 2.1 - 2.14;
+    ``_debug_get_cache_entry_list`` returns that live order). So of two graphs accepting a
+    call, the one used last runs. The replay follows that order itself instead of reading it,
+    so a guard-only replay, whose skipped samples never reach Dynamo, still knows which graph
+    each would have run. ``order`` is the compile ids, most recently used first.
+    """
+
+    def __init__(self, order: list[str] | None = None) -> None:
+        self.order: list[str] = list(order or [])
+
+    def call(self, entries: list[tuple[str, Callable[[dict[str, Any]], bool]]], f_locals: dict[str, Any]) -> str | None:
+        """The graph a call with these frame locals ran (None: none did), after that call.
+
+        ``entries`` are the frame's cache entries once the call is over, earliest-compiled
+        first: an entry not seen before was compiled by this call, which then ran it.
+        """
+        checks = dict(entries)
+        self.order = [cid for cid in self.order if cid in checks]
+        new = [cid for cid, _ in entries if cid not in self.order]
+        if new:
+            self.order[:0] = reversed(new)
+            return self.order[0]
+        for position, compile_id in enumerate(self.order):
+            if _accepts(checks[compile_id], f_locals):
+                self.order.insert(0, self.order.pop(position))
+                return compile_id
+        return None
 
 
 def warn_once(message: str) -> None:
@@ -304,6 +343,43 @@ def cudagraph_skip_count() -> int:
         return 0
     inductor = counters.get("inductor")
     return int(inductor.get("cudagraph_skips", 0)) if inductor is not None else 0
+
+
+def partitions_dynamic_shapes() -> bool:
+    """Whether ``cudagraph_skip_dynamic_graphs`` partitions a graph rather than skipping it.
+
+    With inductor graph partitioning on (``torch._inductor.config.graph_partition``, env
+    ``TORCHINDUCTOR_GRAPH_PARTITION``, on by default outside fbcode) and a torch whose scheduler
+    partitions around ops that use symbolic sizes (pytorch PR 170884, torch 2.11+:
+    ``scheduler.get_scheduler_node_symbol_uses``, and ``compile_fx`` no longer disables CUDA
+    graphs for a graph with symbolic inputs), only the static-shape partitions are CUDA-graphed.
+    Otherwise the whole graph is skipped ("skipping cudagraphs due to graph with symbolic
+    shapes inputs and config.triton.cudagraph_skip_dynamic_graphs=True").
+    """
+    from torch._inductor import config
+
+    if not getattr(config, "graph_partition", False):
+        return False
+    # torch 2.11 on an H200 showed the behaviour (no skip logged, static partitions recorded once
+    # per graph); an earlier build has it when it has the PR's function (importing the
+    # scheduler costs ~0.6 s, so only then).
+    if version_tuple() >= (2, 11):
+        return True
+    from torch._inductor import scheduler
+
+    return hasattr(scheduler, "get_scheduler_node_symbol_uses")
+
+
+def cudagraph_config() -> dict[str, bool]:
+    """The inductor settings that decide what CUDA Graph Trees record, read now:
+    ``skip_dynamic_graphs`` (``config.triton.cudagraph_skip_dynamic_graphs``) and
+    ``graph_partition`` (see :func:`partitions_dynamic_shapes`)."""
+    from torch._inductor import config
+
+    return {
+        "skip_dynamic_graphs": bool(config.triton.cudagraph_skip_dynamic_graphs),
+        "graph_partition": partitions_dynamic_shapes(),
+    }
 
 
 def mode_uses_cudagraphs(mode: str | None) -> bool:

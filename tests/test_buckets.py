@@ -214,6 +214,18 @@ def test_verdict_skip_when_an_unpaddable_dim_varies():
     assert "x.size()[0]" in recommendation.reasons[-1]
 
 
+@pytest.mark.parametrize("partitioned", [True, False])
+def test_skip_verdict_says_what_the_setting_does_with_and_without_graph_partitioning(partitioned):
+    rows = corpus_rows([(n, 5) for n in range(2, 40)])
+    groups = (DimGroup("x.size()[0]", ("x.size()[0]",), False), GROUPS[1])
+    reason = recommend(rows, groups, budget=8, confirmed=True, partitioned=partitioned).reasons[-1]
+    # with partitioning only the dynamic-shape ops lose CUDA graphs; the rest is captured once a graph
+    assert ("static-shape parts are captured once" in reason) is partitioned
+    assert ("no re-recording per size" in reason) is partitioned
+    assert ("run as plain Inductor code" in reason) is not partitioned
+    assert "cudagraph_skip_dynamic_graphs = True" in reason
+
+
 def test_verdict_skip_when_padding_costs_too_much():
     # Almost every sample is tiny, a few are huge: any 2 buckets pad the tiny ones a lot.
     rows = corpus_rows([(2, 2)] * 50 + [(3, 2)] * 50 + [(4, 2)] * 50 + [(1000, 2)] + [(2000, 2)])

@@ -276,7 +276,9 @@ def test_seed_padding_advice(seed_cudagraphs):
         ("context.size()[0]", ["context.size()[0]"]),
     ]
     assert all(g["special_sizes"] == [0] for g in padding["groups"])  # 0 is kept, never padded
-    assert padding["baseline"]["shapes"] == 300 and padding["baseline"]["max_per_graph"] == 284
+    # 0/1 runs 290 requests: its 284 topology members and 6 that 0/0, compiled earlier, also
+    # accepts but Dynamo's most-recently-used-first lookup runs on 0/1
+    assert padding["baseline"]["shapes"] == 300 and padding["baseline"]["max_per_graph"] == 290
     assert padding["paddable_confirmed"] is False and padding["search"] == "exhaustive"
     chosen = padding["chosen"]
     assert chosen["max_per_graph"] <= 8 < padding["baseline"]["max_per_graph"]
@@ -300,23 +302,17 @@ def test_seed_with_only_the_edges_paddable_skips_dynamic_graphs(seed_cudagraphs)
 
 
 def _builder_state(analysis):
-    """Rebuild the replay's builder from the corpus and the catalog (no second replay)."""
-    from guardscope.model import SampleMeta, TensorMeta
-
-    catalog = read_catalog(analysis.out_dir)
-    serving = {s: t["compile_id"] for t in catalog["topologies"] for s in t["samples"]}
-    builder = CatalogBuilder(track_shapes=True)
-    for sample in guardscope.load_corpus(SEED_CORPUS):
-        tensors = tuple((name, TensorMeta(tuple(t.shape), t.stride(), "float32", "cpu", False))
-                        for name, t in sample.kwargs.items())
-        builder.add_sample(SampleMeta(sample.index, tensors, (), (), serving[sample.index]))
-    return builder.to_state()
+    """The replay's builder, from a second (guard-only) replay of the seed corpus."""
+    metas, _ = _replay_lookup(SEED_CORPUS, guard_only=True)
+    assert sum(m.ran != m.serving for m in metas.values()) == 6
+    return _builder(metas).to_state()
 
 
 def test_seed_cudagraph_section_is_deterministic_and_survives_a_checkpoint(seed_cudagraphs):
     catalog = read_catalog(seed_cudagraphs.out_dir)
     builder = CatalogBuilder.from_state(json.loads(json.dumps(_builder_state(seed_cudagraphs))))
-    rebuilt = builder.cudagraph_section(CudagraphSettings(observed=False), builder.dimensions())
+    rebuilt = builder.cudagraph_section(CudagraphSettings(observed=False, **torch_compat.cudagraph_config()),
+                                        builder.dimensions())
     assert json.dumps(rebuilt, sort_keys=True) == json.dumps(catalog["cudagraphs"], sort_keys=True)
 
 
@@ -354,4 +350,194 @@ def test_parser_on_records_from_a_real_gpu(path):
         assert {"new_shape", "recording"} <= kinds_seen
     if "skip_dynamic" in runs:
         reasons = [s["reason"] for s in runs["skip_dynamic"]["recorded"]["skips"]]
-        assert any("cudagraph_skip_dynamic_graphs" in r for r in reasons)
+        # with graph partitioning torch skips no whole graph: the static partitions record once
+        partitioned = runs["skip_dynamic"].get("settings", {}).get("graph_partition", False)
+        assert any("cudagraph_skip_dynamic_graphs" in r for r in reasons) is not partitioned
+
+
+# --- which graph runs: Dynamo's most-recently-used-first lookup ---------------------------------
+#
+# The seed's first 40 requests twice (bench/cudagraphs_check.py's "repeats" run). Graph 0/1 is
+# the general one; in the second round Dynamo tries the graph used last first, so 0/1 runs
+# request 0 again (sample 40) although 0/0, the earliest-compiled graph accepting it, served it
+# the first time. On an H200 (torch 2.11) CUDA Graph Trees made 41 new shapes and 39 recordings.
+
+REPEATED = 40
+
+
+@pytest.fixture(scope="module")
+def repeats(tmp_path_factory):
+    seed = guardscope.load_corpus(SEED_CORPUS)
+    path = tmp_path_factory.mktemp("repeats") / "corpus"
+    with guardscope.CorpusWriter(path, model=f"{SEED_CORPUS.parent / 'model.py'}:small",
+                                 compile=seed.manifest.compile, shard_size=20) as writer:
+        for _ in range(2):
+            for index in range(REPEATED):
+                sample = seed.sample(index)
+                writer.add(*sample.args, **sample.kwargs)
+    return path
+
+
+def _replay_lookup(corpus_dir, guard_only):
+    """Each sample's SampleMeta, and (in a full replay) Dynamo's live lookup order after it
+    next to the emulated one."""
+    from guardscope.modelspec import load_model
+    from guardscope.pipeline import options_from_manifest
+
+    corpus = guardscope.load_corpus(corpus_dir)
+    options = options_from_manifest(corpus.manifest.compile)
+    metas, orders = {}, {}
+    model = load_model(corpus.manifest.model, base_dir=corpus.path)
+    with replay.ReplaySession(model, options, on_sample=lambda m: metas.__setitem__(m.index, m),
+                              guard_only=guard_only, track_lookup=True) as session:
+        for sample in corpus:
+            session.replay([sample])
+            live = [cid for cid, _ in torch_compat.cache_entries(session.runner.code)]
+            orders[sample.index] = (session.lookup_order, live)
+        assert session.result().replay_mode == ("guards" if guard_only else "full")
+    return metas, orders
+
+
+def test_lookup_order_moves_a_hit_to_the_front_and_puts_a_compile_there():
+    def even(f_locals):
+        return f_locals["x"] % 2 == 0
+
+    def broken(f_locals):
+        raise RuntimeError("a guard that raises rejects")
+
+    lookup = torch_compat.LookupOrder()
+    assert lookup.call([("0/0", even)], {"x": 2}) == "0/0"  # compiled by this call
+    assert lookup.call([("0/0", even)], {"x": 4}) == "0/0"
+    both = [("0/0", even), ("0/1", lambda f_locals: True)]
+    assert lookup.call(both, {"x": 3}) == "0/1" and lookup.order == ["0/1", "0/0"]
+    # 0/0, the earliest-compiled, accepts 4 too; Dynamo runs the one used last
+    assert torch_compat.first_accepting(both, {"x": 4}) == "0/0"
+    assert lookup.call(both, {"x": 4}) == "0/1"
+    # an order saved at a checkpoint decides it after a resume
+    assert torch_compat.LookupOrder(["0/0", "0/1"]).call(both, {"x": 4}) == "0/0"
+    # nothing accepts (the call ran without a graph): nothing moves
+    lookup = torch_compat.LookupOrder(["0/1", "0/0"])
+    assert lookup.call([("0/0", broken), ("0/1", even)], {"x": 5}) is None and lookup.order == ["0/1", "0/0"]
+    assert lookup.call([("0/0", broken), ("0/1", even)], {"x": 6}) == "0/1"
+
+
+@pytest.fixture(scope="module")
+def repeats_full(repeats):
+    return _replay_lookup(repeats, guard_only=False)
+
+
+def _builder(metas):
+    builder = CatalogBuilder(track_shapes=True)
+    for index in sorted(metas):
+        builder.add_sample(metas[index])
+    return builder
+
+
+def test_lookup_order_is_dynamos_and_a_guard_only_replay_knows_it_too(repeats, repeats_full):
+    full, orders = repeats_full
+    assert all(emulated == live for emulated, live in orders.values()), orders
+    assert orders[40][1] == ["0/1", "0/4", "0/3", "0/2", "0/0"]
+    assert (full[40].serving, full[40].ran) == ("0/0", "0/1")
+    assert (full[0].serving, full[0].ran) == ("0/0", "0/0")
+    # Skipped samples never reach Dynamo, yet the emulated lookup runs the same graphs.
+    guards, _ = _replay_lookup(repeats, guard_only=True)
+    assert {i: m.ran for i, m in guards.items()} == {i: m.ran for i, m in full.items()}
+    assert {i: m.serving for i, m in guards.items()} == {i: m.serving for i, m in full.items()}
+    # Without tracking nothing is filled in.
+    assert all(m.ran is None for m in _untracked_metas(repeats))
+
+
+def _untracked_metas(corpus_dir):
+    corpus = guardscope.load_corpus(corpus_dir)
+    from guardscope.modelspec import load_model
+    from guardscope.pipeline import options_from_manifest
+
+    metas = []
+    model = load_model(corpus.manifest.model, base_dir=corpus.path)
+    with replay.ReplaySession(model, options_from_manifest(corpus.manifest.compile),
+                              on_sample=metas.append, guard_only=True) as session:
+        session.replay(corpus.sample(i) for i in range(3))
+    return metas
+
+
+@pytest.fixture(scope="module")
+def repeats_analysis(repeats, tmp_path_factory):
+    out = tmp_path_factory.mktemp("repeats-out") / "out"
+    return guardscope.analyze(repeats, out, strict=True, mode="reduce-overhead", checkpoint_every=0)
+
+
+def test_repeats_expect_what_the_h200_recorded(repeats_analysis):
+    catalog = read_catalog(repeats_analysis.out_dir)
+    section = catalog["cudagraphs"]
+    assert section["settings"] == torch_compat.cudagraph_config()
+    assert section["settings"]["skip_dynamic_graphs"] is False
+    expected = section["expected"]
+    assert (expected["model"], expected["new_shapes"], expected["recordings"], expected["skips"]) == ("per_shape", 41, 39, 0)
+    by_graph = {g["graph"]: (g["new_shapes"], g["recordings"]) for g in expected["by_graph"]}
+    # 0/0 met request 0 once (sample 40 ran on 0/1): a warm-up, never recorded
+    assert by_graph == {"0/0": (1, 0), "0/1": (37, 36), "0/2": (1, 1), "0/3": (1, 1), "0/4": (1, 1)}
+    # The topologies stay on the earliest-compiled accepting graph.
+    first = {t["compile_id"]: t["samples"] for t in catalog["topologies"]}
+    assert first["0/0"] == [0, 40]
+    assert "41 new shapes (warm-ups), 39 recordings (not observed" in cli.format_cudagraphs(section)[0]
+
+
+def test_repeats_resume_to_the_same_catalog(repeats, repeats_analysis, tmp_path):
+    out = tmp_path / "out"
+
+    def interrupt(done):
+        if done > 45:  # in the third shard, after the checkpoint of the second
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        guardscope.analyze(repeats, out, strict=True, mode="reduce-overhead", checkpoint_every=0, progress=interrupt)
+    checkpoint = json.loads((out / ".guardscope-checkpoint.json").read_text())
+    assert checkpoint["next_shard"] == 2 and checkpoint["lookup_order"][0] == "0/1"
+    guardscope.analyze(repeats, out, strict=True, mode="reduce-overhead", checkpoint_every=0, resume=True)
+    assert (out / "catalog.json").read_bytes() == (repeats_analysis.out_dir / "catalog.json").read_bytes()
+
+
+def test_repeats_builder_state_round_trips(repeats_analysis, repeats_full):
+    catalog = read_catalog(repeats_analysis.out_dir)
+    builder = _builder(repeats_full[0])
+    rebuilt = CatalogBuilder.from_state(json.loads(json.dumps(builder.to_state())))
+    settings = CudagraphSettings(observed=False, **torch_compat.cudagraph_config())
+    assert rebuilt.shapes == builder.shapes
+    section = rebuilt.cudagraph_section(settings, rebuilt.dimensions())
+    assert json.dumps(section, sort_keys=True) == json.dumps(catalog["cudagraphs"], sort_keys=True)
+
+
+@pytest.mark.parametrize("partitioned, model, new_shapes, recordings, skips", [
+    # the static partitions of each graph: one tree per graph, captured on its second run
+    (True, "static_partitions", 5, 4, 0),
+    # the whole graph skipped at its compile (torch before 2.11, or TORCHINDUCTOR_GRAPH_PARTITION=0)
+    (False, "skipped", 0, 0, 5),
+])
+def test_skip_dynamic_graphs_with_and_without_graph_partitioning(repeats_full, partitioned, model,
+                                                                 new_shapes, recordings, skips):
+    builder = _builder(repeats_full[0])
+    settings = CudagraphSettings(observed=False, skip_dynamic_graphs=True, graph_partition=partitioned)
+    section = builder.cudagraph_section(settings, builder.dimensions())
+    expected = section["expected"]
+    assert (expected["model"], expected["new_shapes"], expected["recordings"], expected["skips"]) == (
+        model, new_shapes, recordings, skips)
+    assert section["settings"] == {"skip_dynamic_graphs": True, "graph_partition": partitioned}
+    lines = cli.format_cudagraphs(section)
+    assert "setting   cudagraph_skip_dynamic_graphs = True" in lines[1]
+    assert ("static-shape parts are captured once" in lines[1]) is partitioned
+    assert ("run as plain Inductor code" in lines[1]) is not partitioned
+
+
+def test_the_analysis_reads_inductors_settings(repeats, tmp_path):
+    from torch._inductor import config
+
+    with config.patch({"triton.cudagraph_skip_dynamic_graphs": True, "graph_partition": False}):
+        analysis = guardscope.analyze(repeats, tmp_path / "out", strict=True, mode="reduce-overhead")
+    section = read_catalog(analysis.out_dir)["cudagraphs"]
+    assert section["settings"] == {"skip_dynamic_graphs": True, "graph_partition": False}
+    assert (section["expected"]["model"], section["expected"]["skips"]) == ("skipped", 5)
+    assert config.triton.cudagraph_skip_dynamic_graphs is False  # restored
+    write_report(analysis.out_dir)
+    text = words(parse((analysis.out_dir / "report.html").read_text()).find("section", id="cudagraphs"))
+    assert "cudagraph_skip_dynamic_graphs was set for this analysis" in text
+    assert "run as plain Inductor code" in text and "none: graphs with symbolic sizes skip CUDA graphs" in text
