@@ -12,6 +12,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -54,6 +55,28 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+_WARNING = re.compile(r"^\S.*:\d+: \w*Warning: ")
+
+
+def output_tail(text: str, lines: int = 5) -> list[str]:
+    """The last ``lines`` lines of a dead child's output that say something: Python warnings
+    (``file.py:99: FutureWarning: ...`` and the source line printed under each) are left out, so a
+    crash report ends with the crash, not with the deprecation notices printed before it. Pure."""
+    kept: list[str] = []
+    after_warning = False
+    for line in text.strip().splitlines():
+        if _WARNING.match(line):
+            after_warning = True
+            continue
+        if after_warning and line.startswith((" ", "\t")):
+            after_warning = False
+            continue  # the one source line printed under a warning
+        after_warning = False
+        if line.strip():
+            kept.append(line)
+    return kept[-lines:]
+
+
 def run_module(
     module: str,
     arguments: list[str],
@@ -90,7 +113,7 @@ def run_module(
         seconds = time.perf_counter() - started
         if child.returncode == 0 and result_path.is_file():
             return ChildOutcome(json.loads(result_path.read_text()), None, seconds)
-        tail = (stderr or stdout or "").strip().splitlines()[-5:]
+        tail = output_tail(stderr or stdout or "")
         if child.returncode < 0:
             cause = f"{what} died of {signal_name(child.returncode)}"
         else:

@@ -345,3 +345,24 @@ def test_export_input_checker_uses_the_exported_programs_own_bounds():
     assert check((torch.ones(4, 7),), {"y": torch.ones(4, 7)}) is not None         # a static size
     assert "float64" in check((torch.ones(4, 8, dtype=torch.float64),), {"y": torch.ones(4, 8)})
     assert check((torch.ones(4, 8),), {}) is not None                              # y missing
+
+
+def test_a_crash_report_ends_with_the_crash_not_with_warnings():
+    from guardscope.isolation import output_tail
+
+    stderr = "\n".join([
+        "/usr/lib/python3.12/copyreg.py:99: FutureWarning: `isinstance(treespec, LeafSpec)` is deprecated",
+        "  return cls.__new__(cls, *args)",
+        "Fatal Python error: Segmentation fault",
+        "",
+        "Current thread 0x00007f (most recent call first):",
+        "/opt/torch/site-packages/torch/_inductor/codecache.py:12: UserWarning: something else",
+        "  warnings.warn(message)",
+        '  File "/opt/torch/site-packages/torch/_inductor/package.py", line 40 in load',
+    ])
+    assert output_tail(stderr, lines=3) == [
+        "Fatal Python error: Segmentation fault",
+        "Current thread 0x00007f (most recent call first):",
+        '  File "/opt/torch/site-packages/torch/_inductor/package.py", line 40 in load',
+    ]
+    assert output_tail("") == []
