@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.synchronize()
         events = prof.key_averages()
         attribute = "self_device_time_total" if hasattr(events[0], "self_device_time_total") else "self_cuda_time_total"
-        device_us = sum(getattr(e, attribute) for e in events) / options.profiled
+        # Kernels and copies only: an operator's own entry repeats the time of the kernels it launched.
+        device_us = sum(getattr(e, attribute) for e in events if e.device_type.name == "CUDA") / options.profiled
         top = sorted(events, key=lambda e: getattr(e, attribute), reverse=True)[:10]
         kernels = sum(e.count for e in events if getattr(e, attribute) > 0 and e.device_type.name == "CUDA")
         return {"passes": passes, "device_ms": round(device_us / 1e3, 4),
