@@ -29,12 +29,14 @@ def _friendly_errors(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _parse_marks(values: tuple[str, ...], option: str = "--mark-unbacked") -> tuple[tuple[str, int], ...]:
+    from .model import parse_mark
+
     marks = []
     for value in values:
-        path, _, dim = value.rpartition(":")
-        if not path or not dim.lstrip("-").isdigit():
-            raise click.BadParameter(f"{value!r} is not ARG:DIM (e.g. x:0)", param_hint=option)
-        marks.append((path, int(dim)))
+        try:
+            marks.append(parse_mark(value))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint=option) from None
     return tuple(marks)
 
 

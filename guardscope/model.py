@@ -9,6 +9,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def parse_mark(text: str) -> tuple[str, int]:
+    """``"ARG:DIM"`` (the form of ``--mark-unbacked`` and of ``catalog.json``'s
+    ``compile.mark_unbacked``) as ``(argument path, dim)``; ValueError when it is not."""
+    path, _, dim = str(text).rpartition(":")
+    if not path or not dim.lstrip("-").isdigit():
+        raise ValueError(f"{text!r} is not ARG:DIM (e.g. x:0)")
+    return path, int(dim)
+
+
 class FailureKind(str, enum.Enum):
     """Why a cached graph rejected an input. Values are the ``kind`` strings of ``catalog.json``."""
 

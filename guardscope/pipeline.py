@@ -19,7 +19,7 @@ from .buckets import SHAPES_PER_GRAPH
 from .catalog import CatalogBuilder, CudagraphSettings
 from .corpus import load_corpus
 from .errors import CatalogError, CompileOptionsError, TraceParseError
-from .model import Catalog
+from .model import Catalog, parse_mark
 from .modelspec import load_model
 from .replay import ReplayOptions, replay
 
@@ -453,11 +453,8 @@ def analysis_options(catalog: dict[str, Any]) -> ReplayOptions:
     """Exactly the options the analysis replayed with (duck sizing, marks and limit included),
     so a replay of its compile samples rebuilds its graphs."""
     compile_options = catalog["compile"]
-    marks = []
-    for text in compile_options.get("mark_unbacked") or ():
-        path, _, dim = str(text).rpartition(":")
-        marks.append((path, int(dim)))
-    overrides: dict[str, Any] = {"mark_unbacked": tuple(marks)}
+    marks = tuple(parse_mark(text) for text in compile_options.get("mark_unbacked") or ())
+    overrides: dict[str, Any] = {"mark_unbacked": marks}
     for name in ("duck_shape", "recompile_limit", "mark_samples"):
         if compile_options.get(name) is not None:
             overrides[name] = compile_options[name]

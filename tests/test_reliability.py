@@ -43,6 +43,15 @@ def sharded_seed(tmp_path_factory):
 # --- 1, 4: bad paths, manifests and model specs -------------------------------------------------
 
 
+@pytest.mark.parametrize("option, value", [("--mark-unbacked", "x"), ("--mark-unbacked", "x:first"),
+                                           ("--paddable", ":0")])
+def test_a_bad_arg_dim_option_names_the_value_and_the_form(tmp_path, option, value):
+    result = run_cli("analyze", str(SEED_CORPUS), "--out", str(tmp_path / "out"), option, value)
+    assert result.exit_code == 2
+    assert f"{value!r} is not ARG:DIM (e.g. x:0)" in result.output and option in result.output
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("make", ["missing", "empty", "not_a_corpus"])
 def test_bad_corpus_path_names_it_and_says_what_a_corpus_is(tmp_path, make):
     path = tmp_path / "c"
