@@ -96,14 +96,29 @@ def write_json(path: str | Path, data: Any) -> Path:
     return write_text(path, dumps(data))
 
 
-def open_trace_stream(directory: str | Path, *, append: bool = False, name: str = TRACE_FILE) -> IO[str]:
+def open_trace_stream(directory: str | Path, *, append: bool = False, name: str = TRACE_FILE,
+                      keep_bytes: int | None = None) -> IO[str]:
     """The raw structured trace (or, with ``name=CUDAGRAPH_LOG``, the raw CUDA graph log
     lines as JSON), streamed while the replay runs (readable by tlparse).
 
-    A resumed analysis appends: the trace then holds the re-run compiles twice."""
+    A resumed analysis appends (``append``) after cutting the file back to ``keep_bytes``, its
+    size at the checkpoint: what the interrupted run wrote after it is replayed again, so the
+    trace holds each compile once, as an uninterrupted run's does."""
     trace_dir = Path(directory) / TRACE_DIR
     trace_dir.mkdir(parents=True, exist_ok=True)
-    return open(trace_dir / name, "a" if append else "w", encoding="utf-8")
+    path = trace_dir / name
+    if append and keep_bytes is not None and path.is_file() and path.stat().st_size > keep_bytes:
+        with open(path, "r+b") as existing:
+            existing.truncate(keep_bytes)
+    return open(path, "a" if append else "w", encoding="utf-8")
+
+
+def stream_size(stream: IO[str] | None) -> int | None:
+    """Bytes written to a trace stream so far (flushed first), for the checkpoint."""
+    if stream is None:
+        return None
+    stream.flush()
+    return stream.tell()
 
 
 def write_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:

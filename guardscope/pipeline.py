@@ -152,8 +152,9 @@ def analyze(
     done_before = builder.samples
     if progress is not None and done_before:
         progress(done_before)
-    with output.open_trace_stream(out, append=resume) as trace_stream, (
-        output.open_trace_stream(out, append=resume, name=output.CUDAGRAPH_LOG)
+    with output.open_trace_stream(out, append=resume, keep_bytes=(state or {}).get("trace_bytes")) as trace_stream, (
+        output.open_trace_stream(out, append=resume, name=output.CUDAGRAPH_LOG,
+                                 keep_bytes=(state or {}).get("cudagraph_bytes"))
         if options.uses_cudagraphs else contextlib.nullcontext()
     ) as cudagraph_stream, ReplaySession(
         user_model,
@@ -197,6 +198,8 @@ def analyze(
                     "builder": builder.to_state(),
                     "skipped_shards": skipped,
                     "seconds": (state["seconds"] if state else 0.0) + session.seconds,
+                    "trace_bytes": output.stream_size(trace_stream),
+                    "cudagraph_bytes": output.stream_size(cudagraph_stream),
                 },
             )
         result = session.result()

@@ -372,10 +372,21 @@ class ReplaySession:
             self.cudagraphs.set_sample(index)
 
     def warm(self, samples: Iterable[Sample]) -> None:
-        for sample in samples:
-            self._set_sample(sample.index)
-            self._run(sample)
-            self._set_sample(None)
+        # The trace files already hold these compiles (written before the interruption): the
+        # records are kept in memory for the catalog but not written again.
+        streams = self.capture.stream, self.cudagraphs.stream if self.cudagraphs is not None else None
+        self.capture.stream = None
+        if self.cudagraphs is not None:
+            self.cudagraphs.stream = None
+        try:
+            for sample in samples:
+                self._set_sample(sample.index)
+                self._run(sample)
+                self._set_sample(None)
+        finally:
+            self.capture.stream = streams[0]
+            if self.cudagraphs is not None:
+                self.cudagraphs.stream = streams[1]
 
     def _run(self, sample: Sample) -> SampleMeta:
         meta = self._forward(sample)

@@ -164,6 +164,12 @@ def test_killed_analysis_resumes_to_the_same_catalog(sharded_seed, tmp_path):
     subprocess.run(_analyze_command(sharded_seed, out, "--resume"), check=True, capture_output=True, timeout=600)
     assert (out / "catalog.json").read_bytes() == (reference / "catalog.json").read_bytes()
     assert not checkpoint.exists()
+    # The trace on disk holds each compile once: what the killed run wrote after its checkpoint
+    # was cut, and the warm-up that rebuilt the finished shards' graphs wrote nothing.
+    def compiles(path):
+        return (path / "trace" / "torch_trace.log").read_text().count('"compilation_metrics"')
+
+    assert compiles(out) == compiles(reference) == 11
 
 
 def test_sigterm_keeps_finished_shards_and_says_how_to_resume(sharded_seed, tmp_path):
