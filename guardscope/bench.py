@@ -299,6 +299,20 @@ def recommend(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def bytecode_note(dont_write_bytecode: bool, torch_bytecode_cached: bool) -> str | None:
+    """A note for bench.json when the strategy processes compile torch's Python source to bytecode
+    at every start (``PYTHONDONTWRITEBYTECODE`` set and no cached bytecode for torch): that adds
+    seconds to each process's first compile and set-up that an installed environment does not pay
+    (on the H200 machine measured: importing torch, Dynamo and inductor took 12.4 s, and 4.7 s with
+    bytecode cached). Pure."""
+    if not dont_write_bytecode or torch_bytecode_cached:
+        return None
+    return ("PYTHONDONTWRITEBYTECODE is set and torch has no cached bytecode here, so every strategy's "
+            "process compiled torch's Python source first: set-up and first-compile times include seconds "
+            "an installed environment does not pay (unset it, or set PYTHONPYCACHEPREFIX and run once, "
+            "for production-like figures)")
+
+
 def build_document(
     rows: list[dict[str, Any]],
     *,
@@ -310,6 +324,7 @@ def build_document(
     samples: int,
     repeat: int,
     paired: int = 0,
+    notes: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """bench.json: the measured rows with targets, the recommendation, and how it was measured."""
     rows = apply_targets(rows, criteria)
@@ -325,6 +340,7 @@ def build_document(
         "criteria": criteria.to_json(),
         "strategies": rows,
         "recommendation": recommend(rows),
+        "notes": list(notes),
     }
 
 
@@ -396,6 +412,7 @@ def format_table(document: dict[str, Any]) -> str:
         else:
             text.append("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
                                   for i, (cell, w) in enumerate(zip(line, widths))).rstrip())
+    text.extend(f"note        {note}" for note in document.get("notes") or ())
     recommendation = document["recommendation"]
     flag = "" if recommendation["meets_targets"] or not recommendation["strategy"] else " (targets not met)"
     text.append(f"recommended {recommendation['strategy'] or 'none'}{flag}: {recommendation['reason']}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -889,6 +890,10 @@ def bench(
             repeat=repeat, paired=paired, timeout=timeout,
         ))
     compile_options = options.compile_json()
+    import importlib.util
+
+    bytecode = benchmark.bytecode_note(bool(sys.flags.dont_write_bytecode),
+                                       Path(importlib.util.cache_from_source(torch.__file__)).is_file())
     document = benchmark.build_document(
         rows,
         criteria=criteria or benchmark.Criteria(),
@@ -899,6 +904,7 @@ def bench(
         samples=samples,
         repeat=repeat,
         paired=paired,
+        notes=(bytecode,) if bytecode else (),
     )
     output.write_json(out / output.BENCH, document)
     from .report import write_report

@@ -868,6 +868,7 @@ def bench_context(bench: dict | None) -> dict | None:
         "repeat": bench.get("repeat"),
         "criteria": bench.get("criteria") or {},
         "rows": rows,
+        "notes": list(bench.get("notes") or []),
         "recommended": recommendation.get("strategy"),
         "meets_targets": bool(recommendation.get("meets_targets")),
         "reason": recommendation.get("reason"),

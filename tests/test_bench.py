@@ -154,6 +154,23 @@ def test_the_speedup_target_is_judged_on_the_paired_ratio_when_measured():
     assert summarize("warmup", _raw([(0, 0.004)], setup_graphs=1))["paired"] is None
 
 
+def test_a_bench_that_compiles_torchs_bytecode_every_start_says_so(tmp_path):
+    from guardscope.bench import bytecode_note
+
+    assert bytecode_note(dont_write_bytecode=False, torch_bytecode_cached=False) is None
+    assert bytecode_note(dont_write_bytecode=True, torch_bytecode_cached=True) is None
+    note = bytecode_note(dont_write_bytecode=True, torch_bytecode_cached=False)
+    assert note.startswith("PYTHONDONTWRITEBYTECODE is set") and "PYTHONPYCACHEPREFIX" in note
+    document = build_document([_measured("eager", 6.0)], criteria=Criteria(), torch_version="2.11.0",
+                              device="cuda", options={}, corpus_path="c", samples=2, repeat=1, notes=(note,))
+    assert document["notes"] == [note]
+    assert f"note        {note}" in format_table(document).splitlines()
+    shutil.copy(GOLDEN_CATALOG, tmp_path / "catalog.json")
+    (tmp_path / "bench.json").write_text(json.dumps(document))
+    page = write_report(tmp_path).read_text()
+    assert "PYTHONDONTWRITEBYTECODE is set and torch has no cached bytecode here" in page
+
+
 def test_without_an_eager_row_speedup_and_worst_are_unknown():
     rows = apply_targets([_measured("warmup", 4.6, setup=5.0)], Criteria())
     assert rows[0]["speedup"] is None and rows[0]["targets"]["speedup"]["met"] is None
