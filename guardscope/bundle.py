@@ -72,7 +72,7 @@ def runtime_facts(plan: dict[str, Any], warmup_dir: str | Path, model: Any, devi
 
     return {
         "torch_version": str(torch.__version__),
-        "device_name": torch_compat.device_name(device),
+        "device_name": torch_compat.cache_device_name(device),
         "compiled": torch_compat.compiled_settings(model),
         "plan_hash": plan_hash(plan, warmup_dir),
     }
@@ -272,7 +272,7 @@ def _make_in_child(out: Path, artifact: str, backend: str, device: str) -> dict[
         "plan_hash": plan_hash(module.PLAN, module.WARMUP_DIR),
         "torch_version": str(torch.__version__),
         "device": options.device,
-        "device_name": torch_compat.device_name(runner.device),
+        "device_name": torch_compat.cache_device_name(runner.device),
         "compile": {"backend": options.backend, "dynamic": options.dynamic, "fullgraph": options.fullgraph,
                     "mode": options.mode},
         "compiled": torch_compat.compiled_settings(runner.compiled),

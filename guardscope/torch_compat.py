@@ -560,8 +560,9 @@ def compiled_settings(compiled: Any) -> dict[str, Any] | None:
     return {"backend": name, "dynamic": getattr(backend, "dynamic", None), "options": _plain(options)}
 
 
-def device_name(device: Any) -> str:
-    """What a compile cache depends on of a device: the GPU's name, or the CPU architecture."""
+def cache_device_name(device: Any) -> str:
+    """What a compile cache depends on of a device: the GPU's name, or the CPU architecture
+    (:func:`device_name` is the accelerator's name alone, None on the CPU)."""
     target = torch.device(device)
     if target.type == "cuda":
         return str(torch.cuda.get_device_name(target))
