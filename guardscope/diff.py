@@ -451,6 +451,7 @@ def diff_catalogs(old: dict[str, Any], new: dict[str, Any], *, ignore: Iterable[
     old_compiles, new_compiles = _compiles_by_key(old), _compiles_by_key(new)
     old_graphs = _graph_identities(old_compiles, topologies, "old")
     new_graphs = _graph_identities(new_compiles, topologies, "new")
+    dimensions = _dimension_changes(old, new)
     return CatalogDiff(
         labels=(str(labels[0]), str(labels[1])),
         ignore=ignored,
@@ -459,13 +460,13 @@ def diff_catalogs(old: dict[str, Any], new: dict[str, Any], *, ignore: Iterable[
         old_run=_run(old),
         new_run=_run(new),
         context=_context(old, new),
-        warnings=_warnings(old, new),
+        warnings=_warnings(old, new, dimensions),
         compiles=_compile_changes(old_compiles, new_compiles, old_graphs, new_graphs, fields,
                                   _topology_ids(old), _topology_ids(new)),
         failures_by_kind=_failures_by_kind(old, new),
         topologies=topologies,
         moves=_moves(old, new, partner),
-        dimensions=_dimension_changes(old, new),
+        dimensions=dimensions,
         errors=_error_changes(old, new),
     )
 
@@ -515,7 +516,7 @@ def _dimension_stats(catalog: dict) -> dict[str, dict]:
     return {d["dim"]: d for d in catalog.get("dimensions", [])}
 
 
-def _warnings(old: dict, new: dict) -> tuple[str, ...]:
+def _warnings(old: dict, new: dict, dimensions: tuple[DimensionChange, ...]) -> tuple[str, ...]:
     warnings = []
     a, b = old["corpus"]["samples"], new["corpus"]["samples"]
     if a != b:
@@ -523,7 +524,7 @@ def _warnings(old: dict, new: dict) -> tuple[str, ...]:
             f"different corpora ({a:,} vs {b:,} samples): samples are compared by index, and "
             f"samples past the shorter corpus show as '{NOT_IN_CORPUS}'"
         )
-    elif _dimension_changes(old, new):
+    elif dimensions:
         warnings.append(
             "the corpora have the same size but different input dimensions: they are probably "
             "different corpora, compared sample by sample by index"

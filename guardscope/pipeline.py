@@ -700,7 +700,8 @@ def fidelity(
     corpus_dir = (out / catalog["corpus"]["path"]).resolve()
     target = out / FIDELITY_DIR
     command = [sys.executable, "-m", "guardscope.cli", "analyze", str(corpus_dir), "--out", str(target),
-               "--force", "--quiet", "--isolate", "--backend", backend, "--device", device,
+               # this process is the isolation: the child analyses in itself (no grandchild to orphan)
+               "--force", "--quiet", "--no-isolate", "--backend", backend, "--device", device,
                "--model", str(catalog["model"]), "--recompile-limit", str(options.recompile_limit)]
     if checked.mode:
         command += ["--mode", checked.mode]
@@ -710,7 +711,7 @@ def fidelity(
         command += ["--mark-unbacked", f"{path}:{dim}"]
     if options.mark_unbacked:
         command += ["--mark-samples", options.mark_samples]
-    from .isolation import child_environment
+    from .isolation import child_environment, output_tail, signal_name
 
     try:
         completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
@@ -718,10 +719,9 @@ def fidelity(
     except subprocess.TimeoutExpired:
         raise CompileOptionsError(f"the {backend} analysis took longer than {timeout:.0f} s") from None
     if completed.returncode != 0 or not (target / output.CATALOG).is_file():
-        tail = " | ".join((completed.stderr or completed.stdout or "").strip().splitlines()[-4:])
-        raise CompileOptionsError(
-            f"the {backend} analysis on {device} failed (exit {completed.returncode}): {tail}"
-        )
+        tail = " | ".join(output_tail(completed.stderr or completed.stdout or "", lines=4))
+        status = signal_name(completed.returncode) if completed.returncode < 0 else f"exit {completed.returncode}"
+        raise CompileOptionsError(f"the {backend} analysis on {device} failed ({status}): {tail}")
     labels = (f"default analysis ({catalog['compile'].get('backend')}, {catalog['compile'].get('device')})",
               f"{backend} on {device}")
     result = diff_catalogs(catalog, output.read_catalog(target), ignore=GUARD_TEXT, labels=labels)

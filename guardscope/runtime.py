@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.util
 import inspect
 import itertools
 import logging
@@ -691,10 +690,9 @@ class ServedModel:
 def _import_plan(path: Path) -> Any:
     if not path.is_file():
         raise ServeError(f"{path} not found: run 'guardscope emit-warmup {path.parent}' first")
-    module_spec = importlib.util.spec_from_file_location(f"guardscope_plan_{path.stem}", path)
-    module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
-    module_spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    from .isolation import import_file
+
+    return import_file(path)
 
 
 def _model_device(model: Any) -> str | None:
