@@ -55,6 +55,7 @@ def serve(out: pathlib.Path, mode: str, plan: str | None, device: str, passes: i
 
     import torch
 
+    from guardscope.bench import paired_pass, paired_stats
     from guardscope.bundle import cache_dirs_empty, read_manifest
     from guardscope.pipeline import _load_analysis, production_backend, production_options
     from guardscope.replay import compile_model
@@ -129,22 +130,11 @@ def serve(out: pathlib.Path, mode: str, plan: str | None, device: str, passes: i
                        "worst_ms": times[worst] * 1e3, "worst_sample": worst})
     # One more pass, eager and the plan back to back on each request (alternating which goes
     # first): the speedup free of the drift between processes.
-    pairs = []
-    if mode != "eager":
-        for index, (args, kwargs) in enumerate(requests):
-            if mark is not None:
-                mark(*args, **kwargs)
-            timed = {}
-            before = counters["stats"]["unique_graphs"]
-            with grad():
-                for side in (("eager", "plan") if index % 2 == 0 else ("plan", "eager")):
-                    sync()
-                    begun = time.perf_counter()
-                    (model if side == "eager" else served)(*args, **kwargs)
-                    sync()
-                    timed[side] = time.perf_counter() - begun
-            if counters["stats"]["unique_graphs"] == before:
-                pairs.append((timed["eager"], timed["plan"]))
+    pairs = [] if mode == "eager" else paired_pass(
+        ((index, args, kwargs) for index, (args, kwargs) in enumerate(requests)),
+        lambda args, kwargs: model(*args, **kwargs),
+        lambda args, kwargs: (mark(*args, **kwargs) if mark is not None else None, served(*args, **kwargs)),
+        sync=sync, grad=grad)
     return {
         "mode": mode,
         "plan": plan,
@@ -159,12 +149,7 @@ def serve(out: pathlib.Path, mode: str, plan: str | None, device: str, passes: i
         "recompile_samples": recompile_samples,
         "passes": rounds,
         "steady_mean_ms": rounds[-1]["mean_ms"],
-        "paired": None if not pairs else {
-            "requests": len(pairs),
-            "eager_mean_ms": statistics.fmean(p[0] for p in pairs) * 1e3,
-            "mean_ms": statistics.fmean(p[1] for p in pairs) * 1e3,
-            "speedup": sum(p[0] for p in pairs) / sum(p[1] for p in pairs),
-        },
+        "paired": paired_stats(pairs),
         "worst_ms": max(r["worst_ms"] for r in rounds),
     }
 
@@ -199,12 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Plan set-up with and without its compile-cache bundle in fresh processes with empty "
         "caches, then the corpus served after set-up against eager; writes a JSON of results.",
     )
-    parser.add_argument("--json", help="write the results to this JSON file")
-    parser.add_argument("--corpus", type=pathlib.Path, default=pathlib.Path("/tmp/gnn-full"),
-                        help="corpus (the full-size seed corpus is generated there when missing; default %(default)s)")
-    parser.add_argument("--work", type=pathlib.Path, default=pathlib.Path("/tmp/guardscope-bench/bundle"),
-                        help="folder for the analysis, plans, bundles and logs (default %(default)s)")
-    parser.add_argument("--device", default="cuda", help="device of every run (default %(default)s)")
+    common.add_gpu_run_options(parser, work="bundle", work_help="folder for the analysis, plans, bundles and logs")
     parser.add_argument("--plan", dest="plans", action="append", choices=PLANS,
                         help="plan to measure (repeatable; default both)")
     parser.add_argument("--passes", type=int, default=3, help="times the corpus is served after set-up (default 3)")

@@ -81,13 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         description="guardscope analyze (inductor and eager, guard-only replay) vs the plain "
         "inductor replay on the full-size seed corpus, on a GPU; writes a JSON of results.",
     )
-    parser.add_argument("--json", required=True, help="write the results to this JSON file")
-    parser.add_argument("--corpus", type=pathlib.Path, default=pathlib.Path("/tmp/gnn-full"),
-                        help="corpus (the full-size seed corpus is generated there when missing; "
-                        "default %(default)s)")
-    parser.add_argument("--work", type=pathlib.Path, default=pathlib.Path("/tmp/guardscope-bench/gpu"),
-                        help="folder for the analyses, logs and compile caches (default %(default)s)")
-    parser.add_argument("--device", default="cuda", help="device of every run (default %(default)s)")
+    common.add_gpu_run_options(parser, work="gpu", work_help="folder for the analyses, logs and compile caches",
+                               json_required=True)
     parser.add_argument("--backend", default="inductor",
                         help="backend of runs a and b (default %(default)s; eager to test on a CPU)")
     parser.add_argument("--timeout", type=float, default=360.0,

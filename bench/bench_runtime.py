@@ -173,13 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         description="guardscope.runtime.serve with a plan from the first N requests vs plain "
         "torch.compile, on the seed corpus; writes a JSON of results.",
     )
-    parser.add_argument("--json", help="write the results to this JSON file")
-    parser.add_argument("--corpus", type=pathlib.Path, default=pathlib.Path("/tmp/gnn-full"),
-                        help="corpus (the full-size seed corpus is generated there when missing; "
-                        "default %(default)s)")
-    parser.add_argument("--work", type=pathlib.Path, default=pathlib.Path("/tmp/guardscope-bench/runtime"),
-                        help="folder for the plan, the fallback corpus, logs and caches (default %(default)s)")
-    parser.add_argument("--device", default="cuda", help="device (default %(default)s)")
+    common.add_gpu_run_options(parser, work="runtime", work_help="folder for the plan, the fallback corpus and logs")
     parser.add_argument("--backend", default="inductor", help="serving backend (default %(default)s)")
     parser.add_argument("--plan", default="warmup", choices=("warmup", "unbacked"),
                         help="plan to serve (default %(default)s)")
@@ -212,17 +206,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"corpus      {corpus} (model {spec}; {common.preread(corpus) / 1e6:.0f} MB)")
     results: dict[str, dict] = {}
     for stage in ("plan", "serve", "plain"):
-        caches = work / f"{stage}-caches"
-        env = common.child_env({"TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
-                                "TRITON_CACHE_DIR": str(caches / "triton")})
         result_path = work / f"{stage}.json"
         argv = [sys.executable, str(pathlib.Path(__file__).resolve()), "--stage", stage,
                 "--result", str(result_path), "--corpus", str(corpus), "--work", str(work),
                 "--device", options.device, "--backend", options.backend, "--plan", options.plan,
                 "--plan-samples", str(options.plan_samples)]
         print(f"running     {stage} ...", flush=True)
-        run = common.run_child(argv, work / f"{stage}.log", env=env, timeout=options.timeout,
-                               shown=f"bench_runtime --stage {stage}").check()
+        from guardscope.bundle import isolated_caches
+
+        with isolated_caches() as caches:  # new, empty compile caches for every stage
+            run = common.run_child(argv, work / f"{stage}.log", env=common.child_env(caches),
+                                   timeout=options.timeout, shown=f"bench_runtime --stage {stage}").check()
         results[stage] = {**common.read_json(result_path), "run": run.to_json()}
         print(f"  {stage:<5} {run.wall_seconds:7.1f} s wall  {common.load_text(run)}", flush=True)
 

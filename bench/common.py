@@ -53,6 +53,17 @@ class ChildRun:
         }
 
 
+def add_gpu_run_options(parser: Any, *, work: str, work_help: str, json_required: bool = False) -> None:
+    """The options the GPU benchmarks share: --json, --corpus (the full-size seed corpus),
+    --work (under /tmp/guardscope-bench/) and --device."""
+    parser.add_argument("--json", required=json_required, help="write the results to this JSON file")
+    parser.add_argument("--corpus", type=Path, default=Path("/tmp/gnn-full"),
+                        help="corpus (the full-size seed corpus is generated there when missing; default %(default)s)")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/guardscope-bench") / work,
+                        help=f"{work_help} (default %(default)s)")
+    parser.add_argument("--device", default="cuda", help="device of every run (default %(default)s)")
+
+
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This environment with the working tree first on PYTHONPATH (and ``extra`` set)."""
     env = dict(os.environ)

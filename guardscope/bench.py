@@ -111,7 +111,7 @@ def latency_stats(seconds: Iterable[float]) -> dict[str, Any] | None:
 
 def paired_stats(pairs: list[list]) -> dict[str, Any] | None:
     """Eager against the strategy on the same requests in the same process (``[sample, eager
-    seconds, strategy seconds]`` per request, see ``_paired``): both means and their ratio."""
+    seconds, strategy seconds]`` per request, see :func:`paired_pass`): both means and their ratio."""
     if not pairs:
         return None
     eager = sum(pair[1] for pair in pairs)
@@ -141,6 +141,7 @@ def empty_row(name: str, status: str, reason: str | None, wall_seconds: float | 
         "recompile_latency": None,
         "requests": None,
         "paired": None,
+        "bundle": None,
         "steady": None,
         "worst_ms": None,
         "worst_sample": None,
@@ -197,6 +198,7 @@ def summarize(name: str, raw: dict[str, Any], wall_seconds: float | None = None)
         fallback_requests=[{"request": r, "sample": requests[r][0], "reason": text}
                            for r, text in raw["fallbacks"][:LISTED]],
         paired=paired_stats(raw.get("paired") or []),
+        bundle=raw.get("bundle_load"),
         errors=len(errors),
         error_requests=[{"request": r, "sample": requests[r][0], "error": text}
                         for r, text in raw["errors"][:LISTED]],
@@ -391,6 +393,10 @@ def format_table(document: dict[str, Any]) -> str:
             details.append(f"recompiles at samples {samples[:12]}{' ...' if len(samples) > 12 else ''}: "
                            f"mean {format_duration(row['recompile_latency']['mean_s'])}, "
                            f"max {format_duration(row['recompile_latency']['max_s'])}")
+        if (row.get("bundle") or {}).get("status", "absent") != "absent":
+            bundle = row["bundle"]
+            details.append(f"compile-cache bundle {bundle['file']}: {bundle['status']}"
+                           + (f" ({bundle['reason']})" if bundle.get("reason") else ""))
         if row.get("paired"):
             paired = row["paired"]
             details.append(f"paired with eager in its own process ({paired['requests']} requests): "
@@ -436,19 +442,18 @@ def run_strategy(
     """Measure one strategy in a fresh process with empty compile caches; always a row."""
     if name in ARTIFACTS and not (out_dir / ARTIFACTS[name]).is_file():
         return empty_row(name, "skipped", f"{ARTIFACTS[name]} not found: run 'guardscope emit-warmup {out_dir}'")
+    from .bundle import isolated_caches
+
     work = Path(tempfile.mkdtemp(prefix=f"guardscope-bench-{name}-"))
     try:
-        environment = child_environment({
-            "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor"),
-            "TRITON_CACHE_DIR": str(work / "triton"),
-        })
         result = work / "result.json"
         arguments = [name, str(out_dir), str(result), "--device", device, "--backend", backend,
                      "--repeat", str(repeat), "--paired", str(paired), "--work", str(work)]
         if corpus_dir is not None:
             arguments += ["--corpus", str(corpus_dir)]
-        outcome = run_module("guardscope.bench", arguments, result, timeout=timeout,
-                             what="the benchmark process", environment=environment)
+        with isolated_caches() as caches:
+            outcome = run_module("guardscope.bench", arguments, result, timeout=timeout,
+                                 what="the benchmark process", environment=child_environment(caches))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if outcome.result is None:
@@ -464,9 +469,11 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _set_up(strategy: str, module: Any, runner: Any, out_dir: Path, catalog: dict, corpus: Any,
-            work: Path) -> tuple[Callable[[tuple, dict], str | None], int]:
+            work: Path) -> tuple[Callable[[tuple, dict], str | None], int, dict | None]:
     """Prepare ``strategy``; return its request call (returning None, or why it fell back to
-    eager) and the graphs compiled outside Dynamo (the AOTInductor model)."""
+    eager), the graphs compiled outside Dynamo (the AOTInductor model) and, for a plan, what its
+    compile-cache bundle load did (the generated warmup loads one when it is present, as in
+    production)."""
     from . import torch_compat
 
     options = runner.options
@@ -482,12 +489,13 @@ def _set_up(strategy: str, module: Any, runner: Any, out_dir: Path, catalog: dic
         runner.compiled(*args, **kwargs)
 
     if strategy == "eager":
-        return eager, 0
+        return eager, 0, None
     if strategy == "compile":
-        return compiled, 0
+        return compiled, 0, None
     if strategy in ("warmup", "unbacked"):
-        module.warmup(runner.compiled, device=options.device, inference_mode=options.inference_mode)
-        return (compiled if strategy == "warmup" else marked), 0
+        load = module.load_bundle(runner.compiled, options.device).to_json()
+        module.warmup(runner.compiled, device=options.device, inference_mode=options.inference_mode, bundle=False)
+        return (compiled if strategy == "warmup" else marked), 0, load
     # export: torch.export with the emitted Dims, AOTInductor, one call of the example.
     from .verify import module_example
 
@@ -506,7 +514,7 @@ def _set_up(strategy: str, module: Any, runner: Any, out_dir: Path, catalog: dic
             runner.model(*args, **kwargs)
         return reason
 
-    return served, 1
+    return served, 1, None
 
 
 def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: Any, *, device: str,
@@ -534,7 +542,7 @@ def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: An
         runner.warm_device(corpus.sample(0))  # the device's own warm-up, untimed
         graphs = torch_compat.graphs_compiled()
         started = time.perf_counter()
-        call, aot_graphs = _set_up(strategy, module, runner, out_dir, catalog, corpus, work)
+        call, aot_graphs, bundle_load = _set_up(strategy, module, runner, out_dir, catalog, corpus, work)
         sync()
         setup_seconds = time.perf_counter() - started
         # torch.export may trace with Dynamo (strict mode): the export row counts its one model.
@@ -559,7 +567,9 @@ def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: An
                     fallbacks.append([request, fallback])
                 requests.append([sample.index, seconds, torch_compat.graphs_compiled() - graphs])
                 request += 1
-        paired_requests = _paired(strategy, runner, call, corpus, paired, sync) if strategy != "eager" else []
+        paired_requests = [] if strategy == "eager" else paired_pass(
+            ((sample.index, *runner.prepare(sample, mark=False)[:2]) for _ in range(paired) for sample in corpus),
+            lambda args, kwargs: runner.model(*args, **kwargs), call, sync=sync, grad=runner.grad_context)
     torch_compat.reset_dynamo()
     return {
         "strategy": strategy,
@@ -571,39 +581,38 @@ def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: An
         "fallbacks": fallbacks,
         "errors": errors,
         "paired": paired_requests,
+        "bundle_load": bundle_load,
     }
 
 
-def _paired(strategy: str, runner: Any, call: Callable[[tuple, dict], str | None], corpus: Any, passes: int, sync: Callable[[], None]) -> list[list]:
-    """``passes`` more passes over the corpus in which every request runs both eagerly and with the
-    strategy, back to back, the order alternating from request to request: ``[sample, eager
-    seconds, strategy seconds]`` per request. Both halves of a pair see the same process, device
+def paired_pass(requests: Iterable[tuple[int, tuple, dict]], eager: Callable[[tuple, dict], Any],
+                served: Callable[[tuple, dict], Any], *, sync: Callable[[], None],
+                grad: Callable[[], Any]) -> list[list]:
+    """Run every request (``(sample, args, kwargs)``, on the device already) both eagerly and
+    served, back to back, the order alternating from request to request: ``[sample, eager
+    seconds, served seconds]`` per request. Both halves of a pair see the same process, device
     clocks and allocator, so their ratio is free of the drift between processes (and within one)
     that separate eager and strategy processes measure. Requests that compiled or raised are left
-    out."""
+    out (the replay reports them)."""
     from . import torch_compat
 
     pairs: list[list] = []
-    for _ in range(passes):
-        for position, sample in enumerate(corpus):
-            args, kwargs, _ = runner.prepare(sample, mark=False)
-            graphs = torch_compat.graphs_compiled()
-            timed: dict[str, float] = {}
-            with runner.grad_context():
-                try:
-                    for side in (("eager", strategy) if position % 2 == 0 else (strategy, "eager")):
-                        sync()
-                        started = time.perf_counter()
-                        if side == "eager":
-                            runner.model(*args, **kwargs)
-                        else:
-                            call(args, kwargs)
-                        sync()
-                        timed[side] = time.perf_counter() - started
-                except Exception:  # reported by the replay already; a pair needs both halves
-                    continue
-            if torch_compat.graphs_compiled() == graphs:
-                pairs.append([sample.index, timed["eager"], timed[strategy]])
+    for position, (sample, args, kwargs) in enumerate(requests):
+        graphs = torch_compat.graphs_compiled()
+        timed: dict[str, float] = {}
+        with grad():
+            try:
+                for side, call in ((("eager", eager), ("served", served)) if position % 2 == 0
+                                   else (("served", served), ("eager", eager))):
+                    sync()
+                    started = time.perf_counter()
+                    call(args, kwargs)
+                    sync()
+                    timed[side] = time.perf_counter() - started
+            except Exception:
+                continue
+        if torch_compat.graphs_compiled() == graphs:
+            pairs.append([sample, timed["eager"], timed["served"]])
     return pairs
 
 

@@ -151,18 +151,11 @@ def read_inputs(out_dir: str | Path) -> dict[str, Any]:
     return inputs
 
 
-BUNDLED_PLANS = ("warmup", "unbacked")
-
-
 def read_bundles(out_dir: str | Path) -> dict[str, Any] | None:
     """The compile-cache bundle manifests in ``out_dir`` by plan (``guardscope bundle``), or None."""
-    out = Path(out_dir)
-    bundles = {}
-    for plan in BUNDLED_PLANS:
-        path = out / output.bundle_files(plan)[1]
-        if path.is_file():
-            bundles[plan] = output.read_json(path, f"re-run 'guardscope bundle {out} --artifact {plan}'")
-    return bundles or None
+    from .bundle import ARTIFACTS, read_manifest
+
+    return {plan: manifest for plan in ARTIFACTS if (manifest := read_manifest(out_dir, plan))} or None
 
 
 # --- formatting (also jinja filters) ---------------------------------------------------------
@@ -852,6 +845,7 @@ def bench_context(bench: dict | None) -> dict | None:
                 "mean": format_ms(row["paired"]["mean_ms"]),
                 "eager_mean": format_ms(row["paired"]["eager_mean_ms"]),
             },
+            "bundle": None if (row.get("bundle") or {}).get("status", "absent") == "absent" else row["bundle"],
             "fallbacks": row.get("fallbacks"),
             "errors": row.get("errors"),
             "first_error": (row.get("error_requests") or [{}])[0].get("error"),
@@ -1002,6 +996,8 @@ def diff_context(diff: CatalogDiff, *, title: str = "What changed") -> dict:
     standalone ``diff.html``, or a section of another page (pass its own ``title``)."""
     from . import diff as words
 
+    headline = diff.headline()
+
     def failure(f: dict, mark: str) -> dict:
         return {"mark": mark, "kind": f["kind"], "against": words.against_words(f),
                 "guard": f.get("guard"), "text": _guard_text(f)}
@@ -1017,8 +1013,8 @@ def diff_context(diff: CatalogDiff, *, title: str = "What changed") -> dict:
     return {
         "title": title,
         "identical": diff.identical,
-        "headline": diff.headline(),
-        "changes": diff.headline().partition(": ")[2],
+        "headline": headline,
+        "changes": headline.partition(": ")[2],
         "labels": {"old": diff.labels[0], "new": diff.labels[1]},
         "sides": [side(diff.labels[0], diff.old_run, diff.old_counts),
                   side(diff.labels[1], diff.new_run, diff.new_counts)],

@@ -203,8 +203,9 @@ def test_report_shows_the_bench_table_when_bench_json_exists(tmp_path):
     shutil.copy(GOLDEN_CATALOG, tmp_path / "catalog.json")
     page = write_report(tmp_path).read_text()
     assert 'id="latency"' not in page and 'href="#latency"' not in page
-    rows = [_measured("eager", 6.0, worst_ms=10.0),
-            _measured("warmup", 4.6, setup=58.0, setup_graphs=10, paired=[(0, 0.0062, 0.0046), (1, 0.0058, 0.0046)]),
+    warmup = _measured("warmup", 4.6, setup=58.0, setup_graphs=10, paired=[(0, 0.0062, 0.0046), (1, 0.0058, 0.0046)])
+    warmup["bundle"] = {"status": "loaded", "file": "warmup.compile-cache.bin", "reason": None}
+    rows = [_measured("eager", 6.0, worst_ms=10.0), warmup,
             empty_row("export", "failed", "the benchmark process died of SIGSEGV <during load>")]
     document = build_document(rows, criteria=Criteria(), torch_version="2.11.0", device="cuda",
                               options={"backend": "inductor", "dynamic": True}, corpus_path="../gnn-full",
@@ -218,6 +219,9 @@ def test_report_shows_the_bench_table_when_bench_json_exists(tmp_path):
     assert 'id="bench-warmup"' in section and "58.00 s" in section and "1.30×" in section and "4.60 ms" in section
     assert "Paired with eager in its own process over 2 requests: 4.60 ms against eager's 6.00 ms" in section
     assert section.count("1.30×") == 2  # 6.0 / 4.6 across processes, 12.0 / 9.2 paired
+    assert "warmup.compile-cache.bin</code>: loaded" in section
+    text = format_table(document)
+    assert "  compile-cache bundle warmup.compile-cache.bin: loaded" in text.splitlines()
     assert "&lt;during load&gt;" in section  # text from the JSON is escaped
     assert "backend=inductor, dynamic=True" in section
     assert write_report(tmp_path).read_text() == page  # deterministic
@@ -329,6 +333,9 @@ def test_all_five_strategies_with_inductor_on_the_cpu(tmp_path):
     assert export["fallbacks"] == 1 and export["fallback_requests"][0]["sample"] == 6
     for row in rows.values():
         assert row["setup_seconds"] >= 0 and row["speedup"] > 0 and row["worst_ms"] >= row["steady"]["max_ms"]
+    # No bundle was made: the plans' warmups found none to load
+    assert rows["warmup"]["bundle"]["status"] == rows["unbacked"]["bundle"]["status"] == "absent"
+    assert rows["eager"]["bundle"] is None and rows["export"]["bundle"] is None
     # Every compiled strategy timed eager beside it on the same 7 requests (one paired pass)
     assert rows["eager"]["paired"] is None
     for name in ("compile", "warmup", "unbacked", "export"):
