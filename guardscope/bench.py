@@ -499,7 +499,7 @@ def _set_up(strategy: str, module: Any, runner: Any, out_dir: Path, catalog: dic
     # export: torch.export with the emitted Dims, AOTInductor, one call of the example.
     from .verify import module_example
 
-    args, kwargs, _ = runner.prepare(corpus.sample(module_example(out_dir, catalog)), mark=False)
+    args, kwargs, *_ = runner.prepare(corpus.sample(module_example(out_dir, catalog)), mark=False)
     program = module.export(runner.model, *args, **kwargs)
     aoti = torch_compat.aoti_compile_and_load(program, str(work / "model.pt2"))
     accepts = torch_compat.export_input_checker(program)
@@ -551,7 +551,7 @@ def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: An
         for _ in range(repeat):
             for sample in corpus:
                 # Moved to the device outside inference mode, as a request's tensors arrive.
-                args, kwargs, _ = runner.prepare(sample, mark=False)
+                args, kwargs, *_ = runner.prepare(sample, mark=False)
                 graphs = torch_compat.graphs_compiled()
                 with runner.grad_context():
                     sync()

@@ -22,7 +22,7 @@ from typing import IO, Any, Iterable
 
 from . import torch_compat
 from .classify import normalize_reason
-from .model import CompileEvent, CudagraphEvent, CudagraphEventKind
+from .model import CompileEvent, CudagraphEvent, CudagraphEventKind, GraphBreak
 
 # Keys torch adds to every record's metadata next to the record's own name.
 _CONTEXT_KEYS = frozenset(
@@ -53,6 +53,7 @@ KEPT_RECORDS = frozenset(
         "create_symbol",
         "guard_added_fast",
         "guardscope_sample",
+        "dynamo_graph_break_reason",
     }
 )
 
@@ -245,6 +246,7 @@ def read_trace(lines: Iterable[str]) -> tuple[list[TraceRecord], int]:
 class ParsedTrace:
     events: list[CompileEvent]
     unparsed: dict[str, int] = field(default_factory=dict)
+    graph_breaks: list[GraphBreak] = field(default_factory=list)
 
     def count(self, what: str) -> None:
         self.unparsed[what] = self.unparsed.get(what, 0) + 1
@@ -300,6 +302,45 @@ def _compile_id(frame_id: int | None, frame_compile_id: int | None) -> str | Non
 
 
 _COMPILE_ID = re.compile(r"^\[?(\d+)/(\d+)\]?")
+_BREAK_AT = re.compile(r"^Graph break(?: \(user stack suppressed[^)]*\))? in user code at (?P<where>\S+?:\d+)\s*$", re.M)
+_BREAK_REASON = re.compile(r"^Graph Break Reason:\s*(?P<reason>.*)$", re.M)
+
+
+def short_location(filename: Any, line: Any = None) -> str | None:
+    """``/site-packages/torch_geometric/utils/loop.py`` + 650 -> ``utils/loop.py:650``: the last
+    two path components, so locations do not depend on the machine."""
+    if not isinstance(filename, str) or not filename:
+        return None
+    parts = [p for p in filename.replace("\\", "/").split("/") if p]
+    where = "/".join(parts[-2:])
+    return f"{where}:{line}" if isinstance(line, int) else where
+
+
+def parse_graph_break(payload: str | None) -> tuple[str | None, str] | None:
+    """``(location, reason)`` of a ``dynamo_graph_break_reason`` payload: where in user code the
+    graph broke and the first line that says why (torch's summary, e.g. "Unsupported Tensor.item()
+    call with capture_scalar_outputs=False"); None when the payload is not one."""
+    if not payload:
+        return None
+    where = _BREAK_AT.search(payload)
+    location = None
+    if where is not None:
+        path, _, line = where.group("where").rpartition(":")
+        location = short_location(path, int(line)) if line.isdigit() else None
+    reason = None
+    match = _BREAK_REASON.search(payload)
+    if match is not None:
+        # The headline is followed by a blank line and torch's one-line summary of the cause.
+        after = [l.strip() for l in payload[match.end():].splitlines()]
+        summary = next((l for l in after if l and not l.startswith(("Explanation:", "Hint:"))), "")
+        headline = match.group("reason").strip()
+        reason = summary if summary and not summary.startswith(("Developer debug", "For more", "User code")) else headline
+    if reason is None:
+        lines = [l.strip() for l in payload.splitlines() if l.strip()]
+        if not lines:
+            return None
+        reason = lines[0]
+    return location, reason[:300]
 
 
 def events_from_records(records: Iterable[TraceRecord]) -> ParsedTrace:
@@ -311,7 +352,14 @@ def events_from_records(records: Iterable[TraceRecord]) -> ParsedTrace:
     metrics: list[tuple[str, dict[str, Any], int | None]] = []
     for record in records:
         key = _compile_id(record.frame_id, record.frame_compile_id)
-        if record.name == "recompile_reasons":
+        if record.name == "dynamo_graph_break_reason":
+            found = parse_graph_break(record.payload)
+            if found is None or key is None:
+                parsed.count("dynamo_graph_break_reason")
+            else:
+                parsed.graph_breaks.append(GraphBreak(compile_id=key, location=found[0], reason=found[1],
+                                                      sample=record.sample))
+        elif record.name == "recompile_reasons":
             parsed_reasons = parse_reasons(record.payload)
             if parsed_reasons is None:
                 parsed.count("recompile_reasons")
@@ -350,6 +398,7 @@ def events_from_records(records: Iterable[TraceRecord]) -> ParsedTrace:
                 frame_compile_id=frame_compile_id,
                 sample=samples.get(compile_id, sample),
                 co_name=body.get("co_name") if isinstance(body.get("co_name"), str) else None,
+                location=short_location(body.get("co_filename"), body.get("co_firstlineno")),
                 seconds=float(seconds) if isinstance(seconds, (int, float)) else None,
                 reasons=tuple(event_reasons or ()),
                 guards=guards.get(compile_id, ()),

@@ -13,14 +13,15 @@ and topologies, not with the corpus.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import networkx as nx
 
 from .buckets import MAX_BUCKETS, SHAPES_PER_GRAPH, ShapeRow, dim_groups, recommend
-from .classify import classify_reasons
+from .classify import classify_reasons, normalize_reason
 from .model import (
     Catalog,
     ClassifiedCompile,
@@ -28,12 +29,14 @@ from .model import (
     CudagraphEventKind,
     DimensionStats,
     FailedSample,
+    GraphBreak,
     SampleMeta,
     Topology,
+    compile_order,
 )
+from .sources import FrameArguments, strip_locals
 
 
-_SOURCE = re.compile(r"L\[['\"]([^'\"]+)['\"]\]")
 _DIM_TEXT = re.compile(r"^(?P<input>.+)\.(?P<which>size|stride)\(\)\[(?P<axis>\d+)\]$")
 _TENSOR_MATCH = re.compile(
     r"check_tensor\((?P<source>[^,]+), .*?torch\.(?P<dtype>\w+), .*?size=\[(?P<size>[^\]]*)\], "
@@ -42,12 +45,9 @@ _TENSOR_MATCH = re.compile(
 _EQUALITY = re.compile(r"^(?P<a>\S+\.(?:size|stride)\(\)\[\d+\]) == (?P<b>\S+\.(?:size|stride)\(\)\[\d+\])$")
 # Inductor's int32-indexing guards ("32*x.size()[0] <= 2147483647"): bounds, not topologies.
 _OVERFLOW_BOUND = re.compile(r"<= (?:2147483647|9223372036854775807)$")
+# A guard on the frame's inputs reads a local (``L['x']``), not the wrapper's closure or globals.
+_ON_INPUTS = re.compile(r"L\[['\"](?!self['\"])\w+['\"]\](?!(?:\[[^\]]*\])*\.__(?:closure|defaults|code|kwdefaults)__)")
 _LOWER_TWO = re.compile(r"^2 <= (?P<dim>\S+\.size\(\)\[\d+\])(?: <= \d+)?$")
-
-
-def strip_scope(text: str) -> str:
-    """``L['x'].size()[0]`` -> ``x.size()[0]`` (torch's own spelling in recompile reasons)."""
-    return _SOURCE.sub(lambda m: m.group(1), text)
 
 
 def dim_words(dim: str) -> str:
@@ -74,20 +74,21 @@ def _ints(text: str) -> list[int | None]:
     return values
 
 
-def guard_atoms(guards: Iterable[str]) -> set[Atom]:
-    """Normalised constraints of one compiled entry, from its guard lines."""
+def guard_atoms(guards: Iterable[str], rename: Callable[[str], str] = strip_locals) -> set[Atom]:
+    """Normalised constraints of one compiled entry, from its guard lines; ``rename`` turns the
+    frame's sources into the names facts use (the first frame's: the user's argument names)."""
     atoms: set[Atom] = set()
     static: dict[str, int] = {}
     graph = nx.Graph()
     for line in guards:
         kind, _, body = line.partition(":")
         body = body.strip()
-        expression = strip_scope(body.split("  # ")[0].split(" # ")[0]).strip()
+        expression = rename(body.split("  # ")[0].split(" # ")[0]).strip()
         if kind == "TENSOR_MATCH":
             match = _TENSOR_MATCH.search(body)
             if not match:
                 continue
-            name = strip_scope(match.group("source")).strip()
+            name = rename(match.group("source")).strip()
             atoms.add(("dtype", name, match.group("dtype")))
             for axis, value in enumerate(_ints(match.group("size"))):
                 if value is not None:
@@ -97,6 +98,8 @@ def guard_atoms(guards: Iterable[str]) -> set[Atom]:
             for axis, value in enumerate(_ints(match.group("stride"))):
                 if value is not None:
                     atoms.add(("stride", f"{name}.stride()[{axis}]", value))
+        elif kind in ("LAMBDA_GUARD", "LENGTH_CHECK") and not _ON_INPUTS.search(body.split("  # ")[0]):
+            continue  # on globals or on the wrapper's closure (a library's own code), not on inputs
         elif kind == "LAMBDA_GUARD":
             equality = _EQUALITY.match(expression)
             lower = _LOWER_TWO.match(expression)
@@ -109,7 +112,7 @@ def guard_atoms(guards: Iterable[str]) -> set[Atom]:
             elif expression and not _OVERFLOW_BOUND.search(expression):
                 atoms.add(("relation", expression))
         elif kind == "LENGTH_CHECK":
-            atoms.add(("relation", strip_scope(body.split(" # ")[0]).strip()))
+            atoms.add(("relation", rename(body.split(" # ")[0]).strip()))
     # Dims fixed to the same value are equal too: that keeps "les dim 0 equals lei dim 1" a
     # shared constraint when both are 0 in one entry and tied by a guard in another.
     by_value: dict[int, list[str]] = {}
@@ -169,10 +172,6 @@ def render_facts(
     return tuple(text for _, text in sorted(facts))
 
 
-def _compile_order(compile_id: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", compile_id)) or (1 << 30,)
-
-
 @dataclass(frozen=True)
 class CudagraphSettings:
     """The catalog's ``cudagraphs`` section: asked for when the compile mode uses CUDA graphs."""
@@ -192,7 +191,7 @@ class CudagraphSettings:
 
 
 def _against_order(failure: Any) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", failure.against or "")) or (1 << 30,)
+    return compile_order(failure.against)
 
 
 def _expected_model(settings: CudagraphSettings) -> str:
@@ -202,7 +201,89 @@ def _expected_model(settings: CudagraphSettings) -> str:
     return "static_partitions" if settings.graph_partition else "skipped"
 
 
+# --- frames and graph breaks ---------------------------------------------------------------------
+
+
+def frame_summaries(events: list[CompileEvent]) -> tuple[dict[str, Any], ...]:
+    """One entry per frame Dynamo compiled (the model's forward is frame 0; each resume function
+    after a graph break and each callee that broke its own graph is a frame too): its code, its
+    graphs, its recompiles and the samples that compiled them, sorted."""
+    by_frame: dict[int, list[CompileEvent]] = {}
+    for event in events:
+        by_frame.setdefault(event.frame_id, []).append(event)
+    frames = []
+    for frame_id, members in sorted(by_frame.items()):
+        members.sort(key=lambda e: e.frame_compile_id)
+        graphs = [e for e in members if e.fail_type is None]
+        first = members[0]
+        frames.append({
+            "frame": frame_id,
+            "name": first.co_name,
+            "location": first.location,
+            "label": frame_label(first.co_name, first.location),
+            "graphs": len(graphs),
+            "recompiles": sum(1 for e in graphs if e.frame_compile_id > 0),
+            "failed_compiles": len(members) - len(graphs),
+            "compile_samples": sorted({e.sample for e in graphs if e.sample is not None}),
+        })
+    return tuple(frames)
+
+
+def break_summaries(breaks: tuple[GraphBreak, ...], events: list[CompileEvent]) -> tuple[dict[str, Any], ...]:
+    """Each distinct graph break (frame, place, reason) with how many compiles hit it and the
+    first sample: every break splits its frame, and each part recompiles on its own."""
+    labels = {e.frame_id: frame_label(e.co_name, e.location) for e in events if e.frame_compile_id == 0}
+    grouped: dict[tuple[int, str, str], list[GraphBreak]] = {}
+    for found in breaks:
+        key = (frame_of(found.compile_id), found.location or "", found.reason)
+        grouped.setdefault(key, []).append(found)
+    summaries = []
+    for (frame, location, reason), found in sorted(grouped.items(), key=lambda item: (item[0][0], item[0][1], item[0][2])):
+        samples = sorted({b.sample for b in found if b.sample is not None})
+        summaries.append({
+            "frame": frame,
+            "frame_label": labels.get(frame),
+            "location": location or None,
+            "reason": reason,
+            "compiles": len({b.compile_id for b in found}),
+            "first_sample": samples[0] if samples else None,
+        })
+    return tuple(summaries)
+
+
 # --- the builder -------------------------------------------------------------------------------
+
+
+def passed_arguments(meta: SampleMeta) -> list[str]:
+    """The top-level arguments a call passed with a value (None counts as not passed)."""
+    names = {path.split("[")[0] for path, _ in meta.tensors}
+    names |= {path.split("[")[0] for path, _ in meta.lengths}
+    names |= {path.split("[")[0] for path, text in meta.scalars if text != "NoneType:None"}
+    return sorted(names)
+
+
+def topology_key(serving: str, graphs: tuple[str, ...] = ()) -> str:
+    """A topology's key: the first frame's graph, then the graphs of later frames (``"0/1"``,
+    ``"0/2|7/1|9/0"``): the samples that run through the same graphs in every frame."""
+    return "|".join((serving, *graphs))
+
+
+def frame_of(compile_id: str) -> int:
+    """``"7/2"`` -> 7."""
+    return compile_order(compile_id)[0]
+
+
+_RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<function>\w+?)_at_(?P<line>\d+)$")
+
+
+def frame_label(co_name: str | None, location: str | None) -> str:
+    """How a report names a frame: ``forward (tests/model.py:12)``, and a resume function (the
+    rest of a function after a graph break) as ``forward after line 222 (tests/model.py:222)``."""
+    name = co_name or "?"
+    match = _RESUME.match(name)
+    if match:
+        name = f"{match.group('function')} after line {match.group('line')}"
+    return f"{name} ({location})" if location else name
 
 
 @dataclass
@@ -229,6 +310,7 @@ class CatalogBuilder:
     equal_candidates: dict[str, set[str] | None] = field(default_factory=dict)
     members: dict[str, list[int]] = field(default_factory=dict)
     first_shapes: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    first_arguments: dict[str, list[str]] = field(default_factory=dict)  # arguments passed, not None
     failed: list[FailedSample] = field(default_factory=list)
     # Samples no compiled graph served: Dynamo ran them eagerly, which happens when a frame
     # hit the recompile limit (or a torch build hides its cache entries from guardscope).
@@ -288,9 +370,11 @@ class CatalogBuilder:
         if meta.serving is None:
             self.not_analysed.append(meta.index)
             return
-        self.members.setdefault(meta.serving, []).append(meta.index)
-        if meta.serving not in self.first_shapes:
-            self.first_shapes[meta.serving] = {path: list(t.shape) for path, t in meta.tensors}
+        key = topology_key(meta.serving, meta.graphs)
+        self.members.setdefault(key, []).append(meta.index)
+        if key not in self.first_shapes:
+            self.first_shapes[key] = {path: list(t.shape) for path, t in meta.tensors}
+            self.first_arguments[key] = passed_arguments(meta)
 
     def _add_shape(self, graph: str | None, dims: tuple[str, ...], values: tuple[int, ...]) -> None:
         try:
@@ -312,6 +396,7 @@ class CatalogBuilder:
             "equal_candidates": [[d, None if c is None else sorted(c)] for d, c in self.equal_candidates.items()],
             "members": [[cid, m] for cid, m in self.members.items()],
             "first_shapes": [[cid, shapes] for cid, shapes in self.first_shapes.items()],
+            "first_arguments": [[key, names] for key, names in self.first_arguments.items()],
             "failed": [[f.index, f.error] for f in self.failed],
             "not_analysed": list(self.not_analysed),
             "samples": self.samples,
@@ -326,6 +411,7 @@ class CatalogBuilder:
         builder.equal_candidates = {d: None if c is None else set(c) for d, c in state["equal_candidates"]}
         builder.members = {cid: list(m) for cid, m in state["members"]}
         builder.first_shapes = {cid: shapes for cid, shapes in state["first_shapes"]}
+        builder.first_arguments = {key: list(names) for key, names in state.get("first_arguments", [])}
         builder.failed = [FailedSample(i, e) for i, e in state["failed"]]
         builder.not_analysed = list(state["not_analysed"])
         builder.samples = int(state["samples"])
@@ -362,6 +448,16 @@ class CatalogBuilder:
             )
         return tuple(stats)
 
+    def _absent_facts(self, key: str) -> tuple[str, ...]:
+        """"without mask" when some topology's first sample passes an argument this one leaves
+        out or passes as None (optional arguments choose graphs too)."""
+        everything = set().union(*(set(names) for names in self.first_arguments.values())) if self.first_arguments else set()
+        missing = everything - set(self.first_arguments.get(key, everything))
+        if not missing:
+            return ()
+        rank = {name: position for position, name in enumerate(dict.fromkeys(d.split(".")[0].split("[")[0] for d in self.dims))}
+        return ("without " + ", ".join(sorted(missing, key=lambda n: (rank.get(n, len(rank)), n))),)
+
     def _fallback_facts(self, meta: dict[str, list[int]]) -> tuple[str, ...]:
         """Facts from the topology's first sample, when torch gave no guards to read."""
         facts = []
@@ -372,21 +468,30 @@ class CatalogBuilder:
                     facts.append(f"{path} dim {axis} is {value}")
         return tuple(facts)
 
-    def topologies(self, events: list[CompileEvent]) -> tuple[Topology, ...]:
+    def topologies(self, events: list[CompileEvent], rename: Callable[[str], str] = strip_locals) -> tuple[Topology, ...]:
+        """One topology per distinct set of graphs run, in order of first sample. Facts come from
+        the first frame's graph (what it guards that not every graph of that frame does), then
+        from each later frame's graph that not every topology runs through."""
         guards = {e.compile_id: e.guards for e in events}
-        atoms = {cid: guard_atoms(guards[cid]) for cid in self.members if cid in guards and guards[cid]}
+        labels = {e.frame_id: frame_label(e.co_name, e.location) for e in sorted(events, key=lambda e: e.frame_compile_id, reverse=True)}
+        paths = {key: key.split("|") for key in self.members}
+        servings = {path[0] for path in paths.values()}
+        atoms = {cid: guard_atoms(guards[cid], rename) for cid in servings if guards.get(cid)}
         shared = set.intersection(*atoms.values()) if atoms else set()
         rank = {dim: position for position, dim in enumerate(self.dims)}
         aliases = always_equal(shared, rank)
+        later = self._later_frame_facts(paths, guards, labels)
         ordered = sorted(self.members.items(), key=lambda item: item[1][0])
         topologies = []
-        for position, (compile_id, members) in enumerate(ordered):
+        for position, (key, members) in enumerate(ordered):
+            compile_id, *graphs = paths[key]
             if compile_id in atoms:
                 own = atoms[compile_id] - shared
                 static = {a[1] for a in atoms[compile_id] if a[0] == "size"}
                 facts = render_facts(own, static, aliases, rank) if own else ("the graph every other input shares",)
             else:
-                facts = self._fallback_facts(self.first_shapes[compile_id])
+                facts = self._fallback_facts(self.first_shapes[key])
+            facts = self._absent_facts(key) + facts + later.get(key, ())
             topologies.append(
                 Topology(
                     id=position,
@@ -394,9 +499,48 @@ class CatalogBuilder:
                     first_sample=members[0],
                     samples=tuple(members),
                     facts=facts,
+                    graphs=(compile_id, *graphs),
                 )
             )
         return tuple(topologies)
+
+    @staticmethod
+    def _later_frame_facts(paths: dict[str, list[str]], guards: dict[str, tuple[str, ...]],
+                           labels: dict[int, str]) -> dict[str, tuple[str, ...]]:
+        """``{topology key: facts}`` for topologies that share their first-frame graph with others
+        and differ in a later frame: the facts of each later-frame graph it runs that not all of
+        those siblings run, against that frame's other graphs among them, prefixed with the frame.
+        A graph whose guards say nothing the others' do not is named by its compile id."""
+        siblings: dict[str, list[str]] = {}
+        for key, path in paths.items():
+            siblings.setdefault(path[0], []).append(key)
+        atoms_of: dict[str, set[Atom]] = {}
+        facts: dict[str, tuple[str, ...]] = {}
+        for keys in siblings.values():
+            if len(keys) < 2:
+                continue
+            runs = {key: set(paths[key][1:]) for key in keys}
+            everywhere = set.intersection(*runs.values())
+            by_frame: dict[int, set[str]] = {}
+            for graph in set().union(*runs.values()) - everywhere:
+                by_frame.setdefault(frame_of(graph), set()).add(graph)
+            for graph in set().union(*by_frame.values()) if by_frame else ():
+                if graph not in atoms_of:
+                    atoms_of[graph] = guard_atoms(guards.get(graph, ()))
+            # The graphs fewest siblings run say most about a topology: they come first.
+            runners = {graph: sum(graph in run for run in runs.values()) for graph in set().union(*runs.values())}
+            for key in keys:
+                found: list[str] = []
+                for graph in sorted(runs[key] - everywhere, key=lambda g: (runners[g], compile_order(g))):
+                    frame = frame_of(graph)
+                    common = set.intersection(*(atoms_of[g] for g in by_frame[frame]))
+                    own = atoms_of[graph] - common
+                    static = {a[1] for a in atoms_of[graph] if a[0] == "size"}
+                    words = render_facts(own, static, {}, {}) if own else (f"graph {graph}",)
+                    label = labels.get(frame, f"frame {frame}")
+                    found.extend(f"in {label}: {text}" for text in words)
+                facts[key] = tuple(found)
+        return facts
 
     def build(
         self,
@@ -411,12 +555,15 @@ class CatalogBuilder:
         arguments: tuple[str, ...] = (),
         skipped_shards: tuple[dict[str, str], ...] = (),
         cudagraphs: CudagraphSettings | None = None,
+        frame_arguments: FrameArguments | None = None,
+        graph_breaks: tuple[GraphBreak, ...] = (),
     ) -> Catalog:
         ordered = sorted(events, key=lambda e: (e.frame_id, e.frame_compile_id))
+        rename = frame_arguments.rename if frame_arguments is not None else strip_locals
         # Dynamo lists the rejecting entries most-recently-used first, which depends on replay
         # history; order them by compile id so the catalog does not.
         compiles = tuple(
-            ClassifiedCompile(e, tuple(sorted(classify_reasons(e.reasons), key=_against_order)))
+            ClassifiedCompile(e, tuple(sorted(self._classify(e, rename), key=_against_order)))
             for e in ordered
         )
         counts = dict(unparsed or {})
@@ -431,7 +578,7 @@ class CatalogBuilder:
             model=model,
             compile=compile_options,
             compiles=compiles,
-            topologies=self.topologies(ordered),
+            topologies=self.topologies(ordered, rename),
             dimensions=dimensions,
             failed_samples=tuple(self.failed),
             arguments=arguments,
@@ -440,7 +587,25 @@ class CatalogBuilder:
             replay_mode=replay_mode,
             unparsed=counts,
             cudagraphs=self.cudagraph_section(cudagraphs, dimensions) if cudagraphs else None,
+            frames=frame_summaries(ordered),
+            graph_breaks=break_summaries(graph_breaks, ordered),
+            frame_arguments=frame_arguments if frame_arguments is not None and frame_arguments.wrapped else None,
         )
+
+    @staticmethod
+    def _classify(event: CompileEvent, rename: Callable[[str], str]) -> tuple[Any, ...]:
+        """The event's failures. The first frame's sources are renamed into the user's argument
+        names before classifying (``kwargs['input_ids']`` -> ``input_ids``); ``raw`` keeps torch's
+        own text. Later frames keep their own locals."""
+        if event.frame_id != 0:
+            return classify_reasons(event.reasons)
+        failures = []
+        for reason in event.reasons:
+            if not reason or not reason.strip():
+                continue
+            (failure,) = classify_reasons((rename(reason),))
+            failures.append(dataclasses.replace(failure, raw=normalize_reason(reason)))
+        return tuple(failures)
 
     # --- CUDA graphs ---------------------------------------------------------------------------
 
@@ -489,7 +654,7 @@ class CatalogBuilder:
             "recordings": events(CudagraphEventKind.RECORDING),
             "skips": details(CudagraphEventKind.SKIP, "reason"),
             "hints": details(CudagraphEventKind.HINT, "text"),
-            "by_graph": [{"graph": graph, **counts} for graph, counts in sorted(by_graph.items(), key=lambda i: _compile_order(i[0]))],
+            "by_graph": [{"graph": graph, **counts} for graph, counts in sorted(by_graph.items(), key=lambda i: compile_order(i[0]))],
         }
 
     def _expected(self, settings: CudagraphSettings) -> dict[str, Any]:
@@ -524,7 +689,7 @@ class CatalogBuilder:
             "new_shapes": sum(c["new_shapes"] for c in by_graph.values()),
             "recordings": sum(c["recordings"] for c in by_graph.values()),
             "skips": sum(c["skips"] for c in by_graph.values()),
-            "by_graph": [{"graph": graph, **counts} for graph, counts in sorted(by_graph.items(), key=lambda i: _compile_order(i[0]))],
+            "by_graph": [{"graph": graph, **counts} for graph, counts in sorted(by_graph.items(), key=lambda i: compile_order(i[0]))],
         }
 
     def cudagraph_section(self, settings: CudagraphSettings, dimensions: tuple[DimensionStats, ...]) -> dict[str, Any]:

@@ -606,12 +606,24 @@ def format_summary(analysis: Any) -> str:
             f"compile time {total:.2f} s in all; slowest {slowest.event.seconds:.2f} s "
             f"(compile {slowest.event.compile_id}, sample {slowest.event.sample})"
         )
+    if len(catalog.frames) > 1:
+        lines.append(f"frames      {len(catalog.frames)} (graph breaks split the model; each frame compiles on its own)")
+        for frame in catalog.frames:
+            lines.append(f"  {frame['frame']:<4} {frame['graphs']:>3} graphs, {frame['recompiles']:>3} recompiles  "
+                         f"{frame['label']}")
+        lines.append(f"graph breaks {len(catalog.graph_breaks)}")
+        for found in catalog.graph_breaks[:10]:
+            lines.append(f"  frame {found['frame']:<3} at {found['location'] or '?'}: {found['reason']}")
+        if len(catalog.graph_breaks) > 10:
+            lines.append(f"  ... {len(catalog.graph_breaks) - 10} more in catalog.json")
     lines.append(f"topologies  {data['topologies']}")
     for topology in catalog.topologies:
         facts = "; ".join(topology.facts[:4]) + (" ..." if len(topology.facts) > 4 else "")
+        later = len(topology.graphs) - 1
+        graphs = f"graph {topology.compile_id}" + (f" +{later} in later frames" if later > 0 else "")
         lines.append(
             f"  T{topology.id:<3} {topology.count:>6} samples, first {topology.first_sample:<6} "
-            f"graph {topology.compile_id}: {facts}"
+            f"{graphs}: {facts}"
         )
     if catalog.failed_samples:
         lines.append(f"failed      {len(catalog.failed_samples)} samples raised (see catalog.json)")

@@ -5,6 +5,7 @@ conversion to the JSON forms written into ``catalog.json``.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,12 @@ def parse_mark(text: str) -> tuple[str, int]:
     if not path or not dim.lstrip("-").isdigit():
         raise ValueError(f"{text!r} is not ARG:DIM (e.g. x:0)")
     return path, int(dim)
+
+
+def compile_order(compile_id: str | None) -> tuple[int, ...]:
+    """Sort key of a compile id: ``"3/12"`` -> ``(3, 12)`` (frame, then compile within it); an
+    id without numbers sorts last."""
+    return tuple(int(part) for part in re.findall(r"\d+", compile_id or "")) or (1 << 30,)
 
 
 class FailureKind(str, enum.Enum):
@@ -100,6 +107,18 @@ class CompileEvent:
     guards: tuple[str, ...] = ()
     fail_type: str | None = None
     fail_reason: str | None = None
+    location: str | None = None  # the compiled code's file and first line, e.g. "utils/loop.py:611"
+
+
+@dataclass(frozen=True)
+class GraphBreak:
+    """Where a compile stopped tracing and why: the rest of that frame runs as a frame of its own
+    (a resume function), with its own guards and recompiles."""
+
+    compile_id: str  # the compile that broke
+    location: str | None  # the user code where it broke, e.g. "tests/real_models.py:222"
+    reason: str  # torch's summary, e.g. "Unsupported Tensor.item() call with capture_scalar_outputs=False"
+    sample: int | None = None
 
 
 class CudagraphEventKind(str, enum.Enum):
@@ -155,6 +174,9 @@ class SampleMeta:
     error: str | None = None
     cudagraph: tuple[CudagraphEvent, ...] = ()  # filled only when the replay uses CUDA graphs
     ran: str | None = None  # filled only when the replay tracks Dynamo's lookup order
+    # The graphs the call ran through in frames after the first (graph breaks), each the
+    # earliest-compiled accepting one of its frame, oldest first; empty for a one-frame model.
+    graphs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -193,10 +215,13 @@ class Topology:
     """A class of inputs that needs a compiled graph of its own, named by the graph serving it."""
 
     id: int
-    compile_id: str | None
+    compile_id: str | None  # the first frame's graph
     first_sample: int
     samples: tuple[int, ...]
     facts: tuple[str, ...]
+    # Every graph its samples run through: the first frame's, then those of frames after graph
+    # breaks (oldest first). One entry, compile_id, for a model that compiles to one frame.
+    graphs: tuple[str, ...] = ()
 
     @property
     def count(self) -> int:
@@ -206,6 +231,7 @@ class Topology:
         return {
             "id": self.id,
             "compile_id": self.compile_id,
+            "graphs": list(self.graphs or ((self.compile_id,) if self.compile_id else ())),
             "first_sample": self.first_sample,
             "count": self.count,
             "samples": list(self.samples),
@@ -224,6 +250,7 @@ class ClassifiedCompile:
         return {
             "sample": self.event.sample,
             "compile_id": self.event.compile_id,
+            "frame": self.event.frame_id,
             "co_name": self.event.co_name,
             # Measured times vary run to run; they live in timings.json so that catalog.json
             # stays byte-for-byte reproducible.
@@ -263,6 +290,12 @@ class Catalog:
     # CUDA graphs (a compile mode that uses them): recordings, skips, padding buckets. A plain
     # JSON dict built by catalog.CatalogBuilder; absent from catalog.json otherwise.
     cudagraphs: dict[str, Any] | None = None
+    # Every frame Dynamo compiled and every graph break (plain JSON dicts, catalog.frame_summaries
+    # and catalog.break_summaries): one frame and no break for a model that compiles whole.
+    frames: tuple[dict[str, Any], ...] = ()
+    graph_breaks: tuple[dict[str, Any], ...] = ()
+    # How a wrapped forward's frame names the arguments (None for a plain forward).
+    frame_arguments: Any = None
 
     SCHEMA = 1
 
@@ -273,7 +306,13 @@ class Catalog:
 
     @property
     def recompiles(self) -> tuple[ClassifiedCompile, ...]:
+        """Compiles of a frame that had a graph already (a frame's first compile is not one)."""
         return tuple(c for c in self.graphs if c.event.frame_compile_id > 0)
+
+    @staticmethod
+    def samples_of(compiles: tuple[ClassifiedCompile, ...]) -> list[int]:
+        """The samples that caused these compiles, each once, in corpus order."""
+        return sorted({c.event.sample for c in compiles if c.event.sample is not None})
 
     def failure_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -300,12 +339,13 @@ class Catalog:
         for fraction in self.TIME_SPLITS:
             cut = int(self.samples * fraction)
             later = [c.event.sample for c in self.graphs if c.event.sample is not None and c.event.sample >= cut]
+            later = sorted(set(later))
             topologies = sorted(t.id for t in self.topologies if t.first_sample >= cut)
             splits.append({
                 "fraction": fraction,
                 "plan_samples": cut,
                 "replayed_samples": self.samples - cut,
-                "recompiles": len(later),
+                "recompiles": len(later),  # samples that compile (in any frame)
                 "recompile_samples": later,
                 "new_topologies": topologies,
             })
@@ -329,8 +369,10 @@ class Catalog:
                 "compiles": len(self.graphs),
                 "recompiles": len(self.recompiles),
                 "failed_compiles": len(self.compiles) - len(self.graphs),
-                "compile_samples": [c.event.sample for c in self.graphs],
-                "recompile_samples": [c.event.sample for c in self.recompiles],
+                "compile_samples": self.samples_of(self.graphs),
+                "recompile_samples": self.samples_of(self.recompiles),
+                "frames": len(self.frames) or 1,
+                "graph_breaks": len(self.graph_breaks),
                 "failures_by_kind": self.failure_counts(),
                 "topologies": len(self.topologies),
                 "failed_samples": len(self.failed_samples),
@@ -340,6 +382,9 @@ class Catalog:
             },
             "risk": self.risk(),
             "compiles": [c.to_json() for c in self.compiles],
+            "frames": [dict(f) for f in self.frames],
+            "graph_breaks": [dict(b) for b in self.graph_breaks],
+            **({"frame_arguments": self.frame_arguments.to_json()} if self.frame_arguments is not None else {}),
             "topologies": [t.to_json() for t in self.topologies],
             "dimensions": [d.to_json() for d in self.dimensions],
             "failed_samples": [f.to_json() for f in self.failed_samples],

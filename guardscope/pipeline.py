@@ -218,6 +218,8 @@ def analyze(
         arguments=result.arguments,
         skipped_shards=tuple(skipped),
         cudagraphs=cudagraphs,
+        frame_arguments=result.frame_arguments,
+        graph_breaks=result.graph_breaks,
     )
     catalog_path = output.write_json(out / output.CATALOG, catalog.to_json())
     recording_times = builder.recording_times() if options.uses_cudagraphs else None
@@ -237,9 +239,12 @@ def analyze(
 
     write_report(out)
     if catalog.not_analysed:
+        warnings.append(not_analysed_warning(catalog, options.recompile_limit))
+    if len(catalog.frames) > 1 and catalog.compile.get("backend") != "inductor":
         warnings.append(
-            f"{len(catalog.not_analysed)} samples ran without a compiled graph (Dynamo's recompile "
-            f"limit, {options.recompile_limit} here, was reached): they are listed as not analysed"
+            f"the model compiles to {len(catalog.frames)} frames ({len(catalog.graph_breaks)} distinct graph "
+            f"breaks): where a graph breaks, the {catalog.compile.get('backend')} backend's guards can differ "
+            f"from inductor's; run 'guardscope fidelity {out}' on the production machine to check"
         )
     analysis = Analysis(
         catalog=catalog,
@@ -257,6 +262,19 @@ def analyze(
             "rerun without --strict to accept them"
         )
     return analysis
+
+
+def not_analysed_warning(catalog: Catalog, recompile_limit: int) -> str:
+    """Why samples ran without a compiled graph, as far as the catalog shows it: the first
+    frame's graphs against the recompile limit, else no claim about the cause."""
+    first_frame = next((f for f in catalog.frames if f["frame"] == 0), None)
+    graphs = first_frame["graphs"] + first_frame["failed_compiles"] if first_frame else len(catalog.graphs)
+    count = len(catalog.not_analysed)
+    if graphs >= recompile_limit:
+        return (f"{count} samples ran without a compiled graph: the first frame reached Dynamo's recompile "
+                f"limit ({recompile_limit}); they are listed as not analysed")
+    return (f"{count} samples ran without a compiled graph accepting them in the first frame ({graphs} graphs, "
+            f"recompile limit {recompile_limit}); they are listed as not analysed")
 
 
 # --- emit-warmup -------------------------------------------------------------------------------
@@ -491,7 +509,8 @@ def probe(
     """
     from . import probe as probing
     from .corpus import CorpusWriter
-    from .replay import ReplaySession, describe
+    from .binding import describe
+    from .replay import ReplaySession
 
     values = tuple(sorted(set(values if values is not None else probing.DEFAULT_VALUES)))
     if not values or min(values) < 0:

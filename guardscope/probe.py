@@ -31,7 +31,7 @@ from typing import Any, Iterable
 import torch
 
 from .model import Sample
-from .replay import lookup
+from .binding import lookup, tensors_of
 
 DEFAULT_VALUES = (0, 1, 2)
 # Where pairs of dims are edited together: on the most common topology's representative only
@@ -234,25 +234,6 @@ def bind(model: Any, sample: Sample) -> inspect.BoundArguments | None:
         return None
     bound.apply_defaults()
     return bound
-
-
-def tensors_of(arguments: dict[str, Any]) -> list[tuple[str, torch.Tensor]]:
-    """(path, tensor) for every tensor in the bound arguments, with replay's path spelling."""
-    found: list[tuple[str, torch.Tensor]] = []
-
-    def walk(path: str, value: Any) -> None:
-        if isinstance(value, torch.Tensor):
-            found.append((path, value))
-        elif isinstance(value, (list, tuple)):
-            for i, item in enumerate(value):
-                walk(f"{path}[{i}]", item)
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                walk(f"{path}[{key!r}]", item)
-
-    for name, value in arguments.items():
-        walk(name, value)
-    return found
 
 
 def stride_order(tensor: torch.Tensor) -> tuple[int, ...]:

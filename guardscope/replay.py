@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import time
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Iterable, Iterator
+from typing import IO, Any, Callable, Iterable, Iterator, NamedTuple
 
 import torch
 
 from . import torch_compat
+from .binding import CallBinder, describe, lookup
 from .capture import CudagraphCapture, TraceCapture, events_from_records
 from .errors import CompileOptionsError
-from .model import CompileEvent, Sample, SampleMeta, TensorMeta
+from .model import CompileEvent, Sample, SampleMeta, compile_order
+from .sources import FrameArguments
 
 BACKENDS = ("eager", "aot_eager", "inductor")
 DEFAULT_RECOMPILE_LIMIT = 4096
@@ -92,90 +93,25 @@ class ReplayResult:
     samples: int
     seconds: float
     arguments: tuple[str, ...] = ()
+    frame_arguments: FrameArguments | None = None
+    graph_breaks: tuple[Any, ...] = ()
     replay_mode: str = "full"
     dropped_records: int = 0
     unreadable_cudagraph_records: int = 0
     torch_version: str = field(default_factory=torch_compat.torch_version)
 
 
-# --- describing a sample -----------------------------------------------------------------------
+# --- arguments ---------------------------------------------------------------------------------
 
 
-def _bind(signature: inspect.Signature | None, sample: Sample) -> dict[str, Any]:
-    if signature is None:
-        bound = {f"args[{i}]": a for i, a in enumerate(sample.args)}
-        bound.update(sample.kwargs)
-        return bound
-    try:
-        arguments = signature.bind(*sample.args, **sample.kwargs)
-    except TypeError:
-        return {**{f"args[{i}]": a for i, a in enumerate(sample.args)}, **sample.kwargs}
-    arguments.apply_defaults()
-    return dict(arguments.arguments)
+class Call(NamedTuple):
+    """One sample ready to run: the call's arguments on the device, Dynamo's first-frame locals
+    (for guard checks) and the arguments by forward's own names (for marks and descriptions)."""
 
-
-_DTYPE_NAMES: dict[torch.dtype, str] = {}
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
-    return name
-
-
-def _walk(path: str, value: Any, tensors: list, lengths: list, scalars: list) -> None:
-    # Runs for every sample: torch.Size and stride() are tuples of ints already.
-    if isinstance(value, torch.Tensor):
-        tensors.append(
-            (
-                path,
-                TensorMeta(
-                    shape=tuple(value.shape),
-                    stride=value.stride() if value.layout == torch.strided else (),
-                    dtype=_dtype_name(value.dtype),
-                    device=str(value.device),
-                    requires_grad=value.requires_grad,
-                ),
-            )
-        )
-    elif isinstance(value, (list, tuple)):
-        lengths.append((path, len(value)))
-        for i, item in enumerate(value):
-            _walk(f"{path}[{i}]", item, tensors, lengths, scalars)
-    elif isinstance(value, dict):
-        lengths.append((path, len(value)))
-        for key, item in value.items():
-            _walk(f"{path}[{key!r}]", item, tensors, lengths, scalars)
-    else:
-        scalars.append((path, f"{type(value).__name__}:{value!r}"))
-
-
-def describe(bound: dict[str, Any], index: int, serving: str | None, error: str | None) -> SampleMeta:
-    tensors: list = []
-    lengths: list = []
-    scalars: list = []
-    for name, value in bound.items():
-        _walk(name, value, tensors, lengths, scalars)
-    return SampleMeta(
-        index=index,
-        tensors=tuple(tensors),
-        lengths=tuple(lengths),
-        scalars=tuple(scalars),
-        serving=serving,
-        error=error,
-    )
-
-
-def lookup(bound: dict[str, Any], path: str) -> Any:
-    """Find the value at an argument path such as ``x`` or ``xs[0]``."""
-    name, _, rest = path.partition("[")
-    value = bound[name]
-    while rest:
-        key, _, rest = rest.partition("]")
-        rest = rest.lstrip("[")
-        value = value[int(key)] if key.lstrip("-").isdigit() else value[key.strip("'\"")]
-    return value
+    args: tuple
+    kwargs: dict
+    named: dict[str, Any]
+    frame: dict[str, Any]
 
 
 def _to_device(value: Any, device: torch.device) -> Any:
@@ -189,11 +125,6 @@ def _to_device(value: Any, device: torch.device) -> Any:
     if isinstance(value, dict):
         return {k: _to_device(v, device) for k, v in value.items()}
     return value
-
-
-def argument_names(signature: inspect.Signature | None) -> tuple[str, ...]:
-    """Forward's parameter names in order (``*args``/``**kwargs`` by their own names)."""
-    return tuple(signature.parameters) if signature is not None else ()
 
 
 # --- the replay --------------------------------------------------------------------------------
@@ -219,15 +150,8 @@ class Runner:
             model = model.to(options.device).eval()
         self.model = model
         self.options = options
-        forward = model.forward if isinstance(model, torch.nn.Module) else model
-        try:
-            self.signature: inspect.Signature | None = inspect.signature(forward)
-        except (TypeError, ValueError):
-            self.signature = None
-        self.code = torch_compat.code_of(model)
-        self.self_local = (
-            {self.code.co_varnames[0]: model} if isinstance(model, torch.nn.Module) and self.code else {}
-        )
+        self.binder = CallBinder(model)
+        self.code = self.binder.code
         self.grad_context = torch.inference_mode if options.inference_mode else torch.no_grad
         self._entries: list | None = None
         self.lookup = torch_compat.LookupOrder()
@@ -238,36 +162,39 @@ class Runner:
         torch_compat.reset_dynamo()
         self.compiled = compile_model(model, options)
 
-    def prepare(self, sample: Sample, mark: bool) -> tuple[tuple, dict, dict[str, Any]]:
+    def prepare(self, sample: Sample, mark: bool) -> Call:
         args = _to_device(sample.args, self.device)
         kwargs = _to_device(sample.kwargs, self.device)
-        bound = _bind(self.signature, Sample(sample.index, args, kwargs))
+        named = self.binder.named_or_positional(args, kwargs)
         if mark:
             for path, dim in self.options.mark_unbacked:
-                value = lookup(bound, path)
+                try:
+                    value = lookup(named, path)
+                except (KeyError, IndexError, TypeError):
+                    continue  # an optional argument this call does not pass
                 if isinstance(value, torch.Tensor) and value.dim() > dim:
                     torch._dynamo.decorators.mark_unbacked(value, dim)
-        return args, kwargs, bound
+        return Call(args, kwargs, named, self.binder.frame_locals(args, kwargs))
 
     def warm_device(self, sample: Sample) -> None:
         """One eager (uncompiled) forward of ``sample``, then wait for the device: CUDA context,
         cuBLAS handles and the caching allocator are what any server pays before its first
         request, whatever it serves with, so set-up timings start after this."""
-        args, kwargs, _ = self.prepare(sample, mark=False)
+        call = self.prepare(sample, mark=False)
         with self.grad_context():
-            self.model(*args, **kwargs)
+            self.model(*call.args, **call.kwargs)
         torch_compat.synchronize(self.device)
 
     def run(self, sample: Sample, mark: bool = True) -> None:
         self.forget_entries()
-        args, kwargs, _ = self.prepare(sample, mark)
+        call = self.prepare(sample, mark)
         with self.grad_context():
-            self.compiled(*args, **kwargs)
+            self.compiled(*call.args, **call.kwargs)
 
     def serving(self, sample: Sample, mark: bool = True) -> str | None:
-        _, _, bound = self.prepare(sample, mark)
+        call = self.prepare(sample, mark)
         with self.grad_context():
-            return self.serving_locals({**self.self_local, **bound})
+            return self.serving_locals(call.frame)
 
     def entries(self) -> list:
         if self._entries is None:
@@ -344,6 +271,9 @@ class ReplaySession:
         self.seconds = 0.0
         self.current: int | None = None  # the sample being replayed, for crash reports
         self._marked_first = False
+        # Frames after graph breaks see values computed in the forward, so every sample runs
+        # (no guard-only skipping) and each call's graphs in those frames are recorded.
+        self.frames = None if self.skip_served else torch_compat.FrameRecorder()
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> ReplaySession:
@@ -396,27 +326,38 @@ class ReplaySession:
 
     def _forward(self, sample: Sample) -> SampleMeta:
         runner = self.runner
-        args, kwargs, bound = runner.prepare(sample, self._mark())
+        call = runner.prepare(sample, self._mark())
         error = None
-        f_locals = {**runner.self_local, **bound}
+        graphs: tuple[str, ...] = ()
         with runner.grad_context():
-            serving = runner.serving_locals(f_locals) if self.skip_served else None
+            serving = runner.serving_locals(call.frame) if self.skip_served else None
             if serving is None:
                 runner.forget_entries()
+                recording = self.frames.recording() if self.frames is not None else contextlib.nullcontext([])
                 try:
-                    runner.compiled(*args, **kwargs)
+                    with recording as ran:
+                        runner.compiled(*call.args, **call.kwargs)
                 except Exception as exc:  # a failing sample is recorded, the replay goes on
                     if torch_compat.is_recompile_limit_error(exc):
                         # fullgraph turns "recompile limit reached" into an error; the sample
                         # is not analysed (no graph serves it), not broken.
-                        return describe(bound, sample.index, None, None)
+                        return describe(call.named, sample.index, None, None)
                     first_line = (str(exc).strip().splitlines() or [""])[0]
                     error = f"{type(exc).__name__}: {first_line}"[:500]
-                serving = None if error else runner.serving_locals(f_locals)
+                serving = None if error else runner.serving_locals(call.frame)
+                graphs = self._later_frames(ran)
             # A call that raised still moved the graph it ran to the front of Dynamo's order.
-            ran = runner.ran_locals(f_locals) if self.track_lookup else None
-        meta = describe(bound, sample.index, serving, error)
-        return dataclasses.replace(meta, ran=ran) if ran is not None else meta
+            ran_first = runner.ran_locals(call.frame) if self.track_lookup else None
+        meta = describe(call.named, sample.index, serving, error)
+        if graphs:
+            meta = dataclasses.replace(meta, graphs=graphs)
+        return dataclasses.replace(meta, ran=ran_first) if ran_first is not None else meta
+
+    def _later_frames(self, ran: list[tuple[Any, str]]) -> tuple[str, ...]:
+        """The graphs a call ran through in frames after the first, each once, oldest first."""
+        first = self.runner.code
+        found = {compile_id for code, compile_id in ran if code is not first}
+        return tuple(sorted(found, key=compile_order))
 
     @property
     def lookup_order(self) -> list[str]:
@@ -458,7 +399,9 @@ class ReplaySession:
             unparsed=parsed.unparsed,
             samples=self.count,
             seconds=self.seconds,
-            arguments=argument_names(self.runner.signature),
+            arguments=self.runner.binder.argument_names(),
+            frame_arguments=self.runner.binder.frame_arguments(),
+            graph_breaks=tuple(parsed.graph_breaks),
             replay_mode="guards" if self.skip_served else "full",
             dropped_records=self.capture.dropped + (self.cudagraphs.dropped if self.cudagraphs else 0),
             unreadable_cudagraph_records=self.cudagraphs.unreadable if self.cudagraphs else 0,

@@ -280,6 +280,7 @@ def summary_context(catalog: dict, timings: dict | None, verification: dict | No
         "compile_options": compile_options,
         "compiles": summary["compiles"],
         "recompiles": summary["recompiles"],
+        "frames": summary.get("frames", 1),
         "recompile_samples": format_samples(summary["recompile_samples"]),
         "topologies": summary["topologies"],
         "failures": sum(summary["failures_by_kind"].values()),
@@ -555,12 +556,27 @@ def topologies_context(catalog: dict, timings: dict | None) -> list[dict]:
         "share": _percent(t["count"], total),
         "first_sample": t["first_sample"],
         "compile_id": t.get("compile_id"),
+        "later_graphs": list(t.get("graphs") or [])[1:],
         "compile_sample": compile_sample.get(t.get("compile_id")),
         "seconds": seconds.get(t.get("compile_id")),
         "facts": list(t["facts"]),
         "members": format_samples(t["samples"]),
         "runs": len(sample_runs(t["samples"])),
     } for t in catalog["topologies"]]
+
+
+def frames_context(catalog: dict, fidelity: dict | None) -> dict | None:
+    """Frames and graph breaks, when the model compiles to more than one frame."""
+    frames = catalog.get("frames") or []
+    if len(frames) < 2:
+        return None
+    backend = catalog["compile"].get("backend")
+    return {
+        "frames": [{**f, "samples": format_samples(f["compile_samples"])} for f in frames],
+        "breaks": list(catalog.get("graph_breaks") or []),
+        "backend": backend,
+        "fidelity_hint": fidelity is None and backend != "inductor",
+    }
 
 
 def dimensions_context(catalog: dict) -> list[dict]:
@@ -941,6 +957,7 @@ def build_context(catalog: dict, *, timings: dict | None, fixes: dict | None,
         "timeline": timeline_context(catalog, timings),
         "failure_kinds": failures_context(catalog),
         "topologies": topologies_context(catalog, timings),
+        "frames": frames_context(catalog, fidelity),
         "dimensions": dimensions_context(catalog),
         "fixes": fixes_context(fixes, verification, bundles),
         "cudagraphs": cudagraphs_context(catalog, timings),

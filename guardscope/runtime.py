@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import inspect
 import itertools
 import logging
 import math
@@ -47,6 +46,7 @@ from typing import Any, Callable
 import torch
 
 from . import output, torch_compat
+from .binding import CallBinder, describe
 from .errors import ServeError
 
 logger = logging.getLogger("guardscope.runtime")
@@ -169,8 +169,6 @@ def input_signature(arguments: dict[str, Any]) -> tuple:
     lists, tuples and dicts; ints as 0, 1 or other; other scalars by value. Two calls of one
     signature usually need the same graph; the repeat rate covers the cases they do not.
     """
-    from .replay import describe
-
     meta = describe(arguments, -1, None, None)
     classes: dict[int, str] = {}
 
@@ -490,51 +488,6 @@ class FallbackRecorder:
 _STOP = object()
 
 
-# --- binding a call's arguments ------------------------------------------------------------------
-
-
-class _Binder:
-    """A call's arguments by parameter name, as the compiled frame's locals will hold them.
-
-    ``inspect.Signature.bind`` costs tens of microseconds; a forward whose parameters are all
-    positional-or-keyword (the common case) is bound directly, anything else through it.
-    """
-
-    def __init__(self, forward: Callable[..., Any]) -> None:
-        try:
-            self.signature: inspect.Signature | None = inspect.signature(forward)
-        except (TypeError, ValueError):
-            self.signature = None
-        parameters = list(self.signature.parameters.values()) if self.signature else []
-        self.simple = self.signature is not None and all(
-            p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in parameters
-        )
-        self.names = tuple(p.name for p in parameters)
-        self.name_set = frozenset(self.names)
-        self.defaults = tuple((p.name, p.default) for p in parameters if p.default is not p.empty)
-
-    def bind(self, args: tuple, kwargs: dict) -> dict[str, Any] | None:
-        """The arguments by name, defaults applied; None when they do not fit the signature
-        (the call itself will raise the TypeError)."""
-        if self.simple and len(args) <= len(self.names) and self.name_set.issuperset(kwargs):
-            bound = dict(zip(self.names, args))
-            if not any(name in bound for name in kwargs):
-                bound.update(kwargs)
-                if len(bound) < len(self.names):
-                    for name, default in self.defaults:
-                        bound.setdefault(name, default)
-                if len(bound) == len(self.names):
-                    return bound
-        if self.signature is None:
-            return None
-        try:
-            arguments = self.signature.bind(*args, **kwargs)
-        except TypeError:
-            return None
-        arguments.apply_defaults()
-        return dict(arguments.arguments)
-
-
 # --- the served model ----------------------------------------------------------------------------
 
 
@@ -572,12 +525,8 @@ class ServedModel:
         self.setup_seconds = setup_seconds
         self.warnings = warnings
         self._mark = mark
-        self._code = torch_compat.code_of(model)
-        forward = model.forward if isinstance(model, torch.nn.Module) else model
-        self._binder = _Binder(forward)
-        self._self_local = (
-            {self._code.co_varnames[0]: model} if isinstance(model, torch.nn.Module) and self._code else {}
-        )
+        self._binder = CallBinder(model)
+        self._code = self._binder.code
         self._grad = torch.inference_mode if options.inference_mode else torch.no_grad
         self._lock = threading.Lock()
         self._calls = 0
@@ -600,11 +549,11 @@ class ServedModel:
             return torch_compat.eager_on_recompile()
         return contextlib.nullcontext(False)
 
-    def accepts(self, arguments: dict[str, Any]) -> bool:
-        """Whether a compiled graph's guards accept a call with these arguments (by name), in
-        the current grad mode."""
+    def accepts(self, frame: dict[str, Any]) -> bool:
+        """Whether a compiled graph's guards accept a call with these first-frame locals
+        (:meth:`guardscope.binding.CallBinder.frame_locals`), in the current grad mode."""
         entries = torch_compat.cache_entries(self._code) or []
-        return torch_compat.first_accepting(entries, {**self._self_local, **arguments}) is not None
+        return torch_compat.first_accepting(entries, frame) is not None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._mark is not None:
@@ -613,12 +562,13 @@ class ServedModel:
             except Exception as exc:
                 self._error("the plan's mark()", exc)
         with self._stance(), self._grad():
-            arguments = self._binder.bind(args, kwargs)
-            if arguments is None:  # they do not fit forward: the call raises its TypeError
+            arguments = self._binder.arguments(args, kwargs)
+            frame = self._binder.frame_locals(args, kwargs) if arguments is not None else {}
+            if not frame:  # they do not fit forward: the call raises its TypeError
                 with self._lock:
                     self._calls += 1
                 return self.compiled(*args, **kwargs)
-            if self.accepts(arguments):
+            if self.accepts(frame):
                 with self._lock:
                     self._calls += 1
                     self._compiled_calls += 1

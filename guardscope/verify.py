@@ -38,6 +38,7 @@ def _result(name: str, status: str, reason: str | None = None, **fields: Any) ->
         "status": status,
         "reason": reason,
         "setup_graphs": None,
+        "setup_frames": None,
         "setup_seconds": None,
         "replay_recompiles": None,
         "recompile_samples": [],
@@ -208,36 +209,45 @@ def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout:
         if setup is not None:
             measured.update(cache=torch_compat.compile_cache_counters(), bundle_load=load,
                             backend=options.backend, device=options.device)
-        setup_graphs = runner.graphs()
+        # Every graph the set-up compiled, in every frame (a model with graph breaks compiles
+        # several frames; counting the first frame's cache alone would undercount them).
+        setup_events = events_from_records(capture.records).events
+        setup_graphs = sum(1 for e in setup_events if e.fail_type is None)
+        setup_frames = len({e.frame_id for e in setup_events})
         replayed = 0
         _, probed = probed_samples(out_dir, corpus)
         for sample in _replay_split(corpus, holdout, probed):
             capture.set_sample(sample.index)
-            args, kwargs, bound = runner.prepare(sample, mark=False)
+            call = runner.prepare(sample, mark=False)
             if name == "unbacked":
-                module.mark(*args, **kwargs)
+                module.mark(*call.args, **call.kwargs)
             with runner.grad_context():
-                accepted = options.fullgraph and runner.serving_locals({**runner.self_local, **bound})
+                # With fullgraph the model is one frame: a sample its guards accept cannot compile.
+                accepted = options.fullgraph and runner.serving_locals(call.frame)
                 if not accepted:
                     runner.forget_entries()
-                    runner.compiled(*args, **kwargs)
+                    runner.compiled(*call.args, **call.kwargs)
             replayed += 1
         capture.set_sample(None)
     events = events_from_records(capture.records).events
     recompiles = [e for e in events if e.sample is not None]
     failures = [
-        {"sample": e.sample, "reasons": [f"{f.kind.value}: {f.raw}" for f in classify_reasons(e.reasons)]}
+        {"sample": e.sample, "compile_id": e.compile_id, "frame": e.frame_id,
+         "reasons": [f"{f.kind.value}: {f.raw}" for f in classify_reasons(e.reasons)]}
         for e in recompiles
     ]
     torch_compat.reset_dynamo()
     return _result(
         name,
         "passed" if not recompiles else "failed",
-        None if not recompiles else f"{len(recompiles)} recompile(s) during the replay, first at sample {recompiles[0].sample}",
+        None if not recompiles else (
+            f"{len(recompiles)} compile(s) during the replay, first at sample {recompiles[0].sample} "
+            f"(graph {recompiles[0].compile_id}{'' if recompiles[0].frame_id == 0 else ', a later frame'})"),
         setup_graphs=setup_graphs,
+        setup_frames=setup_frames,
         setup_seconds=round(setup_seconds, 3),
         replay_recompiles=len(recompiles),
-        recompile_samples=[e.sample for e in recompiles],
+        recompile_samples=sorted({e.sample for e in recompiles}),
         failures=failures,
         samples_replayed=replayed,
         probed_replayed=len(probed),

@@ -237,35 +237,6 @@ def test_input_signature_keeps_what_guards_look_at():
     assert sig({"e": empty}) != sig({"e": torch.empty(2, 0)})  # the seed corpus's zero stride
 
 
-def test_arguments_bind_as_the_frame_will_hold_them():
-    import inspect
-
-    def forward(x, y, scale=2.0, mask=None):
-        return x
-
-    def reference(*args, **kwargs):
-        try:
-            bound = inspect.signature(forward).bind(*args, **kwargs)
-        except TypeError:
-            return None
-        bound.apply_defaults()
-        return dict(bound.arguments)
-
-    binder = runtime._Binder(forward)
-    assert binder.simple
-    calls = [((1, 2), {}), ((1,), {"y": 2}), ((), {"y": 2, "x": 1, "mask": 3}), ((1, 2, 3, 4), {}),
-             ((1,), {}), ((1, 2), {"x": 1}), ((1, 2), {"other": 1}), ((1, 2, 3, 4, 5), {})]
-    for args, kwargs in calls:
-        assert binder.bind(args, kwargs) == reference(*args, **kwargs), (args, kwargs)
-
-    def variadic(x, *rest, key=0, **extra):
-        return x
-
-    binder = runtime._Binder(variadic)
-    assert not binder.simple
-    assert binder.bind((1, 2, 3), {"key": 4, "z": 5}) == {"x": 1, "rest": (2, 3), "key": 4, "extra": {"z": 5}}
-
-
 def test_choose_plan():
     fixes = {"artifacts": [{"name": "warmup"}, {"name": "unbacked"}, {"name": "export"}]}
 
