@@ -19,44 +19,45 @@ from .model import FailureKind, GuardFailure
 
 K = FailureKind
 
-# "tensor 'x' <what> mismatch ..." from Dynamo's C++ TENSOR_MATCH guard.
+# "tensor 'x' <what> mismatch ..." from Dynamo's C++ TENSOR_MATCH guard. The input's name is all
+# between "tensor '" and "' <what> mismatch": it may quote itself ("kwargs['input_ids']").
 TENSOR_PATTERNS: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     (
         K.SIZE_MISMATCH,
         re.compile(
-            r"tensor '(?P<input>[^']+)' size mismatch at index (?P<axis>\d+)\. "
+            r"tensor '(?P<input>.+?)' size mismatch at index (?P<axis>\d+)\. "
             r"expected (?P<expected>[^,]+), actual (?P<actual>\S+)"
         ),
     ),
     (
         K.STRIDE_MISMATCH,
         re.compile(
-            r"tensor '(?P<input>[^']+)' stride mismatch at index (?P<axis>\d+)\. "
+            r"tensor '(?P<input>.+?)' stride mismatch at index (?P<axis>\d+)\. "
             r"expected (?P<expected>[^,]+), actual (?P<actual>\S+)"
         ),
     ),
     (
         K.DTYPE_MISMATCH,
         re.compile(
-            r"tensor '(?P<input>[^']+)' dtype mismatch\. expected (?P<expected>[^,]+), "
+            r"tensor '(?P<input>.+?)' dtype mismatch\. expected (?P<expected>[^,]+), "
             r"actual (?P<actual>\S+)"
         ),
     ),
     (
         K.NDIM_MISMATCH,
         re.compile(
-            r"tensor '(?P<input>[^']+)' rank mismatch\. expected (?P<expected>\d+), "
+            r"tensor '(?P<input>.+?)' rank mismatch\. expected (?P<expected>\d+), "
             r"actual (?P<actual>\d+)"
         ),
     ),
     (
         K.REQUIRES_GRAD_MISMATCH,
-        re.compile(r"tensor '(?P<input>[^']+)' requires_grad mismatch\. expected requires_grad=(?P<expected>\d)"),
+        re.compile(r"tensor '(?P<input>.+?)' requires_grad mismatch\. expected requires_grad=(?P<expected>\d)"),
     ),
     (
         K.DEVICE_MISMATCH,
         re.compile(
-            r"tensor '(?P<input>[^']+)' (?:dispatch key set mismatch\. expected (?P<expected>.+?), "
+            r"tensor '(?P<input>.+?)' (?:dispatch key set mismatch\. expected (?P<expected>.+?), "
             r"actual (?P<actual>.+)|Tensor device index mismatch\. Expected device index to be "
             r"(?P<expected_index>\d+), actual (?P<actual_index>\d+))"
         ),

@@ -82,6 +82,23 @@ def test_tensor_checks(reason, kind, dims, expected, actual):
     assert failure.actual == actual
 
 
+@pytest.mark.parametrize(
+    "reason, name, dim",
+    [
+        ("0/0: tensor 'kwargs['input_ids']' size mismatch at index 0. expected 1, actual 8",
+         "kwargs['input_ids']", "kwargs['input_ids'].size()[0]"),
+        ("5/0: tensor '___stack0[0]' size mismatch at index 1. expected 92, actual 76",
+         "___stack0[0]", "___stack0[0].size()[1]"),
+        ("0/1: tensor 'xs[0]' stride mismatch at index 3. expected 1, actual 3", "xs[0]", "xs[0].stride()[3]"),
+    ],
+)
+def test_tensor_names_may_hold_quotes_and_subscripts(reason, name, dim):
+    failure = classify_reason(reason)
+    assert failure.inputs == (name,)
+    assert failure.dims == (dim,)
+    assert failure.kind in {K.SIZE_MISMATCH, K.STRIDE_MISMATCH}
+
+
 def test_list_length_constant_type_and_global_state():
     length = classify_reason(
         "0/0: len(xs) == 2                                             # return sum(xs)  # m.py:3 in forward"
