@@ -55,11 +55,19 @@ TENSOR_PATTERNS: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
         re.compile(r"tensor '(?P<input>.+?)' requires_grad mismatch\. expected requires_grad=(?P<expected>\d)"),
     ),
     (
+        # Same device, other keys: e.g. an inference-mode tensor (no ADInplaceOrView) against a
+        # normal one. Key sets naming different devices are a device mismatch.
+        K.DISPATCH_KEY_MISMATCH,
+        re.compile(
+            r"tensor '(?P<input>.+?)' dispatch key set mismatch\. expected (?P<expected>.+?), "
+            r"actual (?P<actual>.+)"
+        ),
+    ),
+    (
         K.DEVICE_MISMATCH,
         re.compile(
-            r"tensor '(?P<input>.+?)' (?:dispatch key set mismatch\. expected (?P<expected>.+?), "
-            r"actual (?P<actual>.+)|Tensor device index mismatch\. Expected device index to be "
-            r"(?P<expected_index>\d+), actual (?P<actual_index>\d+))"
+            r"tensor '(?P<input>.+?)' Tensor device index mismatch\. Expected device index to be "
+            r"(?P<expected>\d+), actual (?P<actual>\d+)"
         ),
     ),
 )
@@ -157,9 +165,7 @@ def _dims(guard: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
 _DEVICE_KEYS = re.compile(r"\b(CPU|CUDA|XPU|MPS|HPU|XLA|Meta|PrivateUse1|MTIA|Lazy|IPU|VE|HIP)\b")
 
 
-def _device_keys_differ(expected: str | None, actual: str | None) -> bool:
-    if expected is None or actual is None:
-        return True  # "device index mismatch": a different device by definition
+def _device_keys_differ(expected: str, actual: str) -> bool:
     return set(_DEVICE_KEYS.findall(expected)) != set(_DEVICE_KEYS.findall(actual))
 
 
@@ -186,18 +192,16 @@ def classify_reason(reason: str) -> GuardFailure:
         if not match:
             continue
         fields = match.groupdict()
-        if kind is K.DEVICE_MISMATCH and not _device_keys_differ(fields.get("expected"), fields.get("actual")):
-            # Same device, other keys: e.g. an inference-mode tensor (no ADInplaceOrView) against
-            # a normal one. The tensor's kind differs, not its device.
-            kind = K.TYPE_MISMATCH
+        if kind is K.DISPATCH_KEY_MISMATCH and _device_keys_differ(fields["expected"], fields["actual"]):
+            kind = K.DEVICE_MISMATCH
         name = fields["input"]
         axis = fields.get("axis")
         dims: tuple[str, ...] = ()
         if axis is not None:
             which = "stride" if kind is K.STRIDE_MISMATCH else "size"
             dims = (f"{name}.{which}()[{axis}]",)
-        expected = fields.get("expected") or fields.get("expected_index")
-        actual = fields.get("actual") or fields.get("actual_index")
+        expected = fields.get("expected")
+        actual = fields.get("actual")
         return GuardFailure(
             kind=kind,
             causes=(kind,),

@@ -27,6 +27,7 @@ class FailureKind(str, enum.Enum):
     STRIDE_MISMATCH = "stride_mismatch"
     DTYPE_MISMATCH = "dtype_mismatch"
     DEVICE_MISMATCH = "device_mismatch"
+    DISPATCH_KEY_MISMATCH = "dispatch_key_mismatch"
     REQUIRES_GRAD_MISMATCH = "requires_grad_mismatch"
     NDIM_MISMATCH = "ndim_mismatch"
     TYPE_MISMATCH = "type_mismatch"

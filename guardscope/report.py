@@ -81,6 +81,13 @@ KIND_EXPLANATIONS: dict[str, tuple[str, str]] = {
         "The input lives on another device than the graph was compiled for; each device needs "
         "its own graph.",
     ),
+    "dispatch_key_mismatch": (
+        "Dispatch key mismatch",
+        "The input is on the same device as before but is another kind of tensor inside PyTorch: "
+        "usually one was created under torch.inference_mode (an inference tensor) and the other "
+        "was not, and each kind needs its own graph. Create the inputs the same way for every "
+        "call: all outside inference_mode, or all inside it.",
+    ),
     "requires_grad_mismatch": (
         "requires_grad mismatch",
         "The input's requires_grad flag differs from the compiled graph's: a graph that records "

@@ -72,6 +72,13 @@ def test_user_branch_carries_both_causes():
          K.DEVICE_MISMATCH, (), "0", "1"),
         ("0/0: tensor 'x' dispatch key set mismatch. expected DispatchKeySet(CPU), actual DispatchKeySet(CUDA)",
          K.DEVICE_MISMATCH, (), "DispatchKeySet(CPU)", "DispatchKeySet(CUDA)"),
+        # Real (a PyG GCN): an inference tensor against a normal one, both on the CPU.
+        ("1/0: tensor 'x' dispatch key set mismatch. expected DispatchKeySet(CPU, BackendSelect, ADInplaceOrView), "
+         "actual DispatchKeySet(CPU, BackendSelect)", K.DISPATCH_KEY_MISMATCH, (),
+         "DispatchKeySet(CPU, BackendSelect, ADInplaceOrView)", "DispatchKeySet(CPU, BackendSelect)"),
+        ("1/1: tensor 'x' dispatch key set mismatch. expected DispatchKeySet(CPU, BackendSelect), "
+         "actual DispatchKeySet(CPU, BackendSelect, ADInplaceOrView)", K.DISPATCH_KEY_MISMATCH, (),
+         "DispatchKeySet(CPU, BackendSelect)", "DispatchKeySet(CPU, BackendSelect, ADInplaceOrView)"),
     ],
 )
 def test_tensor_checks(reason, kind, dims, expected, actual):
