@@ -78,17 +78,28 @@ NOTE_PATTERNS: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     (K.ZERO_ONE_SPECIALIZATION, re.compile(r"0/1 specialization")),
 )
 
-# The guard expression itself, when the comment does not explain it.
+# An argument path: "x", "xs[0]", "kwargs['input_ids']", "___stack0[0]".
+_NAME = r"[A-Za-z_]\w*(?:\[[^\]]+\])*"
+
+# The guard expression itself, when the comment does not explain it. An optional argument is
+# one present in one call and absent (a missing key, None, an empty container) in another; a
+# bare ``kwargs`` is the keyword dict of a ``wrapper(*args, **kwargs)`` (transformers wraps
+# ``forward`` so): its length is the number of keyword arguments passed, not a user list's.
 EXPRESSION_PATTERNS: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     (K.GLOBAL_STATE, re.compile(r"GLOBAL_STATE|___check_global_state|global state", re.I)),
+    (K.OPTIONAL_ARGUMENT, re.compile(rf"^(?P<input>{_NAME}) is None$")),
+    (K.OPTIONAL_ARGUMENT, re.compile(r"^KeyError on (?P<input>.+)$")),
+    (K.OPTIONAL_ARGUMENT, re.compile(r"^expected type of '(?P<input>.+?)' to be .*but found <class 'NoneType'>")),
+    (K.OPTIONAL_ARGUMENT, re.compile(r"^len\((?P<input>(?:\*\*)?kwargs)\) == (?P<expected>\d+)$")),
+    (K.OPTIONAL_ARGUMENT, re.compile(rf"^(?:not )?(?P<input>{_NAME})$")),
     (K.LIST_LENGTH, re.compile(r"^len\((?P<input>.+?)\) == (?P<expected>\d+)$")),
     (K.TYPE_MISMATCH, re.compile(r"___check_type_id\((?P<input>[^,]+),|\bisinstance\(|\btype\(|TYPE_MISMATCH|expected type of")),
-    (K.CONSTANT_VALUE, re.compile(r"___check_obj_id\(|^(?P<input>[A-Za-z_][\w]*(?:\[[^\]]+\])*) == (?P<expected>[^=<>]+)$")),
+    (K.CONSTANT_VALUE, re.compile(rf"___check_obj_id\(|^(?P<input>{_NAME}) == (?P<expected>[^=<>]+)$")),
     (K.SHAPE_RELATION, re.compile(r"\.(?:size|stride)\(\)\[\d+\]|\.numel\(\)|\.storage_offset\(\)")),
 )
 
 _COMPILE_ID = re.compile(r"^\s*\[?(?P<id>\d+/\d+)\]?:\s*")
-_DIM = re.compile(r"(?P<input>[A-Za-z_]\w*(?:\[[^\]]+\])*)\.(?P<which>size|stride)\(\)\[(?P<axis>\d+)\]")
+_DIM = re.compile(rf"(?P<input>{_NAME})\.(?P<which>size|stride)\(\)\[(?P<axis>\d+)\]")
 _LOCATION = re.compile(r"(?P<loc>[^\s#()]+:\d+ in [\w<>.]+)")
 _HINT = re.compile(r"(to avoid (?:this )?specialization,? (?:set|try) .*?)(?:\)\s*$|$)")
 _BOUNDS = re.compile(r"^\s*(?P<low>-?\d+)\s*<=\s*(?P<expr>.+?)(?:\s*<=\s*(?P<high>-?\d+))?\s*$")

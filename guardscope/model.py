@@ -31,6 +31,7 @@ class FailureKind(str, enum.Enum):
     REQUIRES_GRAD_MISMATCH = "requires_grad_mismatch"
     NDIM_MISMATCH = "ndim_mismatch"
     TYPE_MISMATCH = "type_mismatch"
+    OPTIONAL_ARGUMENT = "optional_argument"
     LIST_LENGTH = "list_length"
     CONSTANT_VALUE = "constant_value"
     SHAPE_RELATION = "shape_relation"

@@ -102,6 +102,13 @@ KIND_EXPLANATIONS: dict[str, tuple[str, str]] = {
         "An argument has another Python type (a tensor vs None, int vs float, list vs tuple) than "
         "the graph was compiled for.",
     ),
+    "optional_argument": (
+        "Optional argument",
+        "An optional argument was passed in some calls and left out (or None, or an empty list) "
+        "in others, and every combination of present and absent arguments gets a graph of its "
+        "own. Passing it always (e.g. an all-ones attention mask instead of None) keeps one "
+        "graph; otherwise warm up each combination your traffic uses.",
+    ),
     "list_length": (
         "List length",
         "A list or tuple argument has another length. Dynamo unrolls containers, so every length "

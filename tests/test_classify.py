@@ -121,6 +121,58 @@ def test_list_length_constant_type_and_global_state():
     assert classify_reason("0/0: GLOBAL_STATE changed: grad_mode ").kind is K.GLOBAL_STATE
 
 
+# Real reasons (torch 2.13) of HF BERT called directly (transformers wraps forward as
+# wrapper(self, *args, **kwargs)) and of a model with optional arguments
+# forward(self, x, mask=None, extras=()).
+KWARGS_LENGTH = (
+    "0/0: len(kwargs) == 2                                         # kwargs[arg_name] = arg_value  # "
+    "utils/generic.py:1160 in wrapper\nUser stack trace:\n  File \"utils/generic.py\", line 1160, in wrapper\n"
+    "    kwargs[arg_name] = arg_value"
+)
+MASK_IS_NONE = (
+    "0/5: mask is None                                             # if mask is not None:  # "
+    "tests/real_models.py:218 in forward\nUser stack trace:\n  File \"tests/real_models.py\", line 218, in "
+    "forward\n    if mask is not None:"
+)
+NOT_EXTRAS = (
+    "0/6: not extras                                               # for extra in extras:  # "
+    "tests/real_models.py:220 in forward\nUser stack trace:\n  File \"tests/real_models.py\", line 220, in "
+    "forward\n    for extra in extras:"
+)
+
+
+@pytest.mark.parametrize(
+    "reason, inputs, expected",
+    [
+        (KWARGS_LENGTH, ("kwargs",), "2"),
+        ("0/2: KeyError on kwargs['attention_mask']", ("kwargs['attention_mask']",), None),
+        ("0/2: KeyError on attention_mask", ("attention_mask",), None),  # as the caller renames it
+        ("0/1: expected type of 'mask' to be a tensor type, ' but found <class 'NoneType'>", ("mask",), None),
+        ("0/1: expected type of 'kwargs['attention_mask']' to be a tensor type, ' but found <class 'NoneType'>",
+         ("kwargs['attention_mask']",), None),
+        (MASK_IS_NONE, ("mask",), None),
+        (NOT_EXTRAS, ("extras",), None),
+        ("0/6: extras", ("extras",), None),
+    ],
+)
+def test_optional_argument(reason, inputs, expected):
+    failure = classify_reason(reason)
+    assert failure.kind is K.OPTIONAL_ARGUMENT
+    assert failure.causes == (K.OPTIONAL_ARGUMENT,)
+    assert failure.inputs == inputs
+    assert failure.expected == expected
+
+
+def test_optional_argument_is_not_every_type_or_length_change():
+    # A user's own list keeps list_length; a tensor type against a non-None value stays a type.
+    extras = classify_reason(NOT_EXTRAS.replace("not extras", "len(extras) == 2"))
+    assert (extras.kind, extras.inputs, extras.expected) == (K.LIST_LENGTH, ("extras",), "2")
+    user_source = classify_reason(KWARGS_LENGTH).user_source
+    assert user_source == "utils/generic.py:1160 in wrapper: kwargs[arg_name] = arg_value"
+    typed = classify_reason("0/1: expected type of 'mask' to be a tensor type, ' but found <class 'int'>")
+    assert typed.kind is K.TYPE_MISMATCH
+
+
 def test_unknown_text_is_kept_as_other():
     failure = classify_reason("0/2: something torch 3.0 says")
     assert failure.kind is K.OTHER
