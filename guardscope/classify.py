@@ -85,6 +85,8 @@ _NAME = r"[A-Za-z_]\w*(?:\[[^\]]+\])*"
 # one present in one call and absent (a missing key, None, an empty container) in another; a
 # bare ``kwargs`` is the keyword dict of a ``wrapper(*args, **kwargs)`` (transformers wraps
 # ``forward`` so): its length is the number of keyword arguments passed, not a user list's.
+# A comparison other than ``==`` with no size, stride or numel term bounds a Python number
+# (``0 <= n <= 1``, ``___stack0 > 0.45`` from ``if t.item() > 0.45``); ``n == 29`` is a constant.
 EXPRESSION_PATTERNS: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     (K.GLOBAL_STATE, re.compile(r"GLOBAL_STATE|___check_global_state|global state", re.I)),
     (K.OPTIONAL_ARGUMENT, re.compile(rf"^(?P<input>{_NAME}) is None$")),
@@ -95,6 +97,13 @@ EXPRESSION_PATTERNS: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     (K.LIST_LENGTH, re.compile(r"^len\((?P<input>.+?)\) == (?P<expected>\d+)$")),
     (K.TYPE_MISMATCH, re.compile(r"___check_type_id\((?P<input>[^,]+),|\bisinstance\(|\btype\(|TYPE_MISMATCH|expected type of")),
     (K.CONSTANT_VALUE, re.compile(rf"___check_obj_id\(|^(?P<input>{_NAME}) == (?P<expected>[^=<>]+)$")),
+    (
+        K.SCALAR_VALUE,
+        re.compile(
+            r"^(?!.*\.(?:size|stride|numel|storage_offset)\(\))(?!.*==)(?=.*(?:<|>|!=))"
+            rf"[^A-Za-z_]*(?P<input>{_NAME})"
+        ),
+    ),
     (K.SHAPE_RELATION, re.compile(r"\.(?:size|stride)\(\)\[\d+\]|\.numel\(\)|\.storage_offset\(\)")),
 )
 

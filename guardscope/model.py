@@ -34,6 +34,7 @@ class FailureKind(str, enum.Enum):
     OPTIONAL_ARGUMENT = "optional_argument"
     LIST_LENGTH = "list_length"
     CONSTANT_VALUE = "constant_value"
+    SCALAR_VALUE = "scalar_value"
     SHAPE_RELATION = "shape_relation"
     GLOBAL_STATE = "global_state"
     OTHER = "other"

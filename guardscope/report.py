@@ -119,6 +119,14 @@ KIND_EXPLANATIONS: dict[str, tuple[str, str]] = {
         "A Python scalar, string or flag changed value. Dynamo bakes non-tensor arguments into the "
         "graph as constants; values that vary per call are better passed as tensors.",
     ),
+    "scalar_value": (
+        "Python number range",
+        "A Python int or float argument (or a number read with .item()) was compared in the code, "
+        "e.g. 0 <= n <= 1 or value > 0.45, and the graph only holds on one side of that bound. "
+        "Pass the number as a tensor or mark it dynamic; when the comparison is a data-dependent "
+        "branch (the graph breaks at .item()), torch.where or torch.cond keeps both sides in one "
+        "graph.",
+    ),
     "shape_relation": (
         "Shape relation in your code",
         "A guard from the model's own shape logic (a branch such as if x.shape[0] > 16, an "

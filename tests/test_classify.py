@@ -173,6 +173,43 @@ def test_optional_argument_is_not_every_type_or_length_change():
     assert typed.kind is K.TYPE_MISMATCH
 
 
+# Real (the model above): ``if h.abs().mean().item() > 0.45`` after the graph break at .item().
+ITEM_BRANCH = (
+    "1/1: ___stack0 <= 0.45  # if h.abs().mean().item() > 0.45:  # tests/real_models.py:222 in "
+    "torch_dynamo_resume_in_forward_at_222 (variables/tensor.py:2606 in evaluate_expr)"
+)
+
+
+@pytest.mark.parametrize(
+    "reason, inputs",
+    [
+        (ITEM_BRANCH, ("___stack0",)),
+        (ITEM_BRANCH.replace("1/1: ___stack0 <= 0.45", "1/2: ___stack0 > 0.45"), ("___stack0",)),
+        ("2/0: 0 <= num_nodes <= 1  # if num_nodes is not None:  # utils/num_nodes.py:16 in maybe_num_nodes",
+         ("num_nodes",)),
+        ("2/0: num_nodes != 1  # if num_nodes is not None:  # utils/num_nodes.py:16 in maybe_num_nodes", ("num_nodes",)),
+        ("11/1: 1 <= ___stack0", ("___stack0",)),
+    ],
+)
+def test_scalar_value(reason, inputs):
+    failure = classify_reason(reason)
+    assert failure.kind is K.SCALAR_VALUE
+    assert failure.inputs == inputs
+    assert failure.dims == ()
+
+
+def test_scalar_equality_stays_a_constant_and_sizes_stay_shapes():
+    constant = classify_reason(
+        "2/0: num_nodes == 29                                          # if num_nodes is not None:  # "
+        "utils/num_nodes.py:16 in maybe_num_nodes\nUser stack trace:\n  File \"conv/gcn_conv.py\", line 96, "
+        "in gcn_norm\n    num_nodes = maybe_num_nodes(edge_index, num_nodes)\n  File \"utils/num_nodes.py\", "
+        "line 16, in maybe_num_nodes\n    if num_nodes is not None:"
+    )
+    assert (constant.kind, constant.inputs, constant.expected) == (K.CONSTANT_VALUE, ("num_nodes",), "29")
+    assert classify_reason("0/0: x.size()[0] != 1  # m.py:3 in forward").kind is K.SHAPE_RELATION
+    assert classify_reason("0/0: x.numel() <= 64  # m.py:3 in forward").kind is K.SHAPE_RELATION
+
+
 def test_unknown_text_is_kept_as_other():
     failure = classify_reason("0/2: something torch 3.0 says")
     assert failure.kind is K.OTHER
