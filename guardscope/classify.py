@@ -87,6 +87,8 @@ _NAME = r"[A-Za-z_]\w*(?:\[[^\]]+\])*"
 # ``forward`` so): its length is the number of keyword arguments passed, not a user list's.
 # A comparison other than ``==`` with no size, stride or numel term bounds a Python number
 # (``0 <= n <= 1``, ``___stack0 > 0.45`` from ``if t.item() > 0.45``); ``n == 29`` is a constant.
+# A stride equated to sizes (``x.stride()[0] == x.size()[1]``) is the input's layout, not the
+# user's shape logic: a stride mismatch on that stride.
 EXPRESSION_PATTERNS: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     (K.GLOBAL_STATE, re.compile(r"GLOBAL_STATE|___check_global_state|global state", re.I)),
     (K.OPTIONAL_ARGUMENT, re.compile(rf"^(?P<input>{_NAME}) is None$")),
@@ -104,6 +106,7 @@ EXPRESSION_PATTERNS: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
             rf"[^A-Za-z_]*(?P<input>{_NAME})"
         ),
     ),
+    (K.STRIDE_MISMATCH, re.compile(rf"^(?P<dim>(?P<input>{_NAME})\.stride\(\)\[\d+\]) == (?P<expected>.+)$")),
     (K.SHAPE_RELATION, re.compile(r"\.(?:size|stride)\(\)\[\d+\]|\.numel\(\)|\.storage_offset\(\)")),
 )
 
@@ -255,6 +258,8 @@ def classify_reason(reason: str) -> GuardFailure:
                 fields = match.groupdict()
                 if fields.get("input") and not inputs:
                     inputs = (fields["input"],)
+                if fields.get("dim"):
+                    dims = (fields["dim"],)
                 expected = fields.get("expected")
                 break
     if not causes:

@@ -106,6 +106,27 @@ def test_tensor_names_may_hold_quotes_and_subscripts(reason, name, dim):
     assert failure.kind in {K.SIZE_MISMATCH, K.STRIDE_MISMATCH}
 
 
+@pytest.mark.parametrize(
+    "reason, dim, expected",
+    [
+        # Real (a PyG GCN, dynamic=True; the second in a frame after a graph break).
+        ("0/0: edge_index.stride()[0] == edge_index.size()[1]  # (unknown source edge_index.stride()[0], please "
+         "file a bug)", "edge_index.stride()[0]", "edge_index.size()[1]"),
+        ("4/0: ___stack0.stride()[0] == ___stack0.size()[1]  # (unknown source ___stack0.stride()[0], please file "
+         "a bug)", "___stack0.stride()[0]", "___stack0.size()[1]"),
+        ("0/0: images.stride()[0] == 3*images.size()[2]*images.size()[3]", "images.stride()[0]",
+         "3*images.size()[2]*images.size()[3]"),
+    ],
+)
+def test_stride_equality_is_layout(reason, dim, expected):
+    failure = classify_reason(reason)
+    assert failure.kind is K.STRIDE_MISMATCH
+    assert failure.causes == (K.STRIDE_MISMATCH,)
+    assert failure.dims == (dim,)
+    assert failure.inputs == (dim.partition(".")[0],)
+    assert failure.expected == expected
+
+
 def test_list_length_constant_type_and_global_state():
     length = classify_reason(
         "0/0: len(xs) == 2                                             # return sum(xs)  # m.py:3 in forward"
