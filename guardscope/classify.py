@@ -78,6 +78,15 @@ NOTE_PATTERNS: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     (K.ZERO_ONE_SPECIALIZATION, re.compile(r"0/1 specialization")),
 )
 
+# The innermost torch frame that added the guard, in parentheses after the user's line. Inside an
+# operator's implementation (fake and meta kernels, refs, prims, decompositions) the operator
+# picked a path by size or layout: ``(_subclasses/fake_impls.py:1811 in conv)``. Dynamo's own
+# frames are not operators: ``(variables/tensor.py:2606 in evaluate_expr)`` is the user's branch.
+OPERATOR_LOCATION = re.compile(
+    r"\((?P<path>(?:_subclasses|_refs|_prims_common|_prims|_decomp)/[^\s():]+\.py|_meta_registrations\.py)"
+    r":(?P<line>\d+) in (?P<function>[\w<>.]+)\)"
+)
+
 # An argument path: "x", "xs[0]", "kwargs['input_ids']", "___stack0[0]".
 _NAME = r"[A-Za-z_]\w*(?:\[[^\]]+\])*"
 
@@ -174,6 +183,11 @@ def _hint(parts: _Parts) -> str | None:
     return None
 
 
+def _operator(reason: str) -> str | None:
+    match = OPERATOR_LOCATION.search(reason)
+    return f"{match.group('function')} ({match.group('path')}:{match.group('line')})" if match else None
+
+
 def _dims(guard: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     dims: list[str] = []
     inputs: list[str] = []
@@ -202,8 +216,19 @@ def _is_user_bounded(guard: str) -> bool:
     return bool(match and match.group("high") not in _UNBOUNDED)
 
 
+def _expression(guard: str) -> tuple[FailureKind, dict[str, str | None]]:
+    for kind, pattern in EXPRESSION_PATTERNS:
+        match = pattern.search(guard)
+        if match:
+            return kind, match.groupdict()
+    return K.OTHER, {}
+
+
 def classify_reason(reason: str) -> GuardFailure:
     """Classify one recompile reason (one rejecting cache entry)."""
+    # Torch prints its own files relative to its folder; read before normalisation cuts a deep one
+    # (_refs/nn/functional/__init__.py) to its last two components.
+    operator = _operator(reason)
     reason = normalize_reason(reason)
     parts = _split(reason)
     guard = parts.guard
@@ -251,19 +276,14 @@ def classify_reason(reason: str) -> GuardFailure:
         causes.insert(0, K.SHAPE_RELATION)
     expected = None
     if not causes:
-        for kind, pattern in EXPRESSION_PATTERNS:
-            match = pattern.search(guard)
-            if match:
-                causes.append(kind)
-                fields = match.groupdict()
-                if fields.get("input") and not inputs:
-                    inputs = (fields["input"],)
-                if fields.get("dim"):
-                    dims = (fields["dim"],)
-                expected = fields.get("expected")
-                break
-    if not causes:
-        causes.append(K.OTHER)
+        kind, fields = _expression(guard)
+        # An operator's own guard: the expression says what it checks, the operator why.
+        causes.append(K.OPERATOR_GUARD if operator else kind)
+        if fields.get("input") and not inputs:
+            inputs = (fields["input"],)
+        if fields.get("dim"):
+            dims = (fields["dim"],)
+        expected = fields.get("expected")
     return GuardFailure(
         kind=causes[0],
         causes=tuple(causes),
@@ -276,6 +296,7 @@ def classify_reason(reason: str) -> GuardFailure:
         user_source=user_source,
         hint=hint,
         raw=reason,
+        operator=operator,
     )
 
 

@@ -36,6 +36,7 @@ class FailureKind(str, enum.Enum):
     CONSTANT_VALUE = "constant_value"
     SCALAR_VALUE = "scalar_value"
     SHAPE_RELATION = "shape_relation"
+    OPERATOR_GUARD = "operator_guard"
     GLOBAL_STATE = "global_state"
     OTHER = "other"
 
@@ -68,6 +69,9 @@ class GuardFailure:
     user_source: str | None  # "model.py:16 in forward" and the line, when torch gives one
     hint: str | None  # torch's own advice, verbatim
     raw: str
+    # The torch operator whose implementation added the guard, when torch names it, e.g.
+    # "conv (_subclasses/fake_impls.py:1811)"; user_source stays the line that called it.
+    operator: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,6 +85,7 @@ class GuardFailure:
             "actual": self.actual,
             "user_source": self.user_source,
             "hint": self.hint,
+            "operator": self.operator,
             "raw": self.raw,
         }
 

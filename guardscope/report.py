@@ -133,6 +133,13 @@ KIND_EXPLANATIONS: dict[str, tuple[str, str]] = {
         "assertion, a reshape): the graph took one branch and the input needs another. Marking the "
         "dimension unbacked cannot remove it; one warmup sample per branch can.",
     ),
+    "operator_guard": (
+        "Size check inside a torch operator",
+        "A PyTorch operator, not your code, added this guard: its implementation picks another "
+        "path (kernel, algorithm, broadcasting) depending on the input's size or layout, e.g. "
+        "conv2d above a size threshold, and this input fell on the other side. It is not a bug in "
+        "your code; warm up with one input on each side of the threshold so both graphs exist.",
+    ),
     "global_state": (
         "Global state",
         "State outside the arguments changed between calls: grad mode, autocast, the default "

@@ -231,6 +231,88 @@ def test_scalar_equality_stays_a_constant_and_sizes_stay_shapes():
     assert classify_reason("0/0: x.numel() <= 64  # m.py:3 in forward").kind is K.SHAPE_RELATION
 
 
+# Real (a small CNN, dynamic=True): conv's fake kernel picks a path by size.
+CONV = (
+    "0/2: 3*images.size()[2]*images.size()[3] <= 20480  # return F.conv2d(  # modules/conv.py:560 in "
+    "_conv_forward (_subclasses/fake_impls.py:1811 in conv)"
+)
+# Real (BERT): a 0/1 guard whose upper bound, the 512 positions, a slice in bert's code added.
+SEQUENCE_BOUND = (
+    "0/1: 2 <= kwargs['input_ids'].size()[1] <= 512  # recordable_keys = {  # utils/output_capturing.py:332 in "
+    "wrapper (user code shown is first use of this value--the guard itself is not due user code but due to 0/1 "
+    "specialization in the framework; to avoid specialization try torch._dynamo.decorators.mark_unbacked(tensor, "
+    "dim)) and position_ids = self.position_ids[:, cache_length : seq_length + cache_length]  # "
+    "bert/modeling_bert.py:85 in forward (_subclasses/fake_impls.py:1344 in _compute_slice_index)"
+)
+
+
+@pytest.mark.parametrize(
+    "reason, operator, inputs, expected",
+    [
+        (CONV, "conv (_subclasses/fake_impls.py:1811)", ("images",), None),
+        ("0/12: 16 + 16*(((-1) + images.size()[2]) // 4) + 16*(((-1) + images.size()[3]) // 4) + "
+         "16*(((-1) + images.size()[2]) // 4)*(((-1) + images.size()[3]) // 4) > 20480  # return F.conv2d(  # "
+         "modules/conv.py:560 in _conv_forward (_subclasses/fake_impls.py:1811 in conv)",
+         "conv (_subclasses/fake_impls.py:1811)", ("images",), None),
+        # batch norm in training mode (the same CNN, train()).
+        ("0/0: (1 + (((-1) + images.size()[2]) // 2)) != 1  # return F.batch_norm(  # "
+         "nn/modules/batchnorm.py:210 in forward (_subclasses/fake_impls.py:1961 in infer_size)",
+         "infer_size (_subclasses/fake_impls.py:1961)", ("images",), None),
+        # A PyG GCN after graph breaks: torch's refs and prims, on a Python number.
+        ("11/1: 1 <= ___stack0  # return src.view(size).expand_as(ref)  # utils/_scatter.py:144 in broadcast "
+         "(_prims_common/__init__.py:322 in is_contiguous)",
+         "is_contiguous (_prims_common/__init__.py:322)", ("___stack0",), None),
+        ("11/0: ___stack0 == 0  # count = count.clamp(min=1)  # utils/_scatter.py:75 in "
+         "torch_dynamo_resume_in_scatter_at_48 (_refs/__init__.py:448 in _broadcast_shapes)",
+         "_broadcast_shapes (_refs/__init__.py:448)", ("___stack0",), "0"),
+    ],
+)
+def test_operator_guard(reason, operator, inputs, expected):
+    failure = classify_reason(reason)
+    assert failure.kind is K.OPERATOR_GUARD
+    assert failure.causes == (K.OPERATOR_GUARD,)
+    assert failure.operator == operator
+    assert failure.inputs == inputs
+    assert failure.expected == expected
+    assert failure.user_source is not None and "fake_impls" not in failure.user_source
+
+
+def test_operator_guard_keeps_the_calling_line_and_serialises_after_hint():
+    failure = classify_reason(CONV)
+    assert failure.user_source == "modules/conv.py:560 in _conv_forward: return F.conv2d("
+    assert failure.dims == ("images.size()[2]", "images.size()[3]")
+    keys = list(failure.to_json())
+    assert keys[keys.index("hint") + 1] == "operator"
+    assert failure.to_json()["operator"] == "conv (_subclasses/fake_impls.py:1811)"
+
+
+def test_a_deep_torch_path_is_read_before_normalisation():
+    failure = classify_reason(
+        "0/0: 2*x.size()[1] <= 64  # return F.pad(x, p)  # m.py:3 in forward "
+        "(_refs/nn/functional/__init__.py:120 in pad)"
+    )
+    assert failure.operator == "pad (_refs/nn/functional/__init__.py:120)"
+    assert "(functional/__init__.py:120 in pad)" in failure.raw
+
+
+def test_not_operators_dynamo_frames_and_notes():
+    assert classify_reason(ITEM_BRANCH).operator is None  # evaluate_expr: the user's branch
+    sdpa = classify_reason(
+        "0/5: 2 <= input_ids.size()[1] <= 512  # if isinstance(attention_mask, (torch.Tensor, BlockMask)) and "
+        "len(attention_mask.shape) == 4:  # transformers/masking_utils.py:818 in _preprocess_mask_arguments "
+        "(user code shown is first use of this value--the guard itself is not due user code but due to 0/1 "
+        "specialization in the framework; to avoid specialization try "
+        "torch._dynamo.decorators.mark_unbacked(tensor, dim)) and attn_output = "
+        "torch.nn.functional.scaled_dot_product_attention(  # integrations/sdpa_attention.py:182 in "
+        "sdpa_attention_forward (_dynamo/utils.py:4231 in run_node)"
+    )
+    assert sdpa.operator is None  # run_node: Dynamo running a node
+    # A 0/1 note keeps its kinds; the operator that set the other bound is still named.
+    bounded = classify_reason(SEQUENCE_BOUND)
+    assert bounded.causes == (K.SHAPE_RELATION, K.ZERO_ONE_SPECIALIZATION)
+    assert bounded.operator == "_compute_slice_index (_subclasses/fake_impls.py:1344)"
+
+
 def test_unknown_text_is_kept_as_other():
     failure = classify_reason("0/2: something torch 3.0 says")
     assert failure.kind is K.OTHER
