@@ -13,6 +13,7 @@ tried in order; the first match names the kind. A reason no pattern explains is 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .model import FailureKind, GuardFailure
@@ -216,6 +217,28 @@ def _is_user_bounded(guard: str) -> bool:
     return bool(match and match.group("high") not in _UNBOUNDED)
 
 
+@dataclass(frozen=True)
+class _Broken:
+    """The bound of a ``low <= expr <= high`` guard that the sample's own value broke."""
+
+    expected: str  # ">= 2", "<= 512"
+    actual: int
+    zero_one: bool  # the 0/1 specialization's own lower bound (2, 1 or 0), not a user's
+
+
+def _broken_bound(guard: str, values: Mapping[str, int] | None) -> _Broken | None:
+    match = _BOUNDS.match(guard) or _UPPER.match(guard)
+    value = values.get(match.group("expr").strip()) if match and values else None
+    if value is None:
+        return None
+    low, high = match.groupdict().get("low"), match.group("high")
+    if low is not None and value < int(low):
+        return _Broken(f">= {low}", value, zero_one=low in {"0", "1", "2"})
+    if high is not None and high not in _UNBOUNDED and value > int(high):
+        return _Broken(f"<= {high}", value, zero_one=False)
+    return None
+
+
 def _expression(guard: str) -> tuple[FailureKind, dict[str, str | None]]:
     for kind, pattern in EXPRESSION_PATTERNS:
         match = pattern.search(guard)
@@ -224,8 +247,16 @@ def _expression(guard: str) -> tuple[FailureKind, dict[str, str | None]]:
     return K.OTHER, {}
 
 
-def classify_reason(reason: str) -> GuardFailure:
-    """Classify one recompile reason (one rejecting cache entry)."""
+def classify_reason(reason: str, values: Mapping[str, int] | None = None) -> GuardFailure:
+    """Classify one recompile reason (one rejecting cache entry).
+
+    ``values`` maps an expression spelled as in the guard (a dim, ``"x.size()[0]"``) to the value
+    the rejected sample had. A bounded guard ``2 <= x.size()[0] <= 16`` is then judged by the
+    bound the sample broke, which becomes ``expected`` (``">= 2"``) with the value as ``actual``:
+    a size of 0 or 1 below the 0/1 specialization's bound names ``zero_one_specialization``
+    first, a size past the user's bound ``shape_relation``. Without it (or without the dim), a
+    user's bound is named first.
+    """
     # Torch prints its own files relative to its folder; read before normalisation cuts a deep one
     # (_refs/nn/functional/__init__.py) to its last two components.
     operator = _operator(reason)
@@ -265,6 +296,7 @@ def classify_reason(reason: str) -> GuardFailure:
         )
 
     dims, inputs = _dims(guard)
+    broken = _broken_bound(guard, values)
     causes: list[FailureKind] = []
     note = " ".join(parts.comments)
     for kind, pattern in NOTE_PATTERNS:
@@ -274,7 +306,11 @@ def classify_reason(reason: str) -> GuardFailure:
         # The user's own branch set a bound besides 2: marking the dim unbacked cannot remove
         # that one, so it is the kind that names the fix; 0/1 stays recorded as a cause.
         causes.insert(0, K.SHAPE_RELATION)
-    expected = None
+        if broken and broken.zero_one:
+            # This sample broke the 0/1 bound itself (a size of 0 or 1): that one names the fix.
+            causes.remove(K.ZERO_ONE_SPECIALIZATION)
+            causes.insert(0, K.ZERO_ONE_SPECIALIZATION)
+    expected = broken.expected if broken else None
     if not causes:
         kind, fields = _expression(guard)
         # An operator's own guard: the expression says what it checks, the operator why.
@@ -283,7 +319,7 @@ def classify_reason(reason: str) -> GuardFailure:
             inputs = (fields["input"],)
         if fields.get("dim"):
             dims = (fields["dim"],)
-        expected = fields.get("expected")
+        expected = fields.get("expected") or expected
     return GuardFailure(
         kind=causes[0],
         causes=tuple(causes),
@@ -292,7 +328,7 @@ def classify_reason(reason: str) -> GuardFailure:
         dims=dims,
         guard=guard,
         expected=expected.strip() if expected else None,
-        actual=None,
+        actual=str(broken.actual) if broken else None,
         user_source=user_source,
         hint=hint,
         raw=reason,
@@ -300,5 +336,7 @@ def classify_reason(reason: str) -> GuardFailure:
     )
 
 
-def classify_reasons(reasons: tuple[str, ...] | list[str]) -> tuple[GuardFailure, ...]:
-    return tuple(classify_reason(r) for r in reasons if r and r.strip())
+def classify_reasons(
+    reasons: tuple[str, ...] | list[str], values: Mapping[str, int] | None = None
+) -> tuple[GuardFailure, ...]:
+    return tuple(classify_reason(r, values) for r in reasons if r and r.strip())

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guardscope.classify import classify_reason, normalize_reason
+from guardscope.classify import classify_reason, classify_reasons, normalize_reason
 from guardscope.model import FailureKind as K
 
 DUCK = (
@@ -311,6 +311,53 @@ def test_not_operators_dynamo_frames_and_notes():
     bounded = classify_reason(SEQUENCE_BOUND)
     assert bounded.causes == (K.SHAPE_RELATION, K.ZERO_ONE_SPECIALIZATION)
     assert bounded.operator == "_compute_slice_index (_subclasses/fake_impls.py:1344)"
+
+
+RENAMED_SEQUENCE_BOUND = SEQUENCE_BOUND.replace("kwargs['input_ids']", "input_ids")
+
+
+@pytest.mark.parametrize(
+    "value, causes, expected",
+    [
+        (1, (K.ZERO_ONE_SPECIALIZATION, K.SHAPE_RELATION), ">= 2"),  # a single token: the 0/1 bound
+        (0, (K.ZERO_ONE_SPECIALIZATION, K.SHAPE_RELATION), ">= 2"),
+        (600, (K.SHAPE_RELATION, K.ZERO_ONE_SPECIALIZATION), "<= 512"),  # past the model's 512 positions
+    ],
+)
+def test_a_multi_bound_guard_is_judged_by_the_bound_the_sample_broke(value, causes, expected):
+    failure = classify_reason(RENAMED_SEQUENCE_BOUND, values={"input_ids.size()[1]": value})
+    assert failure.kind is causes[0]
+    assert failure.causes == causes
+    assert (failure.expected, failure.actual) == (expected, str(value))
+    assert failure.dims == ("input_ids.size()[1]",)
+
+
+def test_without_the_samples_value_the_users_bound_comes_first():
+    for values in (None, {}, {"attention_mask.size()[1]": 1}, {"input_ids.size()[1]": 100}):
+        failure = classify_reason(RENAMED_SEQUENCE_BOUND, values=values)
+        assert failure.causes == (K.SHAPE_RELATION, K.ZERO_ONE_SPECIALIZATION)
+        assert (failure.expected, failure.actual) == (None, None)
+    # The un-renamed text is judged by its own spelling.
+    failure = classify_reason(SEQUENCE_BOUND, values={"kwargs['input_ids'].size()[1]": 1})
+    assert failure.kind is K.ZERO_ONE_SPECIALIZATION
+
+
+def test_values_judge_single_bounds_too():
+    lower = classify_reason(ZERO_ONE, values={"local_edge_index.size()[1]": 1})
+    assert (lower.causes, lower.expected, lower.actual) == ((K.ZERO_ONE_SPECIALIZATION,), ">= 2", "1")
+    unbounded = classify_reason(ZERO_ONE_BOUNDED, values={"local_edge_index.size()[1]": 0})
+    assert (unbounded.kind, unbounded.expected, unbounded.actual) == (K.ZERO_ONE_SPECIALIZATION, ">= 2", "0")
+    branch = classify_reason(BRANCH, values={"x.size()[0]": 20})
+    assert (branch.causes, branch.expected, branch.actual) == (
+        (K.SHAPE_RELATION, K.ZERO_ONE_SPECIALIZATION), "<= 16", "20")
+    scalar = classify_reason("2/0: 0 <= num_nodes <= 1  # m.py:3 in forward", values={"num_nodes": 29})
+    assert (scalar.kind, scalar.expected, scalar.actual) == (K.SCALAR_VALUE, "<= 1", "29")
+
+
+def test_classify_reasons_passes_the_values_on():
+    failures = classify_reasons([RENAMED_SEQUENCE_BOUND, "", ZERO_ONE], values={"input_ids.size()[1]": 1})
+    assert [f.kind for f in failures] == [K.ZERO_ONE_SPECIALIZATION, K.ZERO_ONE_SPECIALIZATION]
+    assert failures[0].actual == "1" and failures[1].actual is None
 
 
 def test_unknown_text_is_kept_as_other():
