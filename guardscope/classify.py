@@ -123,7 +123,8 @@ EXPRESSION_PATTERNS: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
 _COMPILE_ID = re.compile(r"^\s*\[?(?P<id>\d+/\d+)\]?:\s*")
 _DIM = re.compile(rf"(?P<input>{_NAME})\.(?P<which>size|stride)\(\)\[(?P<axis>\d+)\]")
 _LOCATION = re.compile(r"(?P<loc>[^\s#()]+:\d+ in [\w<>.]+)")
-_HINT = re.compile(r"(to avoid (?:this )?specialization,? (?:set|try) .*?)(?:\)\s*$|$)")
+# Torch's advice ends where its parenthesised note does; "and <another use>" may follow.
+_HINT = re.compile(r"to avoid (?:this )?specialization,? (?:set|try) (?:[^()]|\([^()]*\))*")
 _BOUNDS = re.compile(r"^\s*(?P<low>-?\d+)\s*<=\s*(?P<expr>.+?)(?:\s*<=\s*(?P<high>-?\d+))?\s*$")
 _UPPER = re.compile(r"^\s*(?P<expr>.+?)\s*<=\s*(?P<high>-?\d+)\s*$")
 _OBJECT_ID = re.compile(r"(___check_(?:type|obj)_id\([^,]+,\s*)\d+(\))")
@@ -180,7 +181,7 @@ def _hint(parts: _Parts) -> str | None:
     for comment in parts.comments:
         match = _HINT.search(comment)
         if match:
-            return match.group(1).strip()
+            return match.group(0).strip()
     return None
 
 

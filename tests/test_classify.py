@@ -56,6 +56,7 @@ def test_user_branch_carries_both_causes():
     assert failure.kind is K.SHAPE_RELATION
     assert set(failure.causes) == {K.SHAPE_RELATION, K.ZERO_ONE_SPECIALIZATION}
     assert failure.user_source == "app/model.py:16 in forward: if x.shape[0] > 16:"
+    assert failure.hint == "to avoid specialization try torch._dynamo.decorators.mark_unbacked(tensor, dim)"
 
 
 @pytest.mark.parametrize(
