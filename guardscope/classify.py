@@ -5,9 +5,16 @@ specialization...)"``: the compile id of the cache entry that rejected the input
 guard, then ``  # ``-separated comments (the user's code, its location, torch's explanation and
 hint). Tensor checks read ``"tensor 'x' stride mismatch at index 0. expected 0, actual 3888"``.
 
-Patterns are data (:data:`TENSOR_PATTERNS`, :data:`NOTE_PATTERNS`, :data:`EXPRESSION_PATTERNS`),
-tried in order; the first match names the kind. A reason no pattern explains is kept verbatim as
-``other`` — counted, never dropped.
+Patterns are data, tried in this order: :data:`TENSOR_PATTERNS` (the first match names the
+kind); :data:`NOTE_PATTERNS` (torch's own explanation: every match is a cause); then
+:data:`OPERATOR_LOCATION` (a torch operator's implementation added the guard: ``operator_guard``);
+then :data:`EXPRESSION_PATTERNS` on the guard itself (the first match names the kind, and says
+what an operator's guard checks). A reason no pattern explains is kept verbatim as ``other`` —
+counted, never dropped.
+
+The caller renames frame 0's argument sources to the forward's parameters (``kwargs['mask']``
+and ``L['x']`` become ``mask`` and ``x``); later frames keep their locals (``___stack0``). Both
+spellings classify alike.
 """
 
 from __future__ import annotations
