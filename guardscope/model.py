@@ -34,12 +34,16 @@ class FailureKind(str, enum.Enum):
     STRIDE_MISMATCH = "stride_mismatch"
     DTYPE_MISMATCH = "dtype_mismatch"
     DEVICE_MISMATCH = "device_mismatch"
+    DISPATCH_KEY_MISMATCH = "dispatch_key_mismatch"
     REQUIRES_GRAD_MISMATCH = "requires_grad_mismatch"
     NDIM_MISMATCH = "ndim_mismatch"
     TYPE_MISMATCH = "type_mismatch"
+    OPTIONAL_ARGUMENT = "optional_argument"
     LIST_LENGTH = "list_length"
     CONSTANT_VALUE = "constant_value"
+    SCALAR_VALUE = "scalar_value"
     SHAPE_RELATION = "shape_relation"
+    OPERATOR_GUARD = "operator_guard"
     GLOBAL_STATE = "global_state"
     OTHER = "other"
 
@@ -72,6 +76,9 @@ class GuardFailure:
     user_source: str | None  # "model.py:16 in forward" and the line, when torch gives one
     hint: str | None  # torch's own advice, verbatim
     raw: str
+    # The torch operator whose implementation added the guard, when torch names it, e.g.
+    # "conv (_subclasses/fake_impls.py:1811)"; user_source stays the line that called it.
+    operator: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -85,6 +92,7 @@ class GuardFailure:
             "actual": self.actual,
             "user_source": self.user_source,
             "hint": self.hint,
+            "operator": self.operator,
             "raw": self.raw,
         }
 

@@ -81,6 +81,13 @@ KIND_EXPLANATIONS: dict[str, tuple[str, str]] = {
         "The input lives on another device than the graph was compiled for; each device needs "
         "its own graph.",
     ),
+    "dispatch_key_mismatch": (
+        "Dispatch key mismatch",
+        "The input is on the same device as before but is another kind of tensor inside PyTorch: "
+        "usually one was created under torch.inference_mode (an inference tensor) and the other "
+        "was not, and each kind needs its own graph. Create the inputs the same way for every "
+        "call: all outside inference_mode, or all inside it.",
+    ),
     "requires_grad_mismatch": (
         "requires_grad mismatch",
         "The input's requires_grad flag differs from the compiled graph's: a graph that records "
@@ -95,6 +102,13 @@ KIND_EXPLANATIONS: dict[str, tuple[str, str]] = {
         "An argument has another Python type (a tensor vs None, int vs float, list vs tuple) than "
         "the graph was compiled for.",
     ),
+    "optional_argument": (
+        "Optional argument",
+        "An optional argument was passed in some calls and left out (or None, or an empty list) "
+        "in others, and every combination of present and absent arguments gets a graph of its "
+        "own. Passing it always (e.g. an all-ones attention mask instead of None) keeps one "
+        "graph; otherwise warm up each combination your traffic uses.",
+    ),
     "list_length": (
         "List length",
         "A list or tuple argument has another length. Dynamo unrolls containers, so every length "
@@ -105,11 +119,26 @@ KIND_EXPLANATIONS: dict[str, tuple[str, str]] = {
         "A Python scalar, string or flag changed value. Dynamo bakes non-tensor arguments into the "
         "graph as constants; values that vary per call are better passed as tensors.",
     ),
+    "scalar_value": (
+        "Python number range",
+        "A Python int or float argument (or a number read with .item()) was compared in the code, "
+        "e.g. 0 <= n <= 1 or value > 0.45, and the graph only holds on one side of that bound. "
+        "Pass the number as a tensor or mark it dynamic; when the comparison is a data-dependent "
+        "branch (the graph breaks at .item()), torch.where or torch.cond keeps both sides in one "
+        "graph.",
+    ),
     "shape_relation": (
         "Shape relation in your code",
         "A guard from the model's own shape logic (a branch such as if x.shape[0] > 16, an "
         "assertion, a reshape): the graph took one branch and the input needs another. Marking the "
         "dimension unbacked cannot remove it; one warmup sample per branch can.",
+    ),
+    "operator_guard": (
+        "Size check inside a torch operator",
+        "A PyTorch operator, not your code, added this guard: its implementation picks another "
+        "path (kernel, algorithm, broadcasting) depending on the input's size or layout, e.g. "
+        "conv2d above a size threshold, and this input fell on the other side. It is not a bug in "
+        "your code; warm up with one input on each side of the threshold so both graphs exist.",
     ),
     "global_state": (
         "Global state",
