@@ -562,8 +562,9 @@ class CatalogBuilder:
         rename = frame_arguments.rename if frame_arguments is not None else strip_locals
         # Dynamo lists the rejecting entries most-recently-used first, which depends on replay
         # history; order them by compile id so the catalog does not.
+        sizes = self._first_sizes()
         compiles = tuple(
-            ClassifiedCompile(e, tuple(sorted(self._classify(e, rename), key=_against_order)))
+            ClassifiedCompile(e, tuple(sorted(self._classify(e, rename, sizes.get(e.sample)), key=_against_order)))
             for e in ordered
         )
         counts = dict(unparsed or {})
@@ -592,18 +593,30 @@ class CatalogBuilder:
             frame_arguments=frame_arguments if frame_arguments is not None and frame_arguments.wrapped else None,
         )
 
+    def _first_sizes(self) -> dict[int, dict[str, int]]:
+        """The sizes of each topology's first sample, by dim (``"x.size()[0]"``). A compile's
+        sample is always the first of a topology (the graph it compiled is new), so these are
+        the sizes that broke the guards of its failures."""
+        sizes: dict[int, dict[str, int]] = {}
+        for key, members in self.members.items():
+            sizes[members[0]] = {f"{path}.size()[{axis}]": value
+                                 for path, shape in self.first_shapes.get(key, {}).items()
+                                 for axis, value in enumerate(shape)}
+        return sizes
+
     @staticmethod
-    def _classify(event: CompileEvent, rename: Callable[[str], str]) -> tuple[Any, ...]:
+    def _classify(event: CompileEvent, rename: Callable[[str], str], sizes: dict[str, int] | None) -> tuple[Any, ...]:
         """The event's failures. The first frame's sources are renamed into the user's argument
-        names before classifying (``kwargs['input_ids']`` -> ``input_ids``); ``raw`` keeps torch's
-        own text. Later frames keep their own locals."""
+        names before classifying (``kwargs['input_ids']`` -> ``input_ids``), and a guard with two
+        bounds is judged by the bound the sample's own size broke; ``raw`` keeps torch's own text.
+        Later frames keep their own locals."""
         if event.frame_id != 0:
             return classify_reasons(event.reasons)
         failures = []
         for reason in event.reasons:
             if not reason or not reason.strip():
                 continue
-            (failure,) = classify_reasons((rename(reason),))
+            (failure,) = classify_reasons((rename(reason),), values=sizes)
             failures.append(dataclasses.replace(failure, raw=normalize_reason(reason)))
         return tuple(failures)
 
