@@ -337,6 +337,7 @@ class CatalogBuilder:
         self.described += 1
         dims: list[str] = []
         values: list[int] = []
+        fresh: set[str] = set()
         for path, tensor in meta.tensors:
             for axis, value in enumerate(tensor.shape):
                 dim = f"{path}.size()[{axis}]"
@@ -345,11 +346,13 @@ class CatalogBuilder:
                 accumulator = self.dims.get(dim)
                 if accumulator is None:
                     accumulator = self.dims[dim] = _DimAccumulator(path, axis, value, value)
-                    # A dim first seen now was absent before: it cannot be equal in every sample.
-                    self.equal_candidates[dim] = set() if self.described > 1 else None
+                    self.equal_candidates[dim] = None  # no evidence yet: this sample gives the first
+                    fresh.add(dim)
                 accumulator.add(value)
-        # Equality candidates only change when a sample's pattern of equal dims is new:
-        # intersecting with a partition already applied changes nothing.
+        # Equal dims are those equal in every sample where both are present (an optional
+        # argument's dims can still equal another input's). Candidates only change when a
+        # sample's pattern of equal dims is new: intersecting with one already applied changes
+        # nothing.
         first_of: dict[int, int] = {}
         partition = (tuple(dims), tuple(first_of.setdefault(v, i) for i, v in enumerate(values)))
         if partition not in self._partitions_seen:
@@ -357,14 +360,15 @@ class CatalogBuilder:
             groups: dict[int, set[str]] = {}
             for dim, value in zip(dims, values):
                 groups.setdefault(value, set()).add(dim)
+            present = set(dims)
             for dim, value in zip(dims, values):
                 same = groups[value] - {dim}
                 current = self.equal_candidates.get(dim)
-                self.equal_candidates[dim] = set(same) if current is None else current & same
-            present = set(dims)
-            for dim, candidates in self.equal_candidates.items():
-                if dim not in present and candidates:
-                    candidates.clear()
+                if current is None:
+                    self.equal_candidates[dim] = set(same)
+                else:
+                    current -= present - same - {dim}
+                    current |= same & fresh
         if self.track_shapes:
             self._add_shape(meta.ran or meta.serving, tuple(dims), tuple(values))
         if meta.serving is None:

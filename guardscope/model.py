@@ -198,7 +198,7 @@ class DimensionStats:
     max: int
     ever_zero: bool
     ever_one: bool
-    equal_to: tuple[str, ...]
+    equal_to: tuple[str, ...]  # dims equal to this one in every sample where both are present
 
     @property
     def dynamic(self) -> bool:
