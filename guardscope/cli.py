@@ -339,7 +339,9 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
             click.echo(f"          {result['reason']}")
         if result.get("bundle"):
             click.echo(f"          {format_bundle_setup(result['bundle'])}")
-    click.echo(f"verdict     {'PASSED' if document['passed'] else 'FAILED'} (DIR/verification.json)")
+    statuses = ", ".join(f"{r['name']} {r['status']}" for r in document["artifacts"])
+    click.echo(f"verdict     {'PASSED' if document['passed'] else 'FAILED'}: {statuses} "
+               f"({Path(out_dir) / 'verification.json'})")
     if not document["passed"]:
         sys.exit(1)
 

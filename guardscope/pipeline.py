@@ -779,7 +779,7 @@ def verify(
     and without it, each in a fresh process with empty cache folders (the result's ``bundle``).
     Returns the verification document: ``{"schema": 1, "passed": bool, "artifacts": [...]}``.
     """
-    from .verify import ARTIFACTS, run_artifact
+    from .verify import ARTIFACTS, OK_STATUSES, run_artifact
 
     out = Path(out_dir)
     output.read_catalog(out)  # a clear error before any subprocess starts
@@ -803,7 +803,7 @@ def verify(
     document = {
         "schema": 1,
         "holdout": holdout,
-        "passed": all(r["status"] in ("passed", "skipped") for r in results)
+        "passed": all(r["status"] in OK_STATUSES for r in results)
         and any(r["status"] == "passed" for r in results),
         "artifacts": results,
     }

@@ -152,7 +152,7 @@ KIND_EXPLANATIONS: dict[str, tuple[str, str]] = {
     ),
 }
 
-VERIFY_STATUSES = ("passed", "failed", "crashed", "skipped")
+VERIFY_STATUSES = ("passed", "failed", "crashed", "infeasible", "skipped")
 
 
 # --- reading ---------------------------------------------------------------------------------

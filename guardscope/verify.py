@@ -28,6 +28,9 @@ from typing import Any, Iterator
 from .isolation import child_environment, import_file, run_module
 
 ARTIFACTS = ("warmup", "unbacked", "export")
+# A fix that cannot work on this model (emit-warmup said why) is "infeasible": not a failure of
+# the fixes that can.
+OK_STATUSES = ("passed", "skipped", "infeasible")
 BUNDLED = ("warmup", "unbacked")  # the plans a compile-cache bundle can speed up
 FILES = {"warmup": "warmup.py", "unbacked": "unbacked.py", "export": "export_dims.py"}
 
@@ -70,6 +73,9 @@ def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: fl
                  bundle: bool = True) -> dict[str, Any]:
     """Verify one artifact in a fresh interpreter; with ``bundle``, also measure the set-up of
     its compile-cache bundle (when it has one) with and without it."""
+    planned = planned_status(out_dir, name)
+    if planned is not None:
+        return _result(name, "infeasible", planned)
     if not (out_dir / FILES[name]).is_file():
         return _result(name, "skipped", f"{FILES[name]} not found: run 'guardscope emit-warmup {out_dir}'")
     split = ["--holdout", str(holdout)] if holdout is not None else []
@@ -89,6 +95,18 @@ def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: fl
                                     f"{measured['device']}) the replay recompiled {recompiles} time(s), first at "
                                     f"sample {measured['with']['recompile_samples'][0]}")
     return result
+
+
+def planned_status(out_dir: Path, name: str) -> str | None:
+    """Why ``emit-warmup`` found this fix infeasible (fixes.json says so; no module was written),
+    or None."""
+    fixes = out_dir / "fixes.json"
+    if not fixes.is_file():
+        return None
+    for artifact in json.loads(fixes.read_text()).get("artifacts", []):
+        if artifact.get("name") == name and artifact.get("status") == "infeasible":
+            return str(artifact.get("reason") or "emit-warmup found it infeasible")
+    return None
 
 
 def measure_bundle(out_dir: Path, name: str, split: list[str], *, timeout: float) -> dict[str, Any] | None:
