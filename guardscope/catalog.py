@@ -539,8 +539,11 @@ class CatalogBuilder:
                     frame = frame_of(graph)
                     common = set.intersection(*(atoms_of[g] for g in by_frame[frame]))
                     own = atoms_of[graph] - common
+                    # What no other graph of the frame guards comes first: it tells most.
+                    unique = own - set().union(*(atoms_of[g] for g in by_frame[frame] if g != graph))
                     static = {a[1] for a in atoms_of[graph] if a[0] == "size"}
-                    words = render_facts(own, static, {}, {}) if own else (f"graph {graph}",)
+                    words = (render_facts(unique, static, {}, {}) + render_facts(own - unique, static, {}, {})
+                             if own else (f"graph {graph}",))
                     label = labels.get(frame, f"frame {frame}")
                     found.extend(f"in {label}: {text}" for text in words)
                 facts[key] = tuple(found)

@@ -236,10 +236,18 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool, make_bundles:
     click.echo(f"warmup      {len(warmup.steps)} samples {[s.sample for s in warmup.steps]} compile "
                f"{warmup.graphs} graphs for {warmup.topologies} topologies "
                f"(one per topology: {warmup.one_per_topology})")
-    click.echo(f"unbacked    {len(unbacked.dims)} dims "
-               f"{[f'{d.argument}:{d.axis}' for d in unbacked.dims]}, duck sizing "
-               f"{'on' if unbacked.duck_shape else 'off'}; residual warmup {list(unbacked.residual)} "
-               f"({unbacked.graphs} graphs)")
+    if unbacked.status == "ok":
+        click.echo(f"unbacked    {len(unbacked.dims)} dims "
+                   f"{[f'{d.argument}:{d.axis}' for d in unbacked.dims]}, duck sizing "
+                   f"{'on' if unbacked.duck_shape else 'off'}; residual warmup {list(unbacked.residual)} "
+                   f"({unbacked.graphs} graphs" + (f" in {unbacked.frames} frames" if unbacked.frames > 1 else "") + ")")
+        for added in unbacked.added_breaks:
+            click.secho(f"            the marks add a graph break: {added}", fg="yellow")
+    else:
+        click.secho(f"unbacked    NOT POSSIBLE on this model, unbacked.py not written: {first_line(unbacked.reason)} "
+                    "(the whole reason is in fixes.json and the report)", fg="yellow")
+    for dim, why in unbacked.skipped:
+        click.echo(f"            not marked {dim}: {why}")
     click.echo(f"export      {len(fixes.export.dims)} Dims: "
                + ", ".join(f"{d.name}[{d.min}..{d.max}]" for d in fixes.export.dims))
     click.echo("wrote       " + ", ".join(str(p) for p in fixes.files))
@@ -336,7 +344,8 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
             line += f"; {passed}/{len(result['topologies'])} topologies run"
         click.echo(line)
         if result["reason"]:
-            click.echo(f"          {result['reason']}")
+            more = "" if "\n" not in result["reason"].strip() else " (the whole reason is in verification.json)"
+            click.echo(f"          {first_line(result['reason'])}{more}")
         if result.get("bundle"):
             click.echo(f"          {format_bundle_setup(result['bundle'])}")
     statuses = ", ".join(f"{r['name']} {r['status']}" for r in document["artifacts"])
@@ -570,6 +579,11 @@ def _analyze_in_child(out_dir: str) -> None:
                 "Try --backend eager (the guards, and so the catalog, are the same) to analyse anyway.",
                 fg="red", err=True)
     sys.exit(3)
+
+
+def first_line(text: str | None) -> str:
+    """The first line of a message, whole (a terminal line; files keep the rest)."""
+    return (str(text or "").strip().splitlines() or [""])[0]
 
 
 def format_bundle_setup(measured: dict) -> str:

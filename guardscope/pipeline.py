@@ -380,16 +380,20 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: boo
     def sample_at(index: int) -> Any:
         return by_index[index] if index in by_index else corpus.sample(index)
 
-    warmup_plan = planning.plan_warmup(model, catalog["topologies"], sample_at, options)
+    frames = len(catalog.get("frames") or ()) or 1
+    warmup_plan = planning.plan_warmup(model, catalog["topologies"], sample_at, options, frames=frames)
     unbacked_plan = planning.residual_samples(
-        model, itertools.chain(corpus, probed), planning.choose_unbacked(catalog), options
+        model, itertools.chain(corpus, probed), planning.choose_unbacked(catalog), options, catalog
     )
     export_plan = planning.choose_export_dims(catalog, margin)
+    unbacked_ok = unbacked_plan.status == "ok"
 
-    for folder, samples in (
-        ("warmup", [step.sample for step in warmup_plan.steps]),
-        ("unbacked_warmup", list(unbacked_plan.residual)),
-    ):
+    folders = [("warmup", [step.sample for step in warmup_plan.steps])]
+    if unbacked_ok:
+        folders.append(("unbacked_warmup", list(unbacked_plan.residual)))
+    else:
+        output.remove_corpus(out / "unbacked_warmup")
+    for folder, samples in folders:
         target = out / folder
         spec = _respec(catalog["model"], corpus.path, target)
         with CorpusWriter(target, model=spec, compile=corpus.manifest.compile, overwrite=True) as writer:
@@ -402,11 +406,16 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: boo
         "unbacked": render_unbacked(
             catalog, unbacked_plan, plain_graphs=warmup_plan.graphs,
             supports_unbacked_sources=torch_compat.supports_unbacked_sources(),
-        ),
+        ) if unbacked_ok else None,
         "export": render_export_dims(catalog, export_plan),
     }
     files = {"warmup": "warmup.py", "unbacked": "unbacked.py", "export": "export_dims.py"}
-    written = [output.write_text(out / files[name], code) for name, code in codes.items()]
+    written = []
+    for name, code in codes.items():
+        if code is None:  # an infeasible fix: no module, and none left from an earlier run
+            output.remove_generated(out / files[name])
+        else:
+            written.append(output.write_text(out / files[name], code))
     fixes = {
         "schema": 1,
         "probed": {"included": bool(include_probed), "topologies": len(probed),
@@ -416,6 +425,8 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: boo
                 "name": "warmup",
                 "file": files["warmup"],
                 "title": "Warmup set",
+                "status": "ok",
+                "reason": None,
                 "summary": (
                     f"{len(warmup_plan.steps)} samples compile {warmup_plan.graphs} graphs for "
                     f"{warmup_plan.topologies} topologies (one sample per topology, in corpus order: "
@@ -431,19 +442,21 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: boo
             },
             {
                 "name": "unbacked",
-                "file": files["unbacked"],
+                "file": files["unbacked"] if unbacked_ok else None,
                 "title": "mark_unbacked configuration",
-                "summary": (
-                    f"{len(unbacked_plan.dims)} dims unbacked, duck sizing "
-                    f"{'on' if unbacked_plan.duck_shape else 'off'}; {len(unbacked_plan.residual)} residual "
-                    f"warmup samples, {unbacked_plan.graphs} graphs (plain warmup: {warmup_plan.graphs})"
-                ),
+                "status": unbacked_plan.status,
+                "reason": unbacked_plan.reason,
+                "summary": unbacked_summary(unbacked_plan, warmup_plan.graphs),
                 "code": codes["unbacked"],
                 "details": {
                     "dims": [f"{d.argument}:{d.axis}" for d in unbacked_plan.dims],
                     "duck_shape": unbacked_plan.duck_shape,
                     "residual_samples": list(unbacked_plan.residual),
                     "graphs": unbacked_plan.graphs,
+                    "frames": unbacked_plan.frames,
+                    "added_graph_breaks": list(unbacked_plan.added_breaks),
+                    "not_marked": {dim: why for dim, why in unbacked_plan.skipped},
+                    "failed_samples": [{"sample": i, "error": e} for i, e in unbacked_plan.failed[:20]],
                 },
             },
             {
@@ -469,6 +482,21 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: boo
 
 
 # --- probe -------------------------------------------------------------------------------------
+
+
+def unbacked_summary(plan: Any, warmup_graphs: int) -> str:
+    """One line on the unbacked plan for fixes.json, the report and the terminal."""
+    if plan.status != "ok":
+        return f"not possible on this model: {plan.reason.splitlines()[0] if plan.reason else 'no reason given'}"
+    line = (f"{len(plan.dims)} dims unbacked, duck sizing {'on' if plan.duck_shape else 'off'}; "
+            f"{len(plan.residual)} residual warmup samples, {plan.graphs} graphs (plain warmup: {warmup_graphs})")
+    if plan.frames > 1:
+        line += f"; {plan.frames} frames under the marks"
+    if plan.added_breaks:
+        line += f", the marks add {len(plan.added_breaks)} graph break(s)"
+    if plan.skipped:
+        line += f"; {len(plan.skipped)} dim(s) not markable"
+    return line
 
 
 def analysis_options(catalog: dict[str, Any]) -> ReplayOptions:

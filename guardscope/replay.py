@@ -22,6 +22,7 @@ import torch
 from . import torch_compat
 from .binding import CallBinder, describe, lookup
 from .capture import CudagraphCapture, TraceCapture, events_from_records
+from .classify import normalize_reason
 from .errors import CompileOptionsError
 from .model import CompileEvent, Sample, SampleMeta, compile_order
 from .sources import FrameArguments
@@ -125,6 +126,13 @@ def _to_device(value: Any, device: torch.device) -> Any:
     if isinstance(value, dict):
         return {k: _to_device(v, device) for k, v in value.items()}
     return value
+
+
+def error_text(exc: BaseException, limit: int = 4000) -> str:
+    """``Type: message``, the whole message (torch's explanations run to several lines), at most
+    ``limit`` characters, with source paths cut to their last two components and object
+    addresses masked (outputs must not depend on the machine)."""
+    return normalize_reason(f"{type(exc).__name__}: {str(exc).strip()}")[:limit]
 
 
 # --- the replay --------------------------------------------------------------------------------
@@ -342,8 +350,7 @@ class ReplaySession:
                         # fullgraph turns "recompile limit reached" into an error; the sample
                         # is not analysed (no graph serves it), not broken.
                         return describe(call.named, sample.index, None, None)
-                    first_line = (str(exc).strip().splitlines() or [""])[0]
-                    error = f"{type(exc).__name__}: {first_line}"[:500]
+                    error = error_text(exc)
                 serving = None if error else runner.serving_locals(call.frame)
                 graphs = self._later_frames(ran)
             # A call that raised still moved the graph it ran to the front of Dynamo's order.
@@ -425,13 +432,18 @@ def replay(
         return session.result()
 
 
-def serving_after_warmup(
-    model: Any, warmup: list[Sample], probes: list[Sample], options: ReplayOptions
-) -> tuple[list[str | None], int]:
-    """Run ``warmup`` in order through a fresh compile, then — without running them — find the
-    cache entry that would serve each probe (None: the probe would recompile).
+def coverage_after_warmup(
+    model: Any, warmup: list[Sample], probes: list[Sample], options: ReplayOptions, *, run_probes: bool = False
+) -> tuple[list[bool], int]:
+    """Run ``warmup`` in order through a fresh compile, then tell for each probe whether it would
+    run without compiling anything. Returns (accepted per probe, graphs the warmup compiled in
+    every frame).
 
-    Returns (serving compile id per probe, graphs compiled by the warmup). Marks from
+    A model that compiles to one frame is judged by that frame's guards alone (no forward: about
+    10 us a probe). With ``run_probes`` (a model whose graph breaks into several frames: later
+    frames see values computed from the data) each probe runs under torch's
+    ``fail_on_recompile`` stance, which raises instead of compiling a graph in any frame; a probe
+    that runs through is covered, and nothing new is compiled either way. Marks from
     ``options.mark_unbacked`` apply to warmup samples and probes alike when ``mark_samples`` is
     ``"all"``.
     """
@@ -441,7 +453,19 @@ def serving_after_warmup(
         try:
             for sample in warmup:
                 runner.run(sample, mark=mark)
-            serving = [runner.serving(probe, mark=mark) for probe in probes]
-            return serving, runner.graphs()
+            if not run_probes:
+                return [runner.serving(probe, mark=mark) is not None for probe in probes], runner.graphs()
+            graphs = torch_compat.cache_entry_total()
+            accepted = []
+            for probe in probes:
+                call = runner.prepare(probe, mark)
+                with runner.grad_context(), torch_compat.fail_on_recompile():
+                    try:
+                        runner.compiled(*call.args, **call.kwargs)
+                    except Exception:  # a compile it would need (or the sample raises): not covered
+                        accepted.append(False)
+                    else:
+                        accepted.append(True)
+            return accepted, graphs
         finally:
             torch_compat.reset_dynamo()

@@ -137,7 +137,8 @@ def choose_plan(
             "no fixes.json in the plan directory: run 'guardscope emit-warmup DIR' first, "
             "or pass plan='warmup' or plan='unbacked'"
         )
-    emitted = {entry.get("name") for entry in fixes.get("artifacts", []) if isinstance(entry, dict)}
+    emitted = {entry.get("name") for entry in fixes.get("artifacts", [])
+               if isinstance(entry, dict) and entry.get("status", "ok") == "ok"}  # not an infeasible one
     available = [name for name in PLANS if name in emitted]
     if not available:
         raise ServeError("fixes.json lists no warmup or unbacked plan: re-run 'guardscope emit-warmup DIR'")

@@ -389,6 +389,20 @@ class FrameRecorder:
             self._active = False
 
 
+def cache_entry_total() -> int:
+    """Graphs compiled so far in every frame: the cache entries of every code object Dynamo
+    compiled (the model's forward, resume functions after graph breaks, callees that broke)."""
+    codes = _transformed_codes() or {}
+    originals = {id(original): original for _, original in codes.values()}
+    return sum(len(cache_entries(original) or []) for original in originals.values())
+
+
+def fail_on_recompile() -> contextlib.AbstractContextManager[Any]:
+    """``torch.compiler.set_stance("fail_on_recompile")`` (public, torch 2.6+): a call that would
+    compile a graph in any frame raises instead, so nothing is compiled."""
+    return torch.compiler.set_stance("fail_on_recompile")
+
+
 def warn_once(message: str) -> None:
     warnings.warn(message, RuntimeWarning, stacklevel=2)
 

@@ -33,8 +33,12 @@ def make_corpus(tmp_path):
 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
+    # Emitted warmup modules raise the recompile limit for the process, as documented: no test
+    # may leave it raised for the next.
+    limit = torch._dynamo.config.recompile_limit
     torch._dynamo.reset()
     yield
+    torch._dynamo.config.recompile_limit = limit
     torch._dynamo.reset()
 
 

@@ -253,3 +253,32 @@ MODELS = {
     "cnn": (cnn, cnn_requests),
     "gated": (gated, gated_requests),
 }
+
+
+def write_corpus(name: str, directory: str, count: int, dynamic: bool | None = None, seed: int = 1) -> str:
+    """Record ``count`` requests of model ``name`` into a guardscope corpus at ``directory``."""
+    import os
+
+    from guardscope import CorpusWriter
+
+    _, requests = MODELS[name]
+    spec = f"{os.path.abspath(__file__)}:{name}"
+    with CorpusWriter(directory, model=spec, compile={"dynamic": dynamic}, overwrite=True) as writer:
+        for args, kwargs in requests(count, seed=seed):
+            writer.add(*args, **kwargs)
+    return directory
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tests.real_models",
+                                     description="Record a corpus of one of these models' request mixes.")
+    parser.add_argument("name", choices=sorted(MODELS))
+    parser.add_argument("directory")
+    parser.add_argument("--count", type=int, default=100)
+    parser.add_argument("--dynamic", choices=["none", "true", "false"], default="none")
+    parser.add_argument("--seed", type=int, default=1)
+    options = parser.parse_args()
+    print(write_corpus(options.name, options.directory, options.count,
+                       {"none": None, "true": True, "false": False}[options.dynamic], options.seed))

@@ -29,11 +29,23 @@ def test_fixtures_cover_two_torch_versions():
     assert len(VERSIONS) >= 2, VERSIONS
 
 
-@pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("scenario", ["gnn", "mixed"])
+def _scenarios() -> list[tuple[str, str]]:
+    found = []
+    for version in VERSIONS:
+        scenarios = json.loads((FIXTURES / version / "expected.json").read_text())["scenarios"]
+        found += [(version, name) for name in sorted(scenarios)]
+    return found
+
+
+def _expected(version: str, scenario: str) -> dict:
+    recorded = json.loads((FIXTURES / version / "expected.json").read_text())["scenarios"][scenario]
+    return recorded if isinstance(recorded, dict) else {"events": recorded, "graph_breaks": []}
+
+
+@pytest.mark.parametrize("version,scenario", _scenarios())
 def test_parser_reproduces_recorded_events(version, scenario):
     folder = FIXTURES / version
-    expected = json.loads((folder / "expected.json").read_text())["scenarios"][scenario]
+    expected = _expected(version, scenario)
     with open(folder / f"{scenario}.log", encoding="utf-8") as handle:
         records, unreadable = read_trace(handle)
     assert unreadable == 0
@@ -48,15 +60,31 @@ def test_parser_reproduces_recorded_events(version, scenario):
         }
         for e in parsed.events
     ]
-    assert got == expected
+    assert got == expected["events"]
+    breaks = sorted({(b.location or "", b.reason) for b in parsed.graph_breaks})
+    assert [list(b) for b in breaks] == [list(b) for b in expected["graph_breaks"]]
     assert all(e.seconds is not None and e.seconds > 0 for e in parsed.events)
     assert all(e.guards for e in parsed.events), "every compile carries its guard lines"
+    assert all(e.location for e in parsed.events), "every compile names its code's location"
     assert "other" not in {k for item in got for k in item["kinds"]}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_real_model_fixtures_show_frames_and_graph_breaks(version):
+    scenarios = json.loads((FIXTURES / version / "expected.json").read_text())["scenarios"]
+    if "real_gcn" not in scenarios:
+        pytest.skip(f"the torch {version} fixture predates the real-model scenarios")
+    gcn, gated = _expected(version, "real_gcn"), _expected(version, "real_gated")
+    assert len({e["compile_id"].split("/")[0] for e in gcn["events"]}) > 2  # PyG breaks into frames
+    assert gcn["graph_breaks"] and gated["graph_breaks"]
+    assert any("item()" in reason for _, reason in gated["graph_breaks"])
+    bert = _expected(version, "real_bert")
+    assert {k for e in bert["events"] for k in e["kinds"]} >= {"optional_argument"}
 
 
 def test_gnn_fixture_kinds_are_the_seed_articles():
     for version in VERSIONS:
-        expected = json.loads((FIXTURES / version / "expected.json").read_text())["scenarios"]["gnn"]
+        expected = _expected(version, "gnn")["events"]
         assert [e["sample"] for e in expected] == [0, 1, 3, 4]
         assert expected[1]["kinds"] == ["duck_sizing"]
         assert "zero_one_specialization" in expected[2]["kinds"]

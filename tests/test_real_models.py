@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import guardscope
-from guardscope import CorpusWriter
+from guardscope import CorpusWriter, pipeline
 
 from . import real_models
 
@@ -150,3 +150,88 @@ def test_the_item_branch_and_optional_arguments(analyses):
     assert any("fidelity" in warning for warning in analysis.warnings)
     kinds = {f["kind"] for c in catalog["compiles"] for f in c["failures"]}
     assert "other" not in kinds
+
+
+# --- fixes across frames ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def fixed(analyses):
+    """emit-warmup then verify (warmup and unbacked) per model, dynamic=None."""
+    made: dict[str, tuple] = {}
+
+    def get(name: str):
+        if name not in made:
+            corpus, analysis, _ = analyses(name, None)
+            fixes = pipeline.emit_warmup(analysis.out_dir)
+            document = pipeline.verify(analysis.out_dir, artifacts=("warmup", "unbacked"), bundle=False)
+            made[name] = (corpus, analysis.out_dir, fixes, document)
+        return made[name]
+
+    return get
+
+
+def compiles_during(model, plan_module, corpus, *, unbacked: bool, dynamic) -> list[str]:
+    """A plain-PyTorch serving loop (no guardscope code but the emitted module): compile, apply
+    the plan as its docstring says, then replay the corpus; the compile ids made after set-up."""
+    made: list[str] = []
+    torch._dynamo.reset()
+    limit = torch._dynamo.config.recompile_limit  # warmup() raises it for the process: put it back
+    try:
+        if unbacked:
+            plan_module.configure()
+        compiled = torch.compile(model, backend="eager", dynamic=dynamic)
+        plan_module.warmup(compiled)
+        torch._dynamo.callback.on_compile_end(lambda args: made.append(str(args.compile_id)))
+        with torch.inference_mode():
+            for sample in corpus:
+                if unbacked:
+                    plan_module.mark(*sample.args, **sample.kwargs)
+                compiled(*sample.args, **sample.kwargs)
+    finally:
+        import torch.fx.experimental._config as fx_config
+
+        fx_config.use_duck_shape = True
+        torch._dynamo.config.recompile_limit = limit
+        torch._dynamo.reset()
+    return made
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_warmup_and_unbacked_hold_in_every_frame(fixed, name):
+    from guardscope.isolation import import_file
+
+    corpus, out, fixes, document = fixed(name)
+    results = {r["name"]: r for r in document["artifacts"]}
+    assert results["warmup"]["status"] == "passed", results["warmup"]
+    assert results["warmup"]["replay_recompiles"] == 0
+    # emit-warmup and verify agree on the graphs each plan compiles, every frame counted.
+    assert results["warmup"]["setup_graphs"] == fixes.warmup.graphs
+    if fixes.unbacked.status == "ok":
+        assert results["unbacked"]["status"] == "passed", results["unbacked"]
+        assert results["unbacked"]["setup_graphs"] == fixes.unbacked.graphs
+    else:
+        assert results["unbacked"]["status"] == "infeasible" and fixes.unbacked.reason
+    # Confirmed by a plain torch.compile loop that imports the emitted module.
+    factory, _ = real_models.MODELS[name]
+    samples = list(guardscope.load_corpus(corpus))
+    assert compiles_during(factory(), import_file(out / "warmup.py"), samples, unbacked=False, dynamic=None) == []
+    if fixes.unbacked.status == "ok":
+        assert compiles_during(factory(), import_file(out / "unbacked.py"), samples, unbacked=True, dynamic=None) == []
+
+
+def test_unbacked_plan_marks_inputs_only_and_says_what_it_left_out(fixed, analyses):
+    for name in ("gated", "gcn"):
+        _, out, fixes, _ = fixed(name)
+        _, _, catalog = analyses(name, None)
+        plan = fixes.unbacked
+        inputs = {d["dim"] for d in catalog["dimensions"]}
+        assert all(f"{d.argument}.size()[{d.axis}]" in inputs for d in plan.dims)
+        inner = {dim for c in catalog["compiles"] if c["frame"] != 0 for f in c["failures"]
+                 if "zero_one_specialization" in f["causes"] for dim in f["dims"]}
+        skipped = dict(plan.skipped)
+        for dim in inner:
+            assert "computed inside the model" in skipped[dim], dim
+        if plan.status == "ok":
+            text = (out / "unbacked.py").read_text()
+            assert all(f"# not marked, {dim}" in text for dim in skipped)

@@ -27,6 +27,8 @@ def render_unbacked(
         arguments=tuple(check_identifier(a) for a in catalog.get("arguments", [])),
         dims=plan.dims,
         skipped=plan.skipped,
+        frames=plan.frames,
+        added_breaks=plan.added_breaks,
         duck_shape=plan.duck_shape,
         duck_reason=plan.duck_reason,
         residual=list(plan.residual),
