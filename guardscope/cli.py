@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import click
 
-from .diff import GUARD_TEXT, IGNORABLE
+from .model import GUARD_TEXT, IGNORABLE
 from .errors import GuardscopeError
 
 
@@ -111,13 +111,15 @@ def main() -> None:
 @click.option("--isolate/--no-isolate", default=None,
               help="Replay in a child process, so a crash (a segfault in a compiler backend) is reported "
               "instead of killing guardscope; default: on for --backend inductor.")
+@click.option("--accept-errors", is_flag=True,
+              help="Exit 0 even when some samples raised in the model (they are listed in the catalog either way).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @_friendly_errors
 def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: str, dynamic: str | None,
             fullgraph: bool | None, mode: str | None, no_duck_shape: bool, marks: tuple[str, ...],
             mark_samples: str, recompile_limit: int, replay_mode: str, paddable: tuple[str, ...],
             shapes_per_graph: int, strict: bool, force: bool, resume: bool, checkpoint_every: float,
-            skip_bad_shards: bool, isolate: bool | None, quiet: bool) -> None:
+            skip_bad_shards: bool, isolate: bool | None, accept_errors: bool, quiet: bool) -> None:
     """Replay CORPUS through torch.compile and catalog every recompile.
 
     Writes OUT/catalog.json (compiles, classified guard failures, topologies, per-dimension
@@ -129,11 +131,16 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
       guardscope analyze corpus/ --out out/ --backend inductor --device cuda
       guardscope analyze corpus/ --out out/ --no-duck-shape --mark-unbacked x:0 --mark-samples first
       guardscope analyze corpus/ --out out/ --resume     # after an interruption
-      guardscope analyze corpus/ --out out/ --backend inductor --device cuda --mode reduce-overhead \
+      guardscope analyze corpus/ --out out/ --backend inductor --device cuda --mode reduce-overhead \\
           --paddable local_edge_index:1 --paddable cross_edge_index:1   # CUDA graph recordings, padding buckets
 
     The analysis checkpoints after every shard: on Ctrl-C, SIGTERM or a kill the finished shards
     are kept, and --resume continues with the same result as an uninterrupted run.
+
+    \b
+    Exit status: 0 analysed; 1 analysed, but some samples raised in the model (listed in the
+    catalog; --accept-errors makes it 0); 2 bad input (a message says what to fix); 3 the replay
+    crashed (a compiler backend died); 130 interrupted.
     """
     from . import pipeline
     from .corpus import load_corpus
@@ -182,6 +189,12 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
     for warning in analysis.warnings:
         click.secho(f"warning: {warning}", fg="yellow", err=True)
     click.echo(format_summary(analysis))
+    failed = analysis.catalog.failed_samples
+    if failed and not accept_errors:
+        click.secho(f"error: {len(failed)} of {analysis.catalog.samples} samples raised in the model "
+                    f"(first, sample {failed[0].index}: {first_line(failed[0].error)}); every other sample "
+                    "is catalogued. Fix the model or the corpus, or pass --accept-errors.", fg="red", err=True)
+        sys.exit(1)
 
 
 @main.command()
@@ -642,7 +655,9 @@ def format_summary(analysis: Any) -> str:
             f"{graphs}: {facts}"
         )
     if catalog.failed_samples:
-        lines.append(f"failed      {len(catalog.failed_samples)} samples raised (see catalog.json)")
+        first = catalog.failed_samples[0]
+        lines.append(f"failed      {len(catalog.failed_samples)} samples raised, first sample {first.index}: "
+                     f"{first_line(first.error)} (every error, whole, in catalog.json)")
     if catalog.not_analysed:
         lines.append(f"not analysed {len(catalog.not_analysed)} samples ran without a compiled graph "
                      f"(recompile limit reached), first {list(catalog.not_analysed[:10])}")

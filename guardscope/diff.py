@@ -41,12 +41,7 @@ from typing import Any, Iterable
 from .report import _guard_text as guard_text
 from .report import format_samples
 
-# The fields of one guard failure in catalog.json, all compared unless ignored.
-FAILURE_FIELDS = ("kind", "causes", "against", "inputs", "dims", "guard", "expected", "actual",
-                  "user_source", "hint", "raw")
-IGNORABLE = FAILURE_FIELDS[1:]
-# The guard's own text, which backends and torch versions print differently.
-GUARD_TEXT = ("guard", "raw")
+from .model import FAILURE_FIELDS, GUARD_TEXT, IGNORABLE  # noqa: F401 (re-exported for callers)
 DIMENSION_FIELDS = ("min", "max", "dynamic", "ever_zero", "ever_one", "equal_to")
 
 # Where a sample can be in one analysis besides a topology.

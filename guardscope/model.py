@@ -57,6 +57,15 @@ class Sample:
     kwargs: dict
 
 
+# The fields of one guard failure in catalog.json (GuardFailure.to_json), all compared by
+# ``guardscope diff`` unless ignored; GUARD_TEXT is the guard's own text, which backends and torch
+# versions print differently.
+FAILURE_FIELDS = ("kind", "causes", "against", "inputs", "dims", "guard", "expected", "actual",
+                  "user_source", "hint", "operator", "raw")
+IGNORABLE = FAILURE_FIELDS[1:]
+GUARD_TEXT = ("guard", "raw")
+
+
 @dataclass(frozen=True)
 class GuardFailure:
     """One guard of one cached graph that an input failed.

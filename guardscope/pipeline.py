@@ -19,7 +19,7 @@ from . import output, torch_compat
 from .buckets import SHAPES_PER_GRAPH
 from .catalog import CatalogBuilder, CudagraphSettings
 from .corpus import load_corpus
-from .errors import CatalogError, CompileOptionsError, TraceParseError
+from .errors import CatalogError, CompileOptionsError, CorpusError, TraceParseError
 from .model import Catalog, parse_mark
 from .modelspec import load_model
 from .replay import ReplayOptions, replay
@@ -120,6 +120,8 @@ def analyze(
     from .replay import ReplaySession
 
     corpus = load_corpus(corpus_dir)
+    if len(corpus) == 0:
+        raise CorpusError(f"the corpus {corpus_dir} holds no samples: record some calls into it first")
     spec = model or corpus.manifest.model
     options = options_from_manifest(corpus.manifest.compile, **overrides)
     options.validate()

@@ -1,0 +1,61 @@
+"""A user's first hour, through the real command line in a subprocess (exit codes and stderr are
+what a user sees): no lost work, no false causes, no tracebacks, feedback while it runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from guardscope import CorpusWriter
+
+from .conftest import REPO, model_spec
+
+pytestmark = pytest.mark.slow
+
+
+def guardscope(*arguments: str, cwd=None, env=None) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "guardscope.cli", *map(str, arguments)], capture_output=True,
+                          text=True, cwd=cwd, env=environment, timeout=600)
+
+
+def test_help_imports_no_torch():
+    code = ("import sys; from click.testing import CliRunner; from guardscope.cli import main; "
+            "result = CliRunner().invoke(main, ['--help']); assert result.exit_code == 0; "
+            "result = CliRunner().invoke(main, ['analyze', '--help']); assert result.exit_code == 0; "
+            "print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+
+
+def test_a_model_that_raises_on_a_tenth_of_its_samples(tmp_path):
+    generator = torch.Generator().manual_seed(0)
+    with CorpusWriter(tmp_path / "corpus", model=model_spec("Fails"), compile={"dynamic": None}) as writer:
+        for index in range(100):
+            x = torch.rand(3 + index % 7, generator=generator) + 0.1
+            writer.add(-x if index % 10 == 3 else x)
+    done = guardscope("analyze", tmp_path / "corpus", "--out", tmp_path / "out", "-q")
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "10 of 100 samples raised" in done.stderr and "ValueError: negative input" in done.stderr
+    assert "recompile limit" not in done.stderr  # no cause that was not measured
+    catalog = json.loads((tmp_path / "out" / "catalog.json").read_text())
+    assert len(catalog["failed_samples"]) == 10
+    assert sum(t["count"] for t in catalog["topologies"]) == 90
+    accepted = guardscope("analyze", tmp_path / "corpus", "--out", tmp_path / "out", "-q", "--force", "--accept-errors")
+    assert accepted.returncode == 0, accepted.stderr
+
+
+def test_an_empty_corpus_is_an_error(tmp_path):
+    with CorpusWriter(tmp_path / "corpus", model=model_spec("Elementwise")):
+        pass
+    done = guardscope("analyze", tmp_path / "corpus", "--out", tmp_path / "out")
+    assert done.returncode == 2
+    assert "holds no samples" in done.stderr and "Traceback" not in done.stderr
