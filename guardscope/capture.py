@@ -123,6 +123,7 @@ class TraceCapture:
     def __init__(self, stream: IO[str] | None = None) -> None:
         self.stream = stream
         self.records: list[TraceRecord] = []
+        self.compiles = 0  # compilation_metrics records so far (every frame)
         self.dropped = 0
         self._sample: int | None = None
         self._marked: int | None = None
@@ -179,6 +180,8 @@ class TraceCapture:
         parsed = _to_record(metadata, payload, sample)
         if parsed is not None and parsed.name in KEPT_RECORDS:
             self.records.append(parsed)
+            if parsed.name == "compilation_metrics":
+                self.compiles += 1
 
 
 # --- reading a trace file back -----------------------------------------------------------------

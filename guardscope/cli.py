@@ -105,7 +105,7 @@ def main() -> None:
 @click.option("--force", is_flag=True, help="Overwrite an existing analysis in --out.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted analysis in --out (same corpus and options).")
 @click.option("--checkpoint-every", type=float, default=10.0, show_default=True, metavar="SECONDS",
-              help="Checkpoint progress after a finished shard at most this often (0: after every shard).")
+              help="Save progress this often, and when interrupted (0: after every sample).")
 @click.option("--skip-bad-shards", is_flag=True,
               help="Analyse the rest when a shard is corrupt; the catalog and report list what was skipped.")
 @click.option("--isolate/--no-isolate", default=None,
@@ -134,8 +134,9 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
       guardscope analyze corpus/ --out out/ --backend inductor --device cuda --mode reduce-overhead \\
           --paddable local_edge_index:1 --paddable cross_edge_index:1   # CUDA graph recordings, padding buckets
 
-    The analysis checkpoints after every shard: on Ctrl-C, SIGTERM or a kill the finished shards
-    are kept, and --resume continues with the same result as an uninterrupted run.
+    The analysis checkpoints every --checkpoint-every seconds and when interrupted: after Ctrl-C,
+    SIGTERM or a kill the finished samples are kept, and --resume continues with the same result
+    as an uninterrupted run.
 
     \b
     Exit status: 0 analysed; 1 analysed, but some samples raised in the model (listed in the
@@ -147,7 +148,7 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
 
     total = len(load_corpus(corpus))
     if isolate or (isolate is None and backend == "inductor"):
-        _analyze_in_child(out_dir)
+        _analyze_in_child(out_dir, corpus)
         return
     overrides = {
         "backend": backend,
@@ -164,28 +165,22 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
         overrides["mark_unbacked"] = _parse_marks(marks)
     if "dynamic" in overrides and overrides["dynamic"] is None and dynamic == "auto":
         overrides.pop("dynamic")
-    with click.progressbar(length=total, label="replaying", file=sys.stderr,
-                           hidden=quiet or not sys.stderr.isatty()) as bar:
-        last = [0]
-
-        def progress(done: int) -> None:
-            bar.update(done - last[0])
-            last[0] = done
-
-        previous = signal.signal(signal.SIGTERM, _terminate)
-        try:
-            analysis = pipeline.analyze(corpus, out_dir, model=model, strict=strict, force=force,
-                                        resume=resume, skip_bad_shards=skip_bad_shards,
-                                        checkpoint_every=checkpoint_every,
-                                        progress=progress, replay_mode=replay_mode,
-                                        paddable=_paddable_dims(paddable), shapes_per_graph=shapes_per_graph,
-                                        **overrides)
-        except KeyboardInterrupt:
-            click.secho(f"\ninterrupted: finished shards are kept in {out_dir}; continue with "
-                        f"'guardscope analyze {corpus} --out {out_dir} --resume'", fg="yellow", err=True)
-            sys.exit(130)
-        finally:
-            signal.signal(signal.SIGTERM, previous)
+    progress = ReplayProgress(total, stream=sys.stderr, quiet=quiet)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        analysis = pipeline.analyze(corpus, out_dir, model=model, strict=strict, force=force,
+                                    resume=resume, skip_bad_shards=skip_bad_shards,
+                                    checkpoint_every=checkpoint_every,
+                                    progress=progress, replay_mode=replay_mode,
+                                    paddable=_paddable_dims(paddable), shapes_per_graph=shapes_per_graph,
+                                    **overrides)
+    except KeyboardInterrupt:
+        progress.close()
+        click.secho(f"interrupted: {_kept(out_dir, corpus)}", fg="yellow", err=True)
+        sys.exit(130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    progress.close()
     for warning in analysis.warnings:
         click.secho(f"warning: {warning}", fg="yellow", err=True)
     click.echo(format_summary(analysis))
@@ -565,11 +560,87 @@ def bench(out_dir: str, device: str, corpus: str | None, strategies: tuple[str, 
     click.echo(f"wrote       {Path(out_dir) / 'bench.json'}, {Path(out_dir) / 'report.html'}")
 
 
-def _analyze_in_child(out_dir: str) -> None:
-    """Run this same command with --no-isolate in a child; report its death by a signal."""
-    import subprocess
+def _kept(out_dir: str, corpus: str) -> str:
+    """What an interrupted analysis left to resume, as the checkpoint says (never an offer of a
+    resume that has nothing to continue from)."""
+    import json
 
     from .output import CHECKPOINT
+
+    checkpoint = Path(out_dir) / CHECKPOINT
+    try:
+        done = int(json.loads(checkpoint.read_text()).get("next_sample", 0)) if checkpoint.is_file() else 0
+    except (OSError, ValueError, TypeError):
+        done = 0
+    if not done:
+        return "no sample had finished, nothing is kept; run the same command again"
+    return (f"the first {done} samples are kept in {out_dir}; continue with "
+            f"'guardscope analyze {corpus} --out {out_dir} --resume'")
+
+
+class ReplayProgress:
+    """Progress of a replay on stderr: samples done out of the total, compiles so far, and an
+    ETA from the pace of samples that compiled nothing (a compile takes seconds, a guard-checked
+    sample microseconds to milliseconds: the ETA assumes nothing else compiles). On a terminal one
+    line is redrawn (at most 10 times a second); otherwise, in a CI log, a plain line is printed
+    at most every ``every`` seconds, and at the end."""
+
+    def __init__(self, total: int, *, stream: Any, quiet: bool = False, every: float = 10.0) -> None:
+        import time
+
+        self.total, self.stream, self.every = total, stream, every
+        self.quiet = quiet
+        self.terminal = stream.isatty()
+        self._clock = time.monotonic
+        self._last_call = self._clock()
+        self._last_shown = float("-inf")
+        self._steady_seconds = 0.0
+        self._steady = 0
+        self._done = self._compiles = 0
+        self._shown = False
+
+    def __call__(self, done: int, compiles: int) -> None:
+        now = self._clock()
+        if done > self._done and compiles == self._compiles and self._done:
+            self._steady_seconds += now - self._last_call
+            self._steady += done - self._done
+        self._last_call = now
+        self._done, self._compiles = done, compiles
+        if self.quiet or now - self._last_shown < (0.1 if self.terminal else self.every):
+            return
+        self._last_shown = now
+        self._show()
+
+    def line(self) -> str:
+        share = f" ({100 * self._done // self.total}%)" if self.total else ""
+        eta = "--:--:--"
+        if self._steady:
+            seconds = int((self.total - self._done) * self._steady_seconds / self._steady)
+            eta = f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+        return (f"replaying {self._done:,}/{self.total:,} samples{share}, {self._compiles} compile"
+                f"{'' if self._compiles == 1 else 's'}, ETA {eta}")
+
+    def _show(self) -> None:
+        self._shown = True
+        if self.terminal:
+            self.stream.write("\r" + self.line().ljust(79))
+        else:
+            self.stream.write(self.line() + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """The final line (a terminal's redrawn line is ended)."""
+        if self.quiet or not self._shown and self._done == 0:
+            return
+        self._show()
+        if self.terminal:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _analyze_in_child(out_dir: str, corpus: str) -> None:
+    """Run this same command with --no-isolate in a child; report its death by a signal."""
+    import subprocess
 
     arguments = [a for a in sys.argv[1:] if a not in ("--isolate",)] + ["--no-isolate"]
     completed = subprocess.run([sys.executable, "-m", "guardscope.cli", *arguments])
@@ -581,14 +652,7 @@ def _analyze_in_child(out_dir: str) -> None:
         name = signal.Signals(-completed.returncode).name
     except ValueError:
         name = f"signal {-completed.returncode}"
-    checkpoint = Path(out_dir) / CHECKPOINT
-    kept = ""
-    if checkpoint.is_file():
-        import json
-
-        done = json.loads(checkpoint.read_text()).get("next_shard", 0)
-        kept = f"; {done} finished shard(s) are kept: rerun with --resume to continue after them"
-    click.secho(f"error: the replay crashed ({name}) while compiling or running the model{kept}. "
+    click.secho(f"error: the replay crashed ({name}) while compiling or running the model; {_kept(out_dir, corpus)}. "
                 "Try --backend eager (the guards, and so the catalog, are the same) to analyse anyway.",
                 fg="red", err=True)
     sys.exit(3)

@@ -21,7 +21,7 @@ TRACE_DIR = "trace"
 TRACE_FILE = "torch_trace.log"
 CUDAGRAPH_LOG = "cudagraphs.jsonl"  # what the cudagraphs loggers said, per sample (mode="reduce-overhead" on a GPU)
 CHECKPOINT = ".guardscope-checkpoint.json"
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2  # 2: checkpoints within shards (next_sample)
 
 
 def prepare_output_dir(directory: str | Path, *, force: bool = False, resume: bool = False) -> Path:

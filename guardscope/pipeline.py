@@ -151,60 +151,76 @@ def analyze(
 
     builder = CatalogBuilder.from_state(state["builder"]) if state else CatalogBuilder(track_shapes=cudagraphs is not None)
     skipped: list[dict[str, str]] = list(state["skipped_shards"]) if state else []
-    next_shard = state["next_shard"] if state else 0
     done_before = builder.samples
     if progress is not None and done_before:
-        progress(done_before)
+        progress(done_before, 0)
     with output.open_trace_stream(out, append=resume, keep_bytes=(state or {}).get("trace_bytes")) as trace_stream, (
         output.open_trace_stream(out, append=resume, name=output.CUDAGRAPH_LOG,
                                  keep_bytes=(state or {}).get("cudagraph_bytes"))
         if options.uses_cudagraphs else contextlib.nullcontext()
-    ) as cudagraph_stream, ReplaySession(
-        user_model,
-        options,
-        on_sample=builder.add_sample,
-        trace_stream=trace_stream,
-        progress=(lambda done: progress(done_before + done)) if progress else None,
-        guard_only=replay_mode in ("auto", "guards"),
-        cudagraph_stream=cudagraph_stream,
-        track_lookup=cudagraphs is not None,
-    ) as session:
-        if state:
-            # Rebuild the graphs the finished shards compiled: their compile events come back
-            # identical, so the catalog equals an uninterrupted run's. Dynamo's lookup order
-            # is the one the finished shards left, not the warm-up's.
-            session.warm(corpus.sample(index) for index in state["compile_samples"])
-            session.restore_lookup_order(state.get("lookup_order", session.lookup_order))
-        last_checkpoint = time.monotonic()
-        for position, shard in enumerate(corpus.manifest.shards):
-            if position < next_shard:
-                continue
+    ) as cudagraph_stream:
+        # Where the replay stands: every sample before ``next`` is done and in the builder,
+        # and the trace streams were this long after it. A checkpoint is written from it every
+        # ``checkpoint_every`` seconds and when the run is interrupted, so finished work is kept.
+        done = {"next": state["next_sample"] if state else 0, "time": time.monotonic(),
+                "trace": output.stream_size(trace_stream), "cudagraphs": output.stream_size(cudagraph_stream)}
+
+        def checkpoint() -> None:
+            done["time"] = time.monotonic()
+            output.write_checkpoint(out, {
+                "fingerprint": fingerprint,
+                "next_sample": done["next"],
+                "compile_samples": session.compile_samples(before=done["next"]),
+                "lookup_order": session.lookup_order,
+                "builder": builder.to_state(),
+                "skipped_shards": skipped,
+                "seconds": (state["seconds"] if state else 0.0) + session.seconds,
+                "trace_bytes": done["trace"],
+                "cudagraph_bytes": done["cudagraphs"],
+            })
+
+        def finished(index: int) -> None:
+            done.update(next=index + 1, trace=output.stream_size(trace_stream),
+                        cudagraphs=output.stream_size(cudagraph_stream))
+            if time.monotonic() - done["time"] >= checkpoint_every:
+                checkpoint()
+
+        with ReplaySession(
+            user_model,
+            options,
+            on_sample=builder.add_sample,
+            trace_stream=trace_stream,
+            progress=(lambda count: progress(done_before + count, session.compiles)) if progress else None,
+            guard_only=replay_mode in ("auto", "guards"),
+            cudagraph_stream=cudagraph_stream,
+            track_lookup=cudagraphs is not None,
+            after_sample=finished,
+        ) as session:
+            if state:
+                # Rebuild the graphs the finished samples compiled: their compile events come back
+                # identical, so the catalog equals an uninterrupted run's. Dynamo's lookup order
+                # is the one the finished samples left, not the warm-up's.
+                session.warm(corpus.sample(index) for index in state["compile_samples"])
+                session.restore_lookup_order(state.get("lookup_order", session.lookup_order))
+            started = done["next"]
             try:
-                samples = corpus.load_shard(shard)
-            except ShardError as exc:
-                if not skip_bad_shards:
-                    raise
-                skipped.append({"file": shard.file, "error": str(exc)})
-                warnings.append(f"skipped shard {shard.file}: {exc}")
-            else:
-                session.replay(samples)
-            if time.monotonic() - last_checkpoint < checkpoint_every and position > next_shard:
-                continue
-            last_checkpoint = time.monotonic()
-            output.write_checkpoint(
-                out,
-                {
-                    "fingerprint": fingerprint,
-                    "next_shard": position + 1,
-                    "compile_samples": session.compile_samples(),
-                    "lookup_order": session.lookup_order,
-                    "builder": builder.to_state(),
-                    "skipped_shards": skipped,
-                    "seconds": (state["seconds"] if state else 0.0) + session.seconds,
-                    "trace_bytes": output.stream_size(trace_stream),
-                    "cudagraph_bytes": output.stream_size(cudagraph_stream),
-                },
-            )
+                for shard in corpus.manifest.shards:
+                    if shard.first + shard.samples <= done["next"]:
+                        continue
+                    try:
+                        samples = corpus.load_shard(shard)
+                    except ShardError as exc:
+                        if not skip_bad_shards:
+                            raise
+                        skipped.append({"file": shard.file, "error": str(exc)})
+                        warnings.append(f"skipped shard {shard.file}: {exc}")
+                        done["next"] = shard.first + shard.samples
+                        continue
+                    session.replay(sample for sample in samples if sample.index >= done["next"])
+            except (KeyboardInterrupt, SystemExit):
+                if done["next"] > started:
+                    checkpoint()  # keep what finished since the last checkpoint
+                raise
         result = session.result()
     replay_seconds = (state["seconds"] if state else 0.0) + result.seconds
     catalog = builder.build(

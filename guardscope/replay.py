@@ -266,8 +266,10 @@ class ReplaySession:
         guard_only: bool = False,
         cudagraph_stream: IO[str] | None = None,
         track_lookup: bool = False,
+        after_sample: Callable[[int], None] | None = None,
     ) -> None:
         self.model = model
+        self.after_sample = after_sample  # called with each finished sample's index (checkpoints)
         self.track_lookup = track_lookup
         self.options = options
         self.on_sample = on_sample
@@ -384,6 +386,8 @@ class ReplaySession:
                 meta = self._run(sample)
                 self._set_sample(None)
                 self.on_sample(meta)
+                if self.after_sample is not None:
+                    self.after_sample(sample.index)
                 self.count += 1
                 if self.progress is not None:
                     self.progress(self.count)
@@ -391,13 +395,20 @@ class ReplaySession:
         finally:
             self.seconds += time.perf_counter() - started
 
-    def compile_samples(self) -> list[int]:
-        """Samples whose call compiled a graph so far, in order (what a resume re-runs)."""
+    def compile_samples(self, before: int | None = None) -> list[int]:
+        """Samples whose call compiled a graph so far (those before sample ``before``), in order:
+        what a resume re-runs."""
         samples: list[int] = []
         for record in self.capture.records:
             if record.name == "compilation_metrics" and record.sample is not None and record.sample not in samples:
-                samples.append(record.sample)
+                if before is None or record.sample < before:
+                    samples.append(record.sample)
         return samples
+
+    @property
+    def compiles(self) -> int:
+        """Compiles so far, every frame counted (for progress)."""
+        return self.capture.compiles
 
     def result(self) -> ReplayResult:
         parsed = events_from_records(self.capture.records)

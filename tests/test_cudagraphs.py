@@ -485,14 +485,14 @@ def test_repeats_expect_what_the_h200_recorded(repeats_analysis):
 def test_repeats_resume_to_the_same_catalog(repeats, repeats_analysis, tmp_path):
     out = tmp_path / "out"
 
-    def interrupt(done):
-        if done > 45:  # in the third shard, after the checkpoint of the second
+    def interrupt(done, compiles):
+        if done > 45:  # in the third shard: the interrupted run keeps the 46 finished samples
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         guardscope.analyze(repeats, out, strict=True, mode="reduce-overhead", checkpoint_every=0, progress=interrupt)
     checkpoint = json.loads((out / ".guardscope-checkpoint.json").read_text())
-    assert checkpoint["next_shard"] == 2 and checkpoint["lookup_order"][0] == "0/1"
+    assert checkpoint["next_sample"] == 46 and checkpoint["lookup_order"][0] == "0/1"
     guardscope.analyze(repeats, out, strict=True, mode="reduce-overhead", checkpoint_every=0, resume=True)
     assert (out / "catalog.json").read_bytes() == (repeats_analysis.out_dir / "catalog.json").read_bytes()
 

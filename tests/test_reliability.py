@@ -148,15 +148,15 @@ def test_killed_analysis_resumes_to_the_same_catalog(sharded_seed, tmp_path):
     checkpoint = out / ".guardscope-checkpoint.json"
     deadline = time.time() + 300
     while time.time() < deadline and process.poll() is None:
-        if checkpoint.is_file() and json.loads(checkpoint.read_text())["next_shard"] >= 3:
+        if checkpoint.is_file() and json.loads(checkpoint.read_text())["next_sample"] >= 3 * 40:
             break
         time.sleep(0.05)
     assert process.poll() is None, "the analysis finished before it could be interrupted"
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=60)
     assert not (out / "catalog.json").exists()
-    kept = json.loads(checkpoint.read_text())["next_shard"]
-    assert 3 <= kept < 8
+    kept = json.loads(checkpoint.read_text())["next_sample"]
+    assert 3 * 40 <= kept < 300
 
     refused = subprocess.run(_analyze_command(sharded_seed, out), capture_output=True, text=True, timeout=600)
     assert refused.returncode == 2 and "--resume" in refused.stderr
