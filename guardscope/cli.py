@@ -80,7 +80,10 @@ def main() -> None:
 @click.option("--model", default=None, help="Model spec overriding the manifest's: 'pkg.mod:attr' or 'path/file.py:attr'.")
 @click.option("--backend", type=click.Choice(["eager", "aot_eager", "inductor"]), default="eager",
               show_default=True, help="Analysis backend. Guards come from Dynamo, so 'eager' finds the same recompiles far faster; 'inductor' measures real compile times.")
-@click.option("--device", default="cpu", show_default=True, help="Device to replay on (cpu, cuda, cuda:1...).")
+@click.option("--device", default="cpu", show_default=True,
+              help="Device to replay on (cpu, cuda, cuda:1...). The CPU by default: Dynamo's guards, and so the "
+              "catalog, do not depend on the device, and any machine has one (bench and fidelity default to "
+              "cuda: they measure the production device).")
 @click.option("--dynamic", type=click.Choice(["true", "false", "auto"]), default=None,
               help="Override the manifest's torch.compile(dynamic=...); 'auto' is dynamic=None.")
 @click.option("--fullgraph/--no-fullgraph", default=None, help="Override the manifest's fullgraph.")
@@ -472,7 +475,9 @@ def diff(old: str, new: str, html_path: str | None, json_path: str | None, ignor
 @click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=str))
 @click.option("--backend", type=click.Choice(["eager", "aot_eager", "inductor"]), default="inductor", show_default=True,
               help="The production backend to check the analysis against.")
-@click.option("--device", default="cuda", show_default=True, help="The production device (cuda, cuda:1, cpu...).")
+@click.option("--device", default="cuda", show_default=True,
+              help="The production device (cuda, cuda:1, cpu...): cuda by default, since the check is against "
+              "what serving really runs (analyze defaults to the CPU, where guards are the same).")
 @click.option("--mode", default=None, help="torch.compile mode for the check (e.g. max-autotune); default the manifest's.")
 @click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds allowed for the re-analysis.")
 @click.option("--exit-code", is_flag=True, help="Exit with status 1 when the two analyses differ.")

@@ -257,7 +257,10 @@ class CorpusWriter:
     def _prepare_directory(self, overwrite: bool) -> None:
         if self.directory.exists() and not self.directory.is_dir():
             raise CorpusError(f"{self.directory} exists and is not a directory; pick another path")
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CorpusError(f"cannot create the corpus directory {self.directory}: {exc.strerror or exc}") from exc
         previous = sorted(
             path
             for path in self.directory.iterdir()
@@ -494,7 +497,15 @@ def _encode_shard(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _atomic_write(path: pathlib.Path, data: bytes) -> None:
-    """Write to a temporary file in the same directory, then rename over ``path``."""
+    """Write to a temporary file in the same directory, then rename over ``path``; a read-only or
+    full disk is a :class:`CorpusError` naming the path."""
+    try:
+        _write_replacing(path, data)
+    except OSError as exc:
+        raise CorpusError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def _write_replacing(path: pathlib.Path, data: bytes) -> None:
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     # os.open with 0o666 lets the umask decide permissions, as for any file the user writes
     # (tempfile.mkstemp would leave them at 0o600).

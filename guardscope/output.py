@@ -1,15 +1,18 @@
 """The only module that writes analysis results to disk.
 
 Every file is written atomically (a temporary file in the same folder, then ``os.replace``), so
-an interrupted run never leaves half a file behind, and an output folder that already holds
-results is not overwritten without ``force``.
+an interrupted run never leaves half a file behind, with the permissions the umask gives any file
+the user writes (0644 by default). An output folder that already holds results is not overwritten
+without ``force``, and guardscope never replaces a file it did not write: an analysis folder
+lists the files guardscope wrote in it (``.guardscope-files.json``), and a write to a path that
+exists but is not listed there is refused, ``force`` or not.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import IO, Any
 
@@ -22,11 +25,16 @@ TRACE_FILE = "torch_trace.log"
 CUDAGRAPH_LOG = "cudagraphs.jsonl"  # what the cudagraphs loggers said, per sample (mode="reduce-overhead" on a GPU)
 CHECKPOINT = ".guardscope-checkpoint.json"
 CHECKPOINT_VERSION = 2  # 2: checkpoints within shards (next_sample)
+OWNED = ".guardscope-files.json"  # the files guardscope wrote in an analysis folder
+# What analyze writes (and finds in an analysis folder made before OWNED existed).
+ANALYSIS_FILES = (CATALOG, TIMINGS, "report.html", f"{TRACE_DIR}/{TRACE_FILE}", f"{TRACE_DIR}/{CUDAGRAPH_LOG}")
 
 
 def prepare_output_dir(directory: str | Path, *, force: bool = False, resume: bool = False) -> Path:
-    """Create ``directory``; refuse one that already holds results unless ``force``, and one
-    holding an interrupted analysis unless ``resume`` or ``force``."""
+    """Create ``directory``; refuse one that already holds results unless ``force``, one holding
+    an interrupted analysis unless ``resume`` or ``force``, and a non-empty folder that holds no
+    guardscope analysis unless ``force`` — and even then refuse to replace any file in it that
+    guardscope did not write."""
     path = Path(directory)
     if path.exists() and not path.is_dir():
         raise OutputError(f"output path {path} exists and is not a directory")
@@ -46,11 +54,68 @@ def prepare_output_dir(directory: str | Path, *, force: bool = False, resume: bo
             f"{path} already holds an analysis ({CATALOG}); pass --force to overwrite it "
             "or choose another --out directory"
         )
+    ours = _analysis_folder(path)
+    if not ours and path.is_dir() and any(path.iterdir()):
+        if not force:
+            raise OutputError(
+                f"{path} is not empty and holds no guardscope analysis; choose another --out directory, "
+                "or pass --force to write the analysis beside what is there (guardscope never replaces "
+                "a file it did not write)"
+            )
+        foreign = [name for name in ANALYSIS_FILES if (path / name).exists()]
+        if foreign:
+            raise OutputError(
+                f"{path} holds {', '.join(foreign)}, which guardscope did not write: it replaces no such "
+                "file, even with --force; move them or choose another --out directory"
+            )
     try:
         path.mkdir(parents=True, exist_ok=True)
+        if not (path / OWNED).is_file():
+            # A folder analysed before the list existed: the analysis files in it are guardscope's.
+            _write_owned(path, sorted(name for name in ANALYSIS_FILES if ours and (path / name).exists()))
     except OSError as exc:
-        raise OutputError(f"cannot create output directory {path}: {exc}") from exc
+        raise OutputError(f"cannot write to the output directory {path}: {exc.strerror or exc}") from exc
     return path
+
+
+def _analysis_folder(path: Path) -> bool:
+    return (path / OWNED).is_file() or (path / CATALOG).is_file() or (path / CHECKPOINT).is_file()
+
+
+def _read_owned(root: Path) -> set[str]:
+    try:
+        names = json.loads((root / OWNED).read_text())
+    except (OSError, ValueError):
+        return set()
+    return {str(name) for name in names} if isinstance(names, list) else set()
+
+
+def _write_owned(root: Path, names: list[str]) -> None:
+    _atomic_write(root / OWNED, dumps(sorted(set(names))).encode("utf-8"))
+
+
+def refuse_foreign(root: str | Path, names: list[str]) -> None:
+    """Before a command does its work: refuse if any of the files it will write in the analysis
+    folder ``root`` exists but was not written by guardscope (see :func:`write_bytes`)."""
+    folder = Path(root)
+    if not (folder / OWNED).is_file():
+        return  # an analysis folder from before the list: its files are guardscope's
+    owned = _read_owned(folder)
+    foreign = [name for name in names if (folder / name).exists() and name not in owned]
+    if foreign:
+        raise OutputError(
+            f"{', '.join(str(folder / name) for name in foreign)} exist(s) and was not written by guardscope: "
+            "it is not replaced; move it away or use another folder"
+        )
+
+
+def _owning_root(path: Path) -> Path | None:
+    """The analysis folder ``path`` lies in (it, or a folder up to three levels above, holds the
+    list of files guardscope wrote), or None for a path outside any (a file the user named)."""
+    for folder in list(path.parents)[:4]:
+        if (folder / OWNED).is_file():
+            return folder
+    return None
 
 
 def remove_corpus(directory: str | Path) -> None:
@@ -74,19 +139,42 @@ def remove_generated(path: str | Path, marker: str = "generated by guardscope") 
         target.unlink()
 
 
-def write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically."""
-    path = Path(path)
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write to a temporary file in the same folder, then rename it over ``path``. ``os.open``
+    with 0o666 lets the umask decide the permissions, as for any file the user writes
+    (``tempfile.mkstemp`` would leave them at 0o600, unreadable to reviewers)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(handle, "wb") as stream:
+        with os.fdopen(descriptor, "wb") as stream:
             stream.write(data)
         os.replace(temporary, path)
     except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+        Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically. Inside an analysis folder, a file that exists but
+    that guardscope did not write is never replaced (:class:`OutputError`); the file is added to
+    the folder's list. A read-only or full disk is an :class:`OutputError` naming the path."""
+    path = Path(path)
+    root = _owning_root(path)
+    try:
+        if root is not None:
+            name = path.relative_to(root).as_posix()
+            owned = _read_owned(root)
+            if path.exists() and name not in owned:
+                raise OutputError(
+                    f"{path} exists and was not written by guardscope: it is not replaced; move it away "
+                    f"or use another folder"
+                )
+        _atomic_write(path, data)
+        if root is not None and name not in owned:
+            _write_owned(root, [*owned, name])
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
     return path
 
 
@@ -113,12 +201,22 @@ def open_trace_stream(directory: str | Path, *, append: bool = False, name: str 
     size at the checkpoint: what the interrupted run wrote after it is replayed again, so the
     trace holds each compile once, as an uninterrupted run's does."""
     trace_dir = Path(directory) / TRACE_DIR
-    trace_dir.mkdir(parents=True, exist_ok=True)
     path = trace_dir / name
-    if append and keep_bytes is not None and path.is_file() and path.stat().st_size > keep_bytes:
-        with open(path, "r+b") as existing:
-            existing.truncate(keep_bytes)
-    return open(path, "a" if append else "w", encoding="utf-8")
+    try:
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        if append and keep_bytes is not None and path.is_file() and path.stat().st_size > keep_bytes:
+            with open(path, "r+b") as existing:
+                existing.truncate(keep_bytes)
+        stream = open(path, "a" if append else "w", encoding="utf-8")
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    root = Path(directory)
+    if (root / OWNED).is_file():
+        owned = _read_owned(root)
+        relative = path.relative_to(root).as_posix()
+        if relative not in owned:
+            _write_owned(root, [*owned, relative])
+    return stream
 
 
 def stream_size(stream: IO[str] | None) -> int | None:

@@ -22,7 +22,7 @@ from .corpus import load_corpus
 from .errors import CatalogError, CompileOptionsError, CorpusError, TraceParseError
 from .model import Catalog, parse_mark
 from .modelspec import load_model
-from .replay import ReplayOptions, replay
+from .replay import ReplayOptions, check_marks, replay
 
 if TYPE_CHECKING:
     from .diff import CatalogDiff
@@ -143,11 +143,13 @@ def analyze(
         if torch_compat.mode_uses_cudagraphs(options.mode) else None
     )
     fingerprint = _fingerprint(corpus, spec, options, replay_mode)
+    # Everything the user can get wrong is checked before the output folder is touched.
+    user_model = load_model(spec, base_dir=corpus.path)
+    check_marks(user_model, corpus.sample(0), options.mark_unbacked)
     out = output.prepare_output_dir(out_dir, force=force, resume=resume)
     state = output.read_checkpoint(out, fingerprint) if resume else None
     if not resume:
         output.clear_checkpoint(out)
-    user_model = load_model(spec, base_dir=corpus.path)
 
     builder = CatalogBuilder.from_state(state["builder"]) if state else CatalogBuilder(track_shapes=cudagraphs is not None)
     skipped: list[dict[str, str]] = list(state["skipped_shards"]) if state else []
@@ -388,6 +390,7 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: boo
     if margin < 0:
         raise CompileOptionsError(f"margin {margin} must be >= 0")
     out, catalog, corpus, model = _load_analysis(out_dir)
+    output.refuse_foreign(out, [*FIX_FILES.values(), output.FIXES])
     options = production_options(catalog)
     probed: list[Any] = []
     if include_probed:
@@ -427,7 +430,7 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: boo
         ) if unbacked_ok else None,
         "export": render_export_dims(catalog, export_plan),
     }
-    files = {"warmup": "warmup.py", "unbacked": "unbacked.py", "export": "export_dims.py"}
+    files = FIX_FILES
     written = []
     for name, code in codes.items():
         if code is None:  # an infeasible fix: no module, and none left from an earlier run
@@ -500,6 +503,10 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: boo
 
 
 # --- probe -------------------------------------------------------------------------------------
+
+
+# The module each fix is written to.
+FIX_FILES = {"warmup": "warmup.py", "unbacked": "unbacked.py", "export": "export_dims.py"}
 
 
 def unbacked_summary(plan: Any, warmup_graphs: int) -> str:

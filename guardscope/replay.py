@@ -55,6 +55,12 @@ class ReplayOptions:
             )
         if self.mark_samples not in ("first", "all"):
             raise CompileOptionsError("mark_samples must be 'first' or 'all'")
+        try:
+            torch.device(self.device)
+        except (RuntimeError, TypeError):
+            raise CompileOptionsError(
+                f"device {self.device!r} is not a torch device: use cpu, cuda or cuda:N"
+            ) from None
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise CompileOptionsError(
                 f"device {self.device!r} was asked for but torch.cuda.is_available() is False; "
@@ -133,6 +139,32 @@ def error_text(exc: BaseException, limit: int = 4000) -> str:
     ``limit`` characters, with source paths cut to their last two components and object
     addresses masked (outputs must not depend on the machine)."""
     return normalize_reason(f"{type(exc).__name__}: {str(exc).strip()}")[:limit]
+
+
+def check_marks(model: Any, sample: Sample, marks: tuple[tuple[str, int], ...]) -> None:
+    """Refuse ``--mark-unbacked`` marks that cannot apply, before anything runs: an argument
+    forward does not have, a value that is not a tensor, or a dim the tensor does not have (as
+    recorded in ``sample``; an optional argument the sample does not pass is not checked)."""
+    if not marks:
+        return
+    binder = CallBinder(model)
+    names = set(binder.argument_names())
+    named = binder.named_or_positional(sample.args, sample.kwargs)
+    for path, dim in marks:
+        top = path.split("[")[0]
+        if top not in names and top not in named:
+            known = ", ".join(sorted(names | set(named))) or "none"
+            raise CompileOptionsError(f"--mark-unbacked {path}:{dim}: forward has no argument {top!r} (it has: {known})")
+        try:
+            value = lookup(named, path)
+        except (KeyError, IndexError, TypeError):
+            continue
+        if not isinstance(value, torch.Tensor):
+            raise CompileOptionsError(f"--mark-unbacked {path}:{dim}: {path} is a {type(value).__name__} in sample "
+                                      f"{sample.index}, not a tensor")
+        if not -value.dim() <= dim < value.dim():
+            raise CompileOptionsError(f"--mark-unbacked {path}:{dim}: {path} has {value.dim()} dims in sample "
+                                      f"{sample.index} (shape {tuple(value.shape)}): there is no dim {dim}")
 
 
 # --- the replay --------------------------------------------------------------------------------

@@ -101,3 +101,90 @@ def test_progress_in_a_log_is_plain_lines(tmp_path):
     lines = [line for line in done.stderr.splitlines() if line.startswith("replaying ")]
     assert lines and lines[-1].startswith("replaying 300/300 samples (100%), 11 compiles, ETA ")
     assert "\r" not in done.stderr
+
+
+# --- user errors: one clear line and exit 2, no traceback ---------------------------------------
+
+
+@pytest.fixture
+def small_corpus(tmp_path):
+    with CorpusWriter(tmp_path / "corpus", model=model_spec("Elementwise"), compile={"dynamic": True}) as writer:
+        for rows in (4, 5, 6):
+            writer.add(torch.randn(rows, 3))
+    return tmp_path / "corpus"
+
+
+def assert_user_error(done: subprocess.CompletedProcess, *words: str) -> None:
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert any(line.startswith(("error: ", "Error: ")) for line in done.stderr.splitlines()), done.stderr
+    for word in words:
+        assert word in done.stderr, (word, done.stderr)
+
+
+@pytest.mark.parametrize("arguments,words", [
+    (["--device", "gpu"], ["'gpu' is not a torch device"]),
+    (["--mark-unbacked", "y:0"], ["no argument 'y'", "it has: x"]),
+    (["--mark-unbacked", "x:5"], ["x has 2 dims", "no dim 5"]),
+])
+def test_bad_options_are_one_clear_line(small_corpus, tmp_path, arguments, words):
+    done = guardscope("analyze", small_corpus, "--out", tmp_path / "out", *arguments)
+    assert_user_error(done, *words)
+    assert not (tmp_path / "out").exists(), "nothing is written before the options are checked"
+
+
+def test_an_unwritable_out_is_one_clear_line(small_corpus, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert_user_error(guardscope("analyze", small_corpus, "--out", blocker / "out"), "cannot write", str(blocker))
+
+
+def test_read_only_folders_are_one_clear_line(small_corpus, tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root writes into read-only folders")
+    out = tmp_path / "readonly"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        assert_user_error(guardscope("analyze", small_corpus, "--out", out), "cannot write")
+    finally:
+        out.chmod(0o755)
+    analysed = tmp_path / "analysed"
+    assert guardscope("analyze", small_corpus, "--out", analysed, "-q").returncode == 0
+    analysed.chmod(0o555)
+    try:
+        assert_user_error(guardscope("emit-warmup", analysed), "cannot")
+    finally:
+        analysed.chmod(0o755)
+
+
+def test_out_never_replaces_files_guardscope_did_not_write(small_corpus, tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "report.html").write_text("my own report")
+    (out / "notes.txt").write_text("my notes")
+    assert_user_error(guardscope("analyze", small_corpus, "--out", out), "not empty", "--force")
+    assert_user_error(guardscope("analyze", small_corpus, "--out", out, "--force"), "report.html", "did not write")
+    assert (out / "report.html").read_text() == "my own report"
+    (out / "report.html").unlink()
+    assert guardscope("analyze", small_corpus, "--out", out, "--force", "-q").returncode == 0
+    assert (out / "notes.txt").read_text() == "my notes"
+    # The folder is an analysis now: a second analysis replaces only guardscope's own files.
+    assert guardscope("analyze", small_corpus, "--out", out, "--force", "-q").returncode == 0
+    (out / "warmup.py").write_text("# my warmup, not guardscope's")
+    assert_user_error(guardscope("emit-warmup", out), "warmup.py", "not written by guardscope")
+    assert (out / "warmup.py").read_text() == "# my warmup, not guardscope's"
+
+
+def test_output_files_are_readable_as_the_umask_allows(small_corpus, tmp_path):
+    import stat
+
+    out = tmp_path / "out"
+    done = guardscope("analyze", small_corpus, "--out", out, "-q")
+    assert done.returncode == 0, done.stderr
+    assert guardscope("emit-warmup", out).returncode == 0
+    mask = os.umask(0)
+    os.umask(mask)
+    for name in ("catalog.json", "report.html", "timings.json", "warmup.py", "fixes.json", "warmup/corpus.json",
+                 "trace/torch_trace.log"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o666 & ~mask, name
