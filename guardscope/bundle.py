@@ -220,7 +220,8 @@ def read_manifest(out_dir: str | Path, artifact: str) -> dict[str, Any] | None:
 # --- making one ----------------------------------------------------------------------------------
 
 
-def make_bundle(out_dir: str | Path, artifact: str, *, backend: str, device: str, timeout: float) -> dict[str, Any]:
+def make_bundle(out_dir: str | Path, artifact: str, *, backend: str, device: str, timeout: float,
+                corpus: str | Path | None = None) -> dict[str, Any]:
     """Compile ``artifact``'s plan in a fresh process with empty caches and write its bundle and
     manifest into ``out_dir``; returns the manifest. Raises :class:`BundleError` when it fails."""
     from .errors import BundleError
@@ -228,8 +229,9 @@ def make_bundle(out_dir: str | Path, artifact: str, *, backend: str, device: str
     out = Path(out_dir)
     result_path = out / f".bundle-{artifact}.json"
     with isolated_caches() as caches:
+        where = ["--corpus", str(Path(corpus).resolve())] if corpus is not None else []
         outcome = run_module("guardscope.bundle", [artifact, str(out), str(result_path), "--backend", backend,
-                                                   "--device", device], result_path, timeout=timeout,
+                                                   "--device", device, *where], result_path, timeout=timeout,
                              what="the process", environment=child_environment(caches))
     if outcome.timed_out:
         raise BundleError(f"compiling the {artifact} plan for its bundle took over {timeout:.0f} s; "
@@ -241,7 +243,7 @@ def make_bundle(out_dir: str | Path, artifact: str, *, backend: str, device: str
     return outcome.result
 
 
-def _make_in_child(out: Path, artifact: str, backend: str, device: str) -> dict[str, Any]:
+def _make_in_child(out: Path, artifact: str, backend: str, device: str, corpus: Path | None = None) -> dict[str, Any]:
     """Run the plan with the production backend in this (fresh) process and save its caches."""
     import torch
 
@@ -252,7 +254,7 @@ def _make_in_child(out: Path, artifact: str, backend: str, device: str) -> dict[
     if not cache_dirs_empty():
         return {"error": "the compile-cache folders are not empty: start this through 'guardscope bundle', "
                          "which gives the compile new, empty ones"}
-    _, catalog, corpus, model = _load_analysis(out)
+    _, catalog, corpus, model = _load_analysis(out, corpus)
     options = production_options(catalog, backend=backend, device=device)
     module, runner, seconds, _ = set_up_plan(artifact, out, model, options, use_bundle=False,
                                              warm_sample=corpus.sample(0) if len(corpus) else None)
@@ -299,9 +301,11 @@ def child_main(argv: list[str]) -> int:
     parser.add_argument("result", type=Path)
     parser.add_argument("--backend", required=True)
     parser.add_argument("--device", required=True)
+    parser.add_argument("--corpus", type=Path, default=None)
     arguments = parser.parse_args(argv)
     try:
-        result = _make_in_child(arguments.out_dir, arguments.artifact, arguments.backend, arguments.device)
+        result = _make_in_child(arguments.out_dir, arguments.artifact, arguments.backend, arguments.device,
+                                arguments.corpus)
     except GuardscopeError as exc:
         result = {"error": str(exc)}
     output.write_json(arguments.result, result)

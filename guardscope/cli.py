@@ -13,6 +13,7 @@ from typing import Any, Callable
 import click
 
 from .model import GUARD_TEXT, IGNORABLE
+from .modelspec import model_label
 from .errors import GuardscopeError
 
 
@@ -49,6 +50,15 @@ def _paddable_dims(values: tuple[str, ...]) -> tuple[str, ...] | None:
 
 
 _TRISTATE = {"true": True, "false": False, "auto": None}
+
+
+def _corpus_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--corpus DIR``, for every command that reads the analysed corpus."""
+    return click.option(
+        "--corpus", "corpus", default=None, type=click.Path(file_okay=False, path_type=str),
+        help="The analysed corpus, when it is no longer where the analysis found it (the folder was "
+             "copied or moved without it). By default: the path catalog.json records relative to DIR, "
+             "then the absolute one in DIR/locations.json.")(command)
 
 
 def _terminate(signum: int, frame: Any) -> None:
@@ -223,8 +233,9 @@ def report(out_dir: str) -> None:
 @click.option("--bundle", "make_bundles", is_flag=True,
               help="Then compile both plans with the production backend and save their compile-cache "
               "bundles (as 'guardscope bundle DIR' with its defaults).")
+@_corpus_option
 @_friendly_errors
-def emit_warmup(out_dir: str, margin: float, include_probed: bool, make_bundles: bool) -> None:
+def emit_warmup(out_dir: str, margin: float, include_probed: bool, make_bundles: bool, corpus: str | None) -> None:
     """Write the fixes for the analysis in DIR: a warmup set, a mark_unbacked plan, export Dims.
 
     Reads DIR/catalog.json and the corpus it names; writes DIR/warmup/ + DIR/warmup.py,
@@ -242,7 +253,7 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool, make_bundles:
     from . import pipeline
 
     click.echo("planning the warmup (compiles each topology's representative once)...", err=True)
-    fixes = pipeline.emit_warmup(out_dir, margin=margin, include_probed=include_probed)
+    fixes = pipeline.emit_warmup(out_dir, margin=margin, include_probed=include_probed, corpus=corpus)
     warmup, unbacked = fixes.warmup, fixes.unbacked
     click.echo(f"warmup      {len(warmup.steps)} samples {[s.sample for s in warmup.steps]} compile "
                f"{warmup.graphs} graphs for {warmup.topologies} topologies "
@@ -263,7 +274,7 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool, make_bundles:
                + ", ".join(f"{d.name}[{d.min}..{d.max}]" for d in fixes.export.dims))
     click.echo("wrote       " + ", ".join(str(p) for p in fixes.files))
     if make_bundles:
-        _echo_bundles(out_dir, pipeline.bundle(out_dir, progress=_bundle_progress))
+        _echo_bundles(out_dir, pipeline.bundle(out_dir, progress=_bundle_progress, corpus=corpus))
 
 
 def _bundle_progress(name: str) -> None:
@@ -288,9 +299,10 @@ def _echo_bundles(out_dir: str, manifests: list[dict]) -> None:
 @click.option("--device", default=None,
               help="Device to compile on (cpu, cuda, cuda:1...); default the analysis's device.")
 @click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds allowed per plan.")
+@_corpus_option
 @_friendly_errors
 def bundle(out_dir: str, artifacts: tuple[str, ...], backend: str | None, device: str | None,
-           timeout: float) -> None:
+           timeout: float, corpus: str | None) -> None:
     """Save a compile-cache bundle beside each plan, so set-up takes seconds instead of minutes.
 
     Compiles the plan (warmup.py, unbacked.py) with the production backend on DEVICE in a fresh
@@ -309,7 +321,7 @@ def bundle(out_dir: str, artifacts: tuple[str, ...], backend: str | None, device
     from . import pipeline
 
     manifests = pipeline.bundle(out_dir, artifacts=artifacts or None, backend=backend, device=device,
-                                timeout=timeout, progress=_bundle_progress)
+                                timeout=timeout, progress=_bundle_progress, corpus=corpus)
     _echo_bundles(out_dir, manifests)
 
 
@@ -322,8 +334,10 @@ def bundle(out_dir: str, artifacts: tuple[str, ...], backend: str | None, device
 @click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds allowed per artifact.")
 @click.option("--no-bundle", is_flag=True,
               help="Do not measure the set-up of compile-cache bundles (two more fresh processes per bundled plan).")
+@_corpus_option
 @_friendly_errors
-def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, timeout: float, no_bundle: bool) -> None:
+def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, timeout: float, no_bundle: bool,
+           corpus: str | None) -> None:
     """Prove the fixes in DIR on the corpus, each in a fresh subprocess.
 
     Each artifact is applied as its docstring says (warmup; configure + mark + warmup; export),
@@ -341,7 +355,7 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
 
     document = pipeline.verify(out_dir, artifacts=artifacts or None, holdout=holdout, timeout=timeout,
                                progress=lambda name: click.echo(f"verifying {name}...", err=True),
-                               bundle=not no_bundle)
+                               bundle=not no_bundle, corpus=corpus)
     for result in document["artifacts"]:
         line = f"{result['name']:<9} {result['status'].upper():<8}"
         if result["setup_graphs"] is not None:
@@ -374,8 +388,9 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
               help="Edit pairs of dimensions together on the most common topology's sample (general), on every topology's sample (all), or not at all.")
 @click.option("--max-candidates", type=int, default=5000, show_default=True,
               help="Check at most this many synthetic samples (the rest are counted as truncated).")
+@_corpus_option
 @_friendly_errors
-def probe(out_dir: str, values: str, pairwise: str, max_candidates: int) -> None:
+def probe(out_dir: str, values: str, pairwise: str, max_candidates: int, corpus: str | None) -> None:
     """Look for topologies the corpus has not shown yet, with synthetic inputs.
 
     From each topology's representative sample, builds edited copies at the boundaries Dynamo
@@ -403,7 +418,7 @@ def probe(out_dir: str, values: str, pairwise: str, max_candidates: int) -> None
     except ValueError:
         raise click.BadParameter(f"{values!r} is not a comma-separated list of sizes", param_hint="--values")
     click.echo("probing (rebuilds the analysis' graphs, then checks each synthetic sample)...", err=True)
-    result = pipeline.probe(out_dir, values=sizes, pairwise=pairwise, max_candidates=max_candidates)
+    result = pipeline.probe(out_dir, values=sizes, pairwise=pairwise, max_candidates=max_candidates, corpus=corpus)
     document = result.document
     explored = document["explored"]
     click.echo(f"explored    {explored['planned']} edits on {explored['bases']} topology samples "
@@ -481,8 +496,10 @@ def diff(old: str, new: str, html_path: str | None, json_path: str | None, ignor
 @click.option("--mode", default=None, help="torch.compile mode for the check (e.g. max-autotune); default the manifest's.")
 @click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds allowed for the re-analysis.")
 @click.option("--exit-code", is_flag=True, help="Exit with status 1 when the two analyses differ.")
+@_corpus_option
 @_friendly_errors
-def fidelity(out_dir: str, backend: str, device: str, mode: str | None, timeout: float, exit_code: bool) -> None:
+def fidelity(out_dir: str, backend: str, device: str, mode: str | None, timeout: float, exit_code: bool,
+             corpus: str | None) -> None:
     """Check the analysis in DIR against one made with the production backend and device.
 
     guardscope analyses with the eager backend because Dynamo's guards, and so the recompiles
@@ -500,7 +517,7 @@ def fidelity(out_dir: str, backend: str, device: str, mode: str | None, timeout:
     from . import pipeline
 
     click.echo(f"re-analysing with {backend} on {device} (compiles every graph for real)...", err=True)
-    document = pipeline.fidelity(out_dir, backend=backend, device=device, mode=mode, timeout=timeout)
+    document = pipeline.fidelity(out_dir, backend=backend, device=device, mode=mode, timeout=timeout, corpus=corpus)
     for line in document["summary"]:
         click.echo(line)
     click.echo(f"fidelity    {'IDENTICAL' if document['identical'] else 'DIFFERENT'}: "
@@ -686,7 +703,7 @@ def format_summary(analysis: Any) -> str:
     catalog = analysis.catalog
     data = catalog.to_json()["summary"]
     lines = [
-        f"corpus      {catalog.corpus_path} ({catalog.samples} samples), model {catalog.model}",
+        f"corpus      {analysis.corpus_dir} ({catalog.samples} samples), model {model_label(catalog.model)}",
         f"compile     backend={catalog.compile['backend']} dynamic={catalog.compile['dynamic']} "
         f"fullgraph={catalog.compile['fullgraph']} device={catalog.compile['device']} "
         f"torch {catalog.torch_version}",

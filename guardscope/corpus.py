@@ -119,7 +119,7 @@ import torch
 
 from .errors import CorpusError, ManifestError, ModelSpecError, SampleError, ShardError
 from .model import Sample
-from .modelspec import split_spec
+from .modelspec import anchored, split_spec
 
 FORMAT = "guardscope-corpus"
 FORMAT_VERSION = 2
@@ -233,7 +233,9 @@ class CorpusWriter:
         overwrite: bool = False,
     ) -> None:
         self.directory = pathlib.Path(directory)
-        self.model = check_model_spec(model)
+        # A relative file spec is stored relative to the corpus folder, where it is resolved first:
+        # the corpus then works from any working directory.
+        self.model = anchored(check_model_spec(model), self.directory)
         self.compile = dict(compile or {})
         try:
             json.dumps(self.compile, sort_keys=True, allow_nan=False)

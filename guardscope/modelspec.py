@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -33,6 +34,35 @@ def split_spec(spec: str) -> tuple[str, str]:
             f"model spec {spec!r} is not of the form 'pkg.module:attr' or 'path/file.py:attr'"
         )
     return target, attr
+
+
+def anchored(spec: str, corpus_dir: Path) -> str:
+    """A file spec as a corpus must store it: relative to the corpus folder (where it is resolved
+    first), so the corpus works from any working directory. A relative path that names a file
+    from the working directory but not from the corpus folder is rewritten; anything else is
+    kept as given."""
+    target, attr = split_spec(spec)
+    if not (target.endswith(".py") or "/" in target) or Path(target).is_absolute():
+        return spec
+    if (corpus_dir / target).is_file() or not (Path.cwd() / target).is_file():
+        return spec
+    relative = os.path.relpath((Path.cwd() / target).resolve(), corpus_dir.resolve())
+    return f"{Path(relative).as_posix()}:{attr}"
+
+
+def model_label(spec: str) -> str:
+    """How terminal and report name a model: ``"small (gnn/model.py)"`` for the spec
+    ``"../model.py:small"`` (a file spec is relative to the corpus folder, which would read
+    oddly from anywhere else, so only the file's last two path components are kept) and
+    ``"build (myapp.models)"`` for ``"myapp.models:build"``."""
+    try:
+        target, attr = split_spec(spec)
+    except ModelSpecError:
+        return str(spec)
+    if target.endswith(".py") or "/" in target or "\\" in target:
+        parts = [part for part in Path(target).parts if part not in ("..", ".", "/")]
+        target = "/".join(parts[-2:]) or target
+    return f"{attr} ({target})"
 
 
 def _load_file_module(path: Path, spec: str) -> Any:

@@ -26,6 +26,7 @@ CUDAGRAPH_LOG = "cudagraphs.jsonl"  # what the cudagraphs loggers said, per samp
 CHECKPOINT = ".guardscope-checkpoint.json"
 CHECKPOINT_VERSION = 2  # 2: checkpoints within shards (next_sample)
 OWNED = ".guardscope-files.json"  # the files guardscope wrote in an analysis folder
+LOCATIONS = "locations.json"  # where the analysed corpus was, absolutely (catalog.json stays machine-free)
 # What analyze writes (and finds in an analysis folder made before OWNED existed).
 ANALYSIS_FILES = (CATALOG, TIMINGS, "report.html", f"{TRACE_DIR}/{TRACE_FILE}", f"{TRACE_DIR}/{CUDAGRAPH_LOG}")
 
@@ -274,6 +275,15 @@ def read_json(path: str | Path, what: str) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise CatalogError(f"{path} is not readable JSON ({exc}): {what}") from exc
+
+
+def read_locations(directory: str | Path) -> dict[str, Any] | None:
+    """locations.json of an analysis folder, or None (an older analysis, or unreadable)."""
+    try:
+        data = json.loads((Path(directory) / LOCATIONS).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def read_catalog(directory: str | Path) -> dict[str, Any]:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Analysis:
     catalog: Catalog
+    corpus_dir: Path  # as the caller gave it
     out_dir: Path
     catalog_path: Path
     trace_path: Path
@@ -242,6 +243,9 @@ def analyze(
         graph_breaks=result.graph_breaks,
     )
     catalog_path = output.write_json(out / output.CATALOG, catalog.to_json())
+    # Where the corpus is, absolutely: a copied or moved analysis folder still finds it. Kept out of
+    # catalog.json, which must not depend on the machine.
+    output.write_json(out / output.LOCATIONS, {"corpus": str(corpus.path.resolve())})
     recording_times = builder.recording_times() if options.uses_cudagraphs else None
     timings_path = output.write_json(
         out / output.TIMINGS,
@@ -268,6 +272,7 @@ def analyze(
         )
     analysis = Analysis(
         catalog=catalog,
+        corpus_dir=Path(corpus_dir),
         out_dir=out,
         catalog_path=catalog_path,
         trace_path=out / output.TRACE_DIR / output.TRACE_FILE,
@@ -325,11 +330,28 @@ def _respec(spec: str, corpus_dir: Path, new_dir: Path) -> str:
     return f"{Path(os.path.relpath(source.resolve(), new_dir.resolve())).as_posix()}:{attr}"
 
 
+def corpus_dir_of(out: Path, catalog: dict[str, Any], corpus_dir: str | Path | None = None) -> Path:
+    """Where the corpus of the analysis in ``out`` is: ``corpus_dir`` when given; else the path
+    the catalog records relative to the folder (the two moved together), else the absolute path
+    the analysis recorded in locations.json (the folder was copied or moved alone)."""
+    if corpus_dir is not None:
+        return Path(corpus_dir)
+    relative = out / catalog["corpus"]["path"]
+    if (relative / "corpus.json").is_file():
+        return relative
+    recorded = (output.read_locations(out) or {}).get("corpus")
+    if recorded and (Path(recorded) / "corpus.json").is_file():
+        return Path(recorded)
+    where = f"{relative}" + (f" or {recorded}" if recorded else "")
+    raise CatalogError(f"the corpus of the analysis in {out} is not where it was ({where}); "
+                       "pass --corpus DIR to say where it is now")
+
+
 def _load_analysis(out_dir: str | Path, corpus_dir: str | Path | None = None) -> tuple[Path, dict[str, Any], Any, Any]:
     """The analysis in ``out_dir``: its catalog, its corpus (or ``corpus_dir``) and model."""
     out = Path(out_dir)
     catalog = output.read_catalog(out)
-    corpus = load_corpus(corpus_dir if corpus_dir is not None else out / catalog["corpus"]["path"])
+    corpus = load_corpus(corpus_dir_of(out, catalog, corpus_dir))
     model = load_model(catalog["model"], base_dir=corpus.path)
     return out, catalog, corpus, model
 
@@ -376,7 +398,8 @@ def with_probed(catalog: dict[str, Any], document: dict[str, Any], first_index: 
     return extended
 
 
-def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: bool = False) -> Fixes:
+def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: bool = False,
+                corpus: str | Path | None = None) -> Fixes:
     """Write the three fixes for the analysis in ``out_dir`` (see DESIGN "Emitted modules").
 
     With ``include_probed``, the warmup and the unbacked plan also cover the topologies
@@ -389,7 +412,7 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: boo
 
     if margin < 0:
         raise CompileOptionsError(f"margin {margin} must be >= 0")
-    out, catalog, corpus, model = _load_analysis(out_dir)
+    out, catalog, corpus, model = _load_analysis(out_dir, corpus)
     output.refuse_foreign(out, [*FIX_FILES.values(), output.FIXES])
     options = production_options(catalog)
     probed: list[Any] = []
@@ -550,6 +573,7 @@ def probe(
     pairwise: str = "general",
     max_candidates: int | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    corpus: str | Path | None = None,
 ) -> ProbeResult:
     """Look for topologies the corpus of the analysis in ``out_dir`` has not shown yet.
 
@@ -573,7 +597,7 @@ def probe(
     limit = probing.DEFAULT_MAX_CANDIDATES if max_candidates is None else max_candidates
     if limit < 1:
         raise CompileOptionsError(f"--max-candidates {limit} must be at least 1")
-    out, catalog, corpus, model = _load_analysis(out_dir)
+    out, catalog, corpus, model = _load_analysis(out_dir, corpus)
     options = analysis_options(catalog)
     options.validate()
     served = [t for t in catalog["topologies"] if t.get("compile_id") is not None]
@@ -750,6 +774,7 @@ def fidelity(
     device: str = "cuda",
     mode: str | None = None,
     timeout: float = 3600.0,
+    corpus: str | Path | None = None,
 ) -> dict[str, Any]:
     """Re-analyse the corpus of ``out_dir`` with the production backend and device, in a child
     process, into ``out_dir/fidelity/``, and compare the two catalogs.
@@ -769,7 +794,7 @@ def fidelity(
     options = analysis_options(catalog)
     checked = replace(options, backend=backend, device=device, mode=mode or options.mode)
     checked.validate()
-    corpus_dir = (out / catalog["corpus"]["path"]).resolve()
+    corpus_dir = corpus_dir_of(out, catalog, corpus).resolve()
     target = out / FIDELITY_DIR
     command = [sys.executable, "-m", "guardscope.cli", "analyze", str(corpus_dir), "--out", str(target),
                # this process is the isolation: the child analyses in itself (no grandchild to orphan)
@@ -825,6 +850,7 @@ def verify(
     timeout: float = 3600.0,
     progress: Callable[[str], None] | None = None,
     bundle: bool = True,
+    corpus: str | Path | None = None,
 ) -> dict[str, Any]:
     """Verify each emitted artifact in a fresh subprocess; write ``verification.json``.
 
@@ -835,7 +861,9 @@ def verify(
     from .verify import ARTIFACTS, OK_STATUSES, run_artifact
 
     out = Path(out_dir)
-    output.read_catalog(out)  # a clear error before any subprocess starts
+    # Clear errors before any subprocess starts: the catalog, and where the corpus is.
+    where = corpus_dir_of(out, output.read_catalog(out), corpus)
+    load_corpus(where)
     if holdout is not None and not 0.0 < holdout < 1.0:
         raise CompileOptionsError(f"--holdout {holdout} must be a fraction between 0 and 1")
     chosen = artifacts or ARTIFACTS
@@ -846,7 +874,7 @@ def verify(
     for name in chosen:
         if progress is not None:
             progress(name)
-        results.append(run_artifact(out, name, holdout=holdout, timeout=timeout, bundle=bundle))
+        results.append(run_artifact(out, name, holdout=holdout, timeout=timeout, bundle=bundle, corpus=where))
     # Artifacts not re-run this time keep their last result.
     previous_path = out / output.VERIFICATION
     if artifacts and previous_path.is_file():
@@ -946,7 +974,7 @@ def bench(
             "machine, or pass --device cpu to measure CPU serving (slow: every strategy compiles "
             "with inductor for the CPU; meant for testing)"
         )
-    corpus_dir = Path(corpus) if corpus is not None else out / catalog["corpus"]["path"]
+    corpus_dir = corpus_dir_of(out, catalog, corpus)
     samples = len(load_corpus(corpus_dir))  # a clear error before any subprocess starts
     options = production_options(catalog, backend=backend, device=device)
     options.validate()
@@ -986,14 +1014,14 @@ def bench(
 # --- bundle ------------------------------------------------------------------------------------
 
 
-def production_backend(out_dir: str | Path) -> str:
+def production_backend(out_dir: str | Path, corpus: str | Path | None = None) -> str:
     """The backend production compiles with: the corpus manifest's ``compile.backend``, else
     inductor (an analysis runs with eager, so the catalog's backend is not it)."""
     from .corpus import read_manifest
 
     out = Path(out_dir)
     catalog = output.read_catalog(out)
-    return str(read_manifest(out / catalog["corpus"]["path"]).compile.get("backend") or "inductor")
+    return str(read_manifest(corpus_dir_of(out, catalog, corpus)).compile.get("backend") or "inductor")
 
 
 def bundle(
@@ -1004,6 +1032,7 @@ def bundle(
     device: str | None = None,
     timeout: float = 3600.0,
     progress: Callable[[str], None] | None = None,
+    corpus: str | Path | None = None,
 ) -> list[dict[str, Any]]:
     """Compile each plan (``warmup``, ``unbacked``) with the production backend on ``device`` in a
     fresh process with empty compile caches, and save its compile-cache bundle beside its module:
@@ -1024,7 +1053,7 @@ def bundle(
     missing = [FILES[name] for name in chosen if not (out / FILES[name]).is_file()]
     if missing:
         raise BundleError(f"{', '.join(missing)} not found in {out}: run 'guardscope emit-warmup {out}' first")
-    backend = backend or production_backend(out)
+    backend = backend or production_backend(out, corpus)
     if backend not in BACKENDS:
         raise CompileOptionsError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
     device = device or catalog["compile"].get("device") or "cpu"
@@ -1032,7 +1061,7 @@ def bundle(
     for name in chosen:
         if progress is not None:
             progress(name)
-        manifests.append(make_bundle(out, name, backend=backend, device=device, timeout=timeout))
+        manifests.append(make_bundle(out, name, backend=backend, device=device, timeout=timeout, corpus=corpus))
     from .report import write_report
 
     write_report(out)

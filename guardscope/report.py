@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from . import output
+from .modelspec import model_label
 from .resources import templates_dir
 
 if TYPE_CHECKING:
@@ -301,7 +302,8 @@ def summary_context(catalog: dict, timings: dict | None, verification: dict | No
     return {
         "corpus_path": catalog["corpus"]["path"],
         "samples": catalog["corpus"]["samples"],
-        "model": catalog["model"],
+        "model": model_label(catalog["model"]),
+        "model_spec": catalog["model"],
         "torch_version": catalog["torch_version"],
         "backend": catalog["compile"].get("backend"),
         "device": catalog["compile"].get("device"),
@@ -981,7 +983,7 @@ def build_context(catalog: dict, *, timings: dict | None, fixes: dict | None,
     return {
         "fidelity": fidelity_context(catalog, fidelity),
         "risk": risk_context(catalog, probe),
-        "title": f"guardscope report: {catalog['model']}",
+        "title": f"guardscope report: {model_label(catalog['model'])}",
         "summary": summary_context(catalog, timings, verification),
         "timeline": timeline_context(catalog, timings),
         "failure_kinds": failures_context(catalog),

@@ -70,7 +70,7 @@ def _run_child(out_dir: Path, name: str, tag: str, options: list[str], *, timeou
 
 
 def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: float,
-                 bundle: bool = True) -> dict[str, Any]:
+                 bundle: bool = True, corpus: Path | None = None) -> dict[str, Any]:
     """Verify one artifact in a fresh interpreter; with ``bundle``, also measure the set-up of
     its compile-cache bundle (when it has one) with and without it."""
     planned = planned_status(out_dir, name)
@@ -79,6 +79,8 @@ def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: fl
     if not (out_dir / FILES[name]).is_file():
         return _result(name, "skipped", f"{FILES[name]} not found: run 'guardscope emit-warmup {out_dir}'")
     split = ["--holdout", str(holdout)] if holdout is not None else []
+    if corpus is not None:
+        split += ["--corpus", str(Path(corpus).resolve())]
     result = _run_child(out_dir, name, name, split, timeout=timeout)
     if bundle and name in BUNDLED and result["status"] != "crashed":
         measured = measure_bundle(out_dir, name, split, timeout=timeout)
@@ -346,8 +348,9 @@ def child_main(argv: list[str]) -> int:
     parser.add_argument("--backend", default=None, help="set-up measurement: compile with this backend")
     parser.add_argument("--device", default=None, help="set-up measurement: on this device")
     parser.add_argument("--bundle", action="store_true", help="set-up measurement: load the plan's bundle")
+    parser.add_argument("--corpus", type=Path, default=None, help="the corpus, when not where the analysis found it")
     arguments = parser.parse_args(argv)
-    out, catalog, corpus, model = _load_analysis(arguments.out_dir)
+    out, catalog, corpus, model = _load_analysis(arguments.out_dir, arguments.corpus)
     if arguments.artifact == "export":
         result = _verify_export(out, catalog, corpus, model)
     elif arguments.backend is None:

@@ -188,3 +188,44 @@ def test_output_files_are_readable_as_the_umask_allows(small_corpus, tmp_path):
     for name in ("catalog.json", "report.html", "timings.json", "warmup.py", "fixes.json", "warmup/corpus.json",
                  "trace/torch_trace.log"):
         assert stat.S_IMODE((out / name).stat().st_mode) == 0o666 & ~mask, name
+
+
+# --- paths ----------------------------------------------------------------------------------------
+
+
+def test_paths_are_shown_as_given_and_a_moved_analysis_still_finds_its_corpus(small_corpus, tmp_path):
+    import shutil
+
+    out = tmp_path / "out"
+    done = guardscope("analyze", small_corpus, "--out", out, "-q")
+    assert done.returncode == 0, done.stderr
+    assert f"corpus      {small_corpus} (3 samples), model Elementwise (tests/models.py)" in done.stdout
+    title = (out / "report.html").read_text().split("<title>")[1].split("</title>")[0]
+    assert title == "guardscope report: Elementwise (tests/models.py)"
+    # Copied elsewhere without its corpus: the absolute path recorded at analysis time serves.
+    copy = tmp_path / "elsewhere" / "copy"
+    shutil.copytree(out, copy)
+    assert guardscope("emit-warmup", copy).returncode == 0
+    # Moved as well: --corpus says where it is; without it, one clear line says to pass it.
+    moved = tmp_path / "moved-corpus"
+    shutil.move(str(small_corpus), moved)
+    assert_user_error(guardscope("verify", copy, "--no-bundle"), "--corpus DIR")
+    verified = guardscope("verify", copy, "--no-bundle", "--artifact", "warmup", "--corpus", moved)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_a_corpus_recorded_with_a_relative_model_path_works_from_anywhere(tmp_path):
+    work = tmp_path / "project"
+    (work / "app").mkdir(parents=True)
+    (work / "app" / "model.py").write_text("import torch\n\n\nclass Net(torch.nn.Module):\n"
+                                            "    def forward(self, x):\n        return x.sin()\n")
+    code = ("import torch, guardscope\n"
+            "with guardscope.CorpusWriter('data/corpus', model='app/model.py:Net') as w:\n"
+            "    w.add(torch.randn(4, 3))\n")
+    made = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert made.returncode == 0, made.stderr
+    manifest = json.loads((work / "data" / "corpus" / "corpus.json").read_text())
+    assert manifest["model"] == "../../app/model.py:Net"
+    done = guardscope("analyze", work / "data" / "corpus", "--out", tmp_path / "out", "-q", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
