@@ -476,8 +476,10 @@ def apply_suggested_fixes(dims: tuple[ExportDim, ...], fixes: tuple[SuggestedFix
                           round_number: int) -> tuple[ExportDim, ...]:
     """The spec after torch's suggested fixes, each noted on the line it changed.
 
-    A bound torch left out keeps the corpus's (torch leaves out a minimum of 2, its own default,
-    and the corpus may hold smaller sizes its oblivious reasoning serves). A root torch
+    A bound torch left out keeps the corpus's: torch leaves out a minimum of 2, its own default,
+    and the corpus may hold smaller sizes its size-oblivious reasoning serves; but when the fix
+    would change nothing else, torch did mean a minimum of 2 (else it would not have rejected
+    the Dim), and the fix gets it. A root torch
     introduces gets the range that covers its derived dims' corpus ranges, within torch's
     bounds. Derived dims follow their root: a static root makes them static, a derived root is
     composed into theirs. Roots come before the dims derived from them. Raises ValueError for a
@@ -503,8 +505,13 @@ def apply_suggested_fixes(dims: tuple[ExportDim, ...], fixes: tuple[SuggestedFix
         dim = by_name[fix.name]
         note = f"{dim.note}; {source}: {fix.text}"
         if fix.kind == "dim":
-            low = dim.min if fix.min is None else fix.min
             high = dim.max if fix.max is None else fix.max
+            if fix.min is not None:
+                low = fix.min
+            elif dim.kind == "dim" and high == dim.max:  # nothing else changes: torch meant its default
+                low = max(dim.min, 2)
+            else:
+                low = dim.min
             fixed[fix.name] = replace(dim, kind="dim", min=low, max=max(high, low + 1), root=None,
                                       coefficient=1, offset=0, note=note)
         elif fix.kind == "static":

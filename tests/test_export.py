@@ -105,6 +105,13 @@ def test_apply_suggested_fixes_derives_specialises_and_refines():
     assert [d.describe() for d in fixed][:3] == ["_x_0[1..50]", "x_0=2*_x_0[2..100]", "y_0=2*_x_0+1[3..101]"]
 
 
+def test_a_refined_dim_without_a_minimum_takes_torchs_default_only_when_nothing_else_changes():
+    keep = apply_suggested_fixes((dim("w_0", 1, 500),), parse_suggested_fixes("Suggested fixes:\n  w_0 = Dim('w_0', max=100)\n"), 1)
+    assert [(d.min, d.max) for d in keep] == [(1, 100)]
+    again = apply_suggested_fixes(keep, parse_suggested_fixes("Suggested fixes:\n  w_0 = Dim('w_0', max=100)\n"), 2)
+    assert [(d.min, d.max) for d in again] == [(2, 100)]
+
+
 def test_a_new_root_without_bounds_covers_the_corpus_range():
     fixes = parse_suggested_fixes("Suggested fixes:\n  _h = Dim('_h')\n  h = 2*_h + 1\n")
     root, derived = apply_suggested_fixes((dim("h", 33, 201),), fixes, 2)
