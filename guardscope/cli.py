@@ -270,8 +270,15 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool, make_bundles:
                     "(the whole reason is in fixes.json and the report)", fg="yellow")
     for dim, why in unbacked.skipped:
         click.echo(f"            not marked {dim}: {why}")
-    click.echo(f"export      {len(fixes.export.dims)} Dims: "
-               + ", ".join(f"{d.name}[{d.min}..{d.max}]" for d in fixes.export.dims))
+    export = fixes.export
+    if export.feasible:
+        click.echo(f"export      {sum(d.kind == 'dim' for d in export.dims)} Dims: "
+                   + ", ".join(d.describe() for d in export.dims)
+                   + (f"; outside them: {', '.join(f'T{o.topology}' for o in export.outside)} "
+                      f"({sum(o.samples for o in export.outside)} samples, see fixes.json)" if export.outside else ""))
+    else:
+        click.secho(f"export      NOT POSSIBLE on this model, export_dims.py not written: {first_line(export.reason)} "
+                    "(torch's whole message is in fixes.json and the report)", fg="yellow")
     click.echo("wrote       " + ", ".join(str(p) for p in fixes.files))
     if make_bundles:
         _echo_bundles(out_dir, pipeline.bundle(out_dir, progress=_bundle_progress, corpus=corpus))

@@ -409,6 +409,7 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: boo
     from .emit.export_dims import render_export_dims
     from .emit.unbacked import render_unbacked
     from .emit.warmup import render_warmup
+    from .exporting import plan_export
 
     if margin < 0:
         raise CompileOptionsError(f"margin {margin} must be >= 0")
@@ -429,7 +430,7 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: boo
     unbacked_plan = planning.residual_samples(
         model, itertools.chain(corpus, probed), planning.choose_unbacked(catalog), options, catalog
     )
-    export_plan = planning.choose_export_dims(catalog, margin)
+    export_plan = plan_export(model, catalog, sample_at, margin)
     unbacked_ok = unbacked_plan.status == "ok"
 
     folders = [("warmup", [step.sample for step in warmup_plan.steps])]
@@ -451,7 +452,7 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: boo
             catalog, unbacked_plan, plain_graphs=warmup_plan.graphs,
             supports_unbacked_sources=torch_compat.supports_unbacked_sources(),
         ) if unbacked_ok else None,
-        "export": render_export_dims(catalog, export_plan),
+        "export": render_export_dims(catalog, export_plan) if export_plan.feasible else None,
     }
     files = FIX_FILES
     written = []
@@ -505,15 +506,31 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: boo
             },
             {
                 "name": "export",
-                "file": files["export"],
+                "file": files["export"] if export_plan.feasible else None,
                 "title": "torch.export Dim bounds",
-                "summary": f"{len(export_plan.dims)} Dims for {sum(len(d.members) for d in export_plan.dims)} dynamic dims"
-                + (f", margin {export_plan.margin:.0%}" if export_plan.margin else ""),
+                "status": export_plan.status,
+                "reason": export_plan.reason,
+                "summary": (
+                    f"{sum(d.kind == 'dim' for d in export_plan.dims)} Dims for "
+                    f"{sum(len(d.members) for d in export_plan.dims)} dynamic dims"
+                    + (f", margin {export_plan.margin:.0%}" if export_plan.margin else "")
+                    + (f"; {len(export_plan.outside)} topologies ({sum(o.samples for o in export_plan.outside)} "
+                       f"samples) outside them" if export_plan.outside else "")
+                    if export_plan.feasible else f"not possible on this model: {export_plan.reason}"
+                ),
                 "code": codes["export"],
                 "details": {
                     "dims": {d.name: [d.min, d.max] for d in export_plan.dims},
+                    "relations": {d.name: d.expression for d in export_plan.dims if d.kind != "dim"},
                     "example_sample": export_plan.example_sample,
+                    "example_topology": export_plan.example_topology,
+                    "suggested_fixes": list(export_plan.fixes),
+                    "outside": [
+                        {"topology": o.topology, "sample": o.sample, "samples": o.samples, "reason": o.reason}
+                        for o in export_plan.outside
+                    ],
                     "not_declared": list(export_plan.warnings),
+                    **({"torch_message": export_plan.torch_message} if export_plan.torch_message else {}),
                 },
             },
         ],

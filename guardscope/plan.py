@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import keyword
 import math
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -262,24 +263,81 @@ def residual_samples(
 
 @dataclass(frozen=True)
 class ExportDim:
+    """One name of the export spec, one line of ``export_dims.py``.
+
+    ``kind`` is ``"dim"`` (a ``Dim`` with ``min``..``max``), ``"static"`` (torch specialised the
+    size: ``min == max`` is the value) or ``"derived"`` (``coefficient * root + offset`` over a root
+    Dim, as torch's ``_DerivedDim``; its range follows the root's). A root torch introduced for
+    derived dims has no members of its own.
+    """
+
     name: str
     min: int
     max: int
-    members: tuple[tuple[str, int], ...]  # (argument, axis) sharing this Dim
-    note: str
+    members: tuple[tuple[str, int], ...]  # (argument, axis) sharing this name
+    note: str  # where it came from: the corpus range, then each suggested fix of torch's
+    kind: str = "dim"
+    root: str | None = None
+    coefficient: int = 1
+    offset: int = 0
+
+    @property
+    def expression(self) -> str:
+        """The right-hand side of its line in ``export_dims.py``."""
+        if self.kind == "static":
+            return str(self.min)
+        if self.kind == "derived":
+            text = self.root if self.coefficient == 1 else f"{self.coefficient} * {self.root}"
+            if self.offset:
+                text += f" + {self.offset}" if self.offset > 0 else f" - {-self.offset}"
+            return text
+        return f"Dim({self.name!r}, min={self.min}, max={self.max})"
+
+    def describe(self) -> str:
+        """Short form for the CLI: ``x_0[1..8]``, ``x_1=64``, ``x_2=2*_x_2[4..200]``."""
+        if self.kind == "static":
+            return f"{self.name}={self.min}"
+        relation = "=" + self.expression.replace(" ", "") if self.kind == "derived" else ""
+        return f"{self.name}{relation}[{self.min}..{self.max}]"
+
+
+@dataclass(frozen=True)
+class OutsideTopology:
+    """A topology whose representative the exported program does not take, and why."""
+
+    topology: int
+    sample: int
+    samples: int  # corpus samples in the topology
+    reason: str
 
 
 @dataclass(frozen=True)
 class ExportPlan:
+    """The export spec. ``status`` is ``"ok"`` or ``"infeasible"`` (torch.export cannot export
+    the model: ``reason`` says why in plain words with a remedy, ``torch_message`` is torch's
+    whole message); ``fixes`` are torch's suggested fixes applied, ``outside`` the topologies the
+    exported program does not take."""
+
     dims: tuple[ExportDim, ...]
     arguments: tuple[str, ...]
     example_sample: int
     margin: float
     warnings: tuple[str, ...] = ()
+    status: str = "ok"
+    reason: str | None = None
+    torch_message: str | None = None
+    fixes: tuple[str, ...] = ()
+    outside: tuple[OutsideTopology, ...] = ()
+    example_topology: int | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return self.status == "ok"
 
 
 def choose_export_dims(catalog: dict[str, Any], margin: float = 0.0) -> ExportPlan:
-    """One ``Dim`` per class of dynamic dims equal in every sample; static dims stay static."""
+    """The corpus's spec, before torch has a say: one ``Dim`` per class of dynamic dims equal in
+    every sample where both are present, bounds from the corpus; static dims stay static."""
     order = _dim_order(catalog)
     stats = {d["dim"]: d for d in catalog["dimensions"]}
     seen: set[str] = set()
@@ -303,7 +361,7 @@ def choose_export_dims(catalog: dict[str, Any], margin: float = 0.0) -> ExportPl
         low = min(stats[d]["min"] for d in group)
         high = max(stats[d]["max"] for d in group)
         high = max(int(math.ceil(high * (1.0 + margin))), low + 1)
-        note = f"corpus range {low}..{stats[name]['max']}"
+        note = f"corpus range {low}..{max(stats[d]['max'] for d in group)}"
         if len(members) > 1:
             note += "; equal in every sample: " + ", ".join(f"{a} dim {x}" for a, x in members)
         if low <= 1:
@@ -321,4 +379,170 @@ def choose_export_dims(catalog: dict[str, Any], margin: float = 0.0) -> ExportPl
         example_sample=largest["first_sample"] if largest else 0,
         margin=margin,
         warnings=tuple(warnings),
+        example_topology=largest["id"] if largest else None,
     )
+
+
+def choose_example(topologies: list[dict[str, Any]], structures: dict[int, Any], unsuited: set[int]) -> dict[str, Any]:
+    """The topology whose representative to export with, so that the program takes most of the
+    corpus: of the call structure most samples share (``structures[id]``: which arguments are
+    passed or None, dtypes... — a program takes only calls structured like its example), the
+    largest topology whose representative has no dynamic dim of size 0 or 1 (``unsuited``:
+    torch.export specialises an example's 0 or 1 to a constant)."""
+    weight: dict[Any, int] = {}
+    for topology in topologies:
+        key = structures[topology["id"]]
+        weight[key] = weight.get(key, 0) + topology["count"]
+    first = {}
+    for topology in topologies:
+        first.setdefault(structures[topology["id"]], topology["id"])
+    common = max(weight, key=lambda key: (weight[key], -first[key]))
+    candidates = [t for t in topologies if structures[t["id"]] == common]
+    return min(candidates, key=lambda t: (t["id"] in unsuited, -t["count"], t["id"]))
+
+
+def call_difference(example: dict[str, str], call: dict[str, str]) -> str | None:
+    """Why a call is structured unlike the exported example, in words, or None when alike. Both
+    map each argument the call binds, in forward's order, to a description of its value."""
+    differences = []
+    for name in [*call, *(n for n in example if n not in call)]:
+        if name not in example:
+            differences.append(f"passes {name}, which the exported example does not")
+        elif name not in call:
+            differences.append(f"does not pass {name}, which the exported example passes")
+        elif call[name] != example[name]:
+            differences.append(f"{name} is {call[name]} (in the exported example: {example[name]})")
+    return "; ".join(differences) or None
+
+
+# torch's "Suggested fixes:" lines (torch.fx.experimental.symbolic_shapes prettify_results, torch
+# 2.3 - 2.14), read as torch.export.dynamic_shapes.refine_dynamic_shapes_from_suggested_fixes does:
+#   name = Dim('name', min=3, max=6)   a range (min omitted when it is 2, torch's default)
+#   name = 4                           specialised to a constant
+#   name = 2*root + 1                  derived from a root Dim (an increasing linear relation)
+SUGGESTED_FIXES = "Suggested fixes:"
+RANGE_FIX = re.compile(r"^(\w+) = Dim\('(\w+)'(?:, min=(\d+))?(?:, max=(\d+))?\)$")
+STATIC_FIX = re.compile(r"^(\w+) = (\d+)$")
+DERIVED_FIX = re.compile(r"^(\w+) = (?:(\d+)\*)?([A-Za-z_]\w*)(?: ([+-]) (\d+))?$")
+
+
+@dataclass(frozen=True)
+class SuggestedFix:
+    """One line of torch's suggested fixes: ``kind`` ``"dim"`` (``min``/``max``, None where torch
+    left it out), ``"static"`` (``value``) or ``"derived"`` (``coefficient * root + offset``)."""
+
+    name: str
+    kind: str
+    text: str  # the line as torch wrote it
+    min: int | None = None
+    max: int | None = None
+    value: int | None = None
+    root: str | None = None
+    coefficient: int = 1
+    offset: int = 0
+
+
+def parse_suggested_fixes(message: str) -> tuple[SuggestedFix, ...]:
+    """The fixes of a torch.export constraint violation (the lines after ``Suggested fixes:`` up
+    to a blank line). Raises ValueError for a line that is none of the three forms."""
+    if SUGGESTED_FIXES not in message:
+        raise ValueError("torch's message has no suggested fixes")
+    fixes = []
+    for line in message.split(SUGGESTED_FIXES, 1)[1].strip("\n").splitlines():
+        line = line.strip()
+        if not line:
+            break
+        if match := RANGE_FIX.match(line):
+            name, named, low, high = match.groups()
+            if named != name:
+                raise ValueError(f"cannot read torch's suggested fix {line!r}")
+            fixes.append(SuggestedFix(name, "dim", line, min=None if low is None else int(low),
+                                      max=None if high is None else int(high)))
+        elif match := STATIC_FIX.match(line):
+            fixes.append(SuggestedFix(match.group(1), "static", line, value=int(match.group(2))))
+        elif match := DERIVED_FIX.match(line):
+            name, coefficient, root, sign, offset = match.groups()
+            fixes.append(SuggestedFix(name, "derived", line, root=root, coefficient=int(coefficient or 1),
+                                      offset=int(offset or 0) * (-1 if sign == "-" else 1)))
+        else:
+            raise ValueError(f"cannot read torch's suggested fix {line!r}")
+        check_identifier(fixes[-1].name, "Dim name")
+    if not fixes:
+        raise ValueError("torch's suggested fixes are empty")
+    return tuple(fixes)
+
+
+def apply_suggested_fixes(dims: tuple[ExportDim, ...], fixes: tuple[SuggestedFix, ...],
+                          round_number: int) -> tuple[ExportDim, ...]:
+    """The spec after torch's suggested fixes, each noted on the line it changed.
+
+    A bound torch left out keeps the corpus's: torch leaves out a minimum of 2, its own default,
+    and the corpus may hold smaller sizes its size-oblivious reasoning serves; but when the fix
+    would change nothing else, torch did mean a minimum of 2 (else it would not have rejected
+    the Dim), and the fix gets it. A root torch
+    introduces gets the range that covers its derived dims' corpus ranges, within torch's
+    bounds. Derived dims follow their root: a static root makes them static, a derived root is
+    composed into theirs. Roots come before the dims derived from them. Raises ValueError for a
+    fix of an unknown name.
+    """
+    by_name = {dim.name: dim for dim in dims}
+    source = f"torch's suggested fix (round {round_number})"
+    fixed: dict[str, ExportDim] = {}
+    new_roots: dict[str, ExportDim] = {}
+    for fix in fixes:
+        dependents = [f for f in fixes if f.kind == "derived" and f.root == fix.name]
+        if fix.name not in by_name:
+            if fix.kind != "dim" or not dependents:
+                raise ValueError(f"torch suggested {fix.text!r} for {fix.name}, which guardscope did not declare")
+            low = min(max(-(-(by_name[f.name].min - f.offset) // f.coefficient), 0) for f in dependents)
+            high = max((by_name[f.name].max - f.offset) // f.coefficient for f in dependents)
+            low = low if fix.min is None else fix.min
+            high = high if fix.max is None else fix.max
+            new_roots[fix.name] = ExportDim(
+                name=fix.name, min=low, max=max(high, low + 1), members=(),
+                note=f"{source}: {fix.text}; the root of " + ", ".join(f.name for f in dependents))
+            continue
+        dim = by_name[fix.name]
+        note = f"{dim.note}; {source}: {fix.text}"
+        if fix.kind == "dim":
+            high = dim.max if fix.max is None else fix.max
+            if fix.min is not None:
+                low = fix.min
+            elif dim.kind == "dim" and high == dim.max:  # nothing else changes: torch meant its default
+                low = max(dim.min, 2)
+            else:
+                low = dim.min
+            fixed[fix.name] = replace(dim, kind="dim", min=low, max=max(high, low + 1), root=None,
+                                      coefficient=1, offset=0, note=note)
+        elif fix.kind == "static":
+            fixed[fix.name] = replace(dim, kind="static", min=fix.value, max=fix.value, root=None,
+                                      coefficient=1, offset=0, note=note)
+        else:
+            if fix.root not in by_name and not any(f.name == fix.root for f in fixes):
+                raise ValueError(f"torch suggested {fix.text!r} over {fix.root}, which guardscope did not declare")
+            fixed[fix.name] = replace(dim, kind="derived", root=fix.root, coefficient=fix.coefficient,
+                                      offset=fix.offset, note=note)
+    spec = {**new_roots, **{dim.name: fixed.get(dim.name, dim) for dim in dims}}
+    resolved = {name: _resolve(spec, dim) for name, dim in spec.items()}
+    ordered: dict[str, ExportDim] = {}
+    for dim in dims:
+        current = resolved[dim.name]
+        if current.kind == "derived":
+            ordered.setdefault(current.root, resolved[current.root])
+        ordered.setdefault(current.name, current)
+    return tuple(ordered.values())
+
+
+def _resolve(spec: dict[str, ExportDim], dim: ExportDim) -> ExportDim:
+    """A derived dim over a root Dim, its range the root's mapped; static over a static root."""
+    if dim.kind != "derived":
+        return dim
+    root = _resolve(spec, spec[dim.root])
+    if root.kind == "derived":  # composed: a(b*x + c) + d over b's root
+        dim = replace(dim, root=root.root, coefficient=dim.coefficient * root.coefficient,
+                      offset=dim.coefficient * root.offset + dim.offset)
+        root = spec[dim.root]
+    low, high = (dim.coefficient * bound + dim.offset for bound in (root.min, root.max))
+    if root.kind == "static":
+        return replace(dim, kind="static", min=low, max=low, root=None, coefficient=1, offset=0)
+    return replace(dim, min=low, max=high)

@@ -747,3 +747,15 @@ def cache_device_name(device: Any) -> str:
     import platform
 
     return f"{target.type} ({platform.machine() or 'unknown'})"
+
+
+# --- torch.export ------------------------------------------------------------------------------
+
+
+def is_constraint_violation(exc: BaseException) -> bool:
+    """Whether torch.export rejected the Dims and said how to fix them: a
+    ``torch._dynamo.exc.UserError`` (torch 2.1 - 2.14) whose message lists ``Suggested fixes:``
+    (``ShapeEnv``'s ``prettify_results``, torch 2.3+)."""
+    from torch._dynamo.exc import UserError
+
+    return isinstance(exc, UserError) and "Suggested fixes:" in str(exc)

@@ -67,6 +67,8 @@ def test_export_dims_share_equal_dims(seed_fixes):
     assert sorted(dims) == ["context_0", "cross_edge_index_1", "local_edge_index_1", "x_0"]
     assert dims["local_edge_index_1"].members == (("local_edge_index", 1), ("local_edge_scale", 0))
     assert dims["x_0"].min == 0 and dims["x_0"].max == 60
+    # torch.export takes the corpus's Dims as they are, and every topology's call
+    assert fixes.export.feasible and fixes.export.fixes == () and fixes.export.outside == ()
     code = (out / "export_dims.py").read_text()
     assert "'local_edge_scale': {0: local_edge_index_1}" in code
 

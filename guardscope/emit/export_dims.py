@@ -25,4 +25,8 @@ def render_export_dims(catalog: dict[str, Any], plan: ExportPlan) -> str:
         shapes=shapes,
         margin=plan.margin,
         example_sample=plan.example_sample,
+        example_topology=plan.example_topology,
+        outside=plan.outside,
+        outside_samples=sum(item.samples for item in plan.outside),
+        topologies=len(catalog["topologies"]),
     )
