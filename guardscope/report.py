@@ -710,15 +710,15 @@ def fixes_context(fixes: dict | None, verification: dict | None, bundles: dict |
     return result
 
 
-
 # --- the recommendation box ------------------------------------------------------------------
 
 FIX_ORDER = ("warmup", "unbacked", "export")  # ties between fixes go to the earlier one
 RECOMMENDATION_RULE = (
     "A fix guardscope verify passed beats one it did not pass; among those passed, the plan bench.json "
     "recommends when it names one, otherwise the plan that compiles the fewest graphs at set-up. "
-    "torch.export only when it passed and nothing else did. A fix verify failed, and one not possible "
-    "on this model, never."
+    "torch.export only when it passed and nothing else did. Never a fix verify failed or crashed, nor "
+    "one not possible on this model. Before verify has run, the same rule picks provisionally among "
+    "the fixes not verified, export excepted."
 )
 
 
