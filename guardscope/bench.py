@@ -440,6 +440,11 @@ def run_strategy(
     paired: int = 1,
 ) -> dict[str, Any]:
     """Measure one strategy in a fresh process with empty compile caches; always a row."""
+    from .verify import planned_status
+
+    infeasible = planned_status(out_dir, name) if name in ARTIFACTS else None
+    if infeasible is not None:
+        return empty_row(name, "skipped", f"emit-warmup found this fix infeasible on this model: {infeasible}")
     if name in ARTIFACTS and not (out_dir / ARTIFACTS[name]).is_file():
         return empty_row(name, "skipped", f"{ARTIFACTS[name]} not found: run 'guardscope emit-warmup {out_dir}'")
     from .bundle import isolated_caches

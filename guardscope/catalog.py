@@ -45,6 +45,9 @@ _TENSOR_MATCH = re.compile(
 _EQUALITY = re.compile(r"^(?P<a>\S+\.(?:size|stride)\(\)\[\d+\]) == (?P<b>\S+\.(?:size|stride)\(\)\[\d+\])$")
 # Inductor's int32-indexing guards ("32*x.size()[0] <= 2147483647"): bounds, not topologies.
 _OVERFLOW_BOUND = re.compile(r"<= (?:2147483647|9223372036854775807)$")
+# The same bound as the upper end of a two-sided guard (inductor adds int32 headroom, max - 1):
+# the lower bound is the fact, the upper one depends on the backend.
+_OVERFLOW_END = re.compile(r"^(?P<bounded>-?\d+ <= .+?) <= (?:214748364[67]|922337203685477580[67])$")
 # A guard on the frame's inputs reads a local (``L['x']``), not the wrapper's closure or globals.
 _ON_INPUTS = re.compile(r"L\[['\"](?!self['\"])\w+['\"]\](?!(?:\[[^\]]*\])*\.__(?:closure|defaults|code|kwdefaults)__)")
 _LOWER_TWO = re.compile(r"^2 <= (?P<dim>\S+\.size\(\)\[\d+\])(?: <= \d+)?$")
@@ -109,6 +112,8 @@ def guard_atoms(guards: Iterable[str], rename: Callable[[str], str] = strip_loca
                 continue  # stride == size: the layout of a contiguous tensor, not a topology fact
             elif lower:
                 atoms.add(("ge2", lower.group("dim")))
+            elif _OVERFLOW_END.match(expression):
+                atoms.add(("relation", _OVERFLOW_END.match(expression).group("bounded")))
             elif expression and not _OVERFLOW_BOUND.search(expression):
                 atoms.add(("relation", expression))
         elif kind == "LENGTH_CHECK":

@@ -14,7 +14,6 @@ remedy, and torch's whole message.
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 import sysconfig
@@ -27,6 +26,7 @@ from typing import Any, Callable
 import torch
 
 from . import torch_compat
+from .binding import CallBinder, tensors_of
 from .emit.export_dims import render_export_dims
 from .model import Sample
 from .plan import (
@@ -83,6 +83,11 @@ def plan_export(model: Any, catalog: dict[str, Any], sample_at: Callable[[int], 
     unsuited = {topology for topology, arguments in bound.items() if small_dynamic_size(plan, arguments)}
     example = choose_example(topologies, structures, unsuited)
     plan = replace(plan, example_sample=example["first_sample"], example_topology=example["id"])
+    # Export where the recorded tensors are (the model may have been moved to the analysis's
+    # device by the planning before this).
+    recorded = [tensor for _, tensor in tensors_of(bound[example["id"]] or {})]
+    if recorded:
+        model = model.to(recorded[0].device)
     plan, program = refine(model, samples[example["id"]], plan, catalog)
     if program is None:
         return plan
@@ -143,12 +148,9 @@ def load_rendered(text: str) -> types.ModuleType:
 
 
 def bind(model: Any, sample: Sample) -> dict[str, Any] | None:
-    """The sample's arguments by forward's parameter names (``inspect.signature`` follows
-    ``__wrapped__``, as torch.export does), or None when they do not bind."""
-    try:
-        return dict(inspect.signature(model.forward).bind(*sample.args, **sample.kwargs).arguments)
-    except TypeError:
-        return None
+    """The sample's arguments by forward's parameter names, as torch.export binds them (through
+    transformers' wrapper to forward's own parameters), or None when they do not bind."""
+    return CallBinder(model).arguments(sample.args, sample.kwargs)
 
 
 def describe_call(arguments: dict[str, Any] | None) -> dict[str, str] | None:

@@ -703,7 +703,8 @@ def fixes_context(fixes: dict | None, verification: dict | None, bundles: dict |
                 ],
                 "failures_hidden": max(len(check.get("failures") or []) - LIST_SHOWN, 0),
                 "topologies": [
-                    {"id": t["id"], "passed": t["passed"], "error": t.get("error")}
+                    {"id": t["id"], "passed": t["passed"], "error": t.get("error"),
+                     "status": t.get("status") or ("passed" if t["passed"] else "failed")}
                     for t in check.get("topologies") or []
                 ],
             },
