@@ -570,7 +570,7 @@ def _sort_key(key: CompileKey) -> tuple:
 
 # The fields classify reads out of a failure's guard or reason text (``_spellings`` says where).
 _SPELLED = ("expected", "actual", "user_source", "hint", "operator")
-_LOCATION = re.compile(r"[^\s#()]+:\d+ in [\w<>.]+")
+_LOCATION = re.compile(r"(?P<path>[^\s#()]+):(?P<line>\d+) in (?P<function>[\w<>.]+)")
 
 
 def _spellings(name: str, value: str) -> list[tuple[re.Pattern[str], str]]:
@@ -585,10 +585,12 @@ def _spellings(name: str, value: str) -> list[tuple[re.Pattern[str], str]]:
         value = f"{normalize_reason(place.removesuffix(')'))} in {function}"
     pieces = [value]
     if name == "user_source":
-        # "model.py:70 in forward: <code>" stands in the reason as "<code>  # model.py:70 in forward"
+        # "model.py:70 in forward: <code>" stands in the reason as "<code>  # model.py:70 in forward",
+        # and in its user stack trace as 'File "model.py", line 70, in forward'
         location, colon, code = value.partition(": ")
-        if colon and _LOCATION.fullmatch(location):
-            pieces = [location, code]
+        where = _LOCATION.fullmatch(location)
+        if colon and where:
+            pieces = [location, f'File "{where["path"]}", line {where["line"]}, in {where["function"]}', code]
     return [(re.compile(re.escape(piece)), "…") for piece in pieces if piece]
 
 

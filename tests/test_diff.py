@@ -229,15 +229,31 @@ def test_an_ignored_field_is_ignored_in_the_guard_and_reason_too(golden, field, 
     assert diff_catalogs(golden, edited, ignore=(field,)).identical
 
 
-def test_an_ignored_operator_is_ignored_in_the_reason_too(golden):
-    new, old = copy.deepcopy(golden), copy.deepcopy(golden)
-    for catalog, line in ((old, 1811), (new, 1850)):
+def _reasons(golden: dict, raw: str, **fields) -> tuple[dict, dict]:
+    """Two copies of the golden catalog whose first failure of sample 180 has ``raw`` and
+    ``fields`` formatted with ``where`` "models" and line 1811, and "mymodels" and line 1850."""
+    old, new = copy.deepcopy(golden), copy.deepcopy(golden)
+    for catalog, where, line in ((old, "models", 1811), (new, "mymodels", 1850)):
         failure = compile_at(catalog, 180)["failures"][0]
-        failure["operator"] = f"conv (_subclasses/fake_impls.py:{line})"
-        failure["raw"] += f"  # y = conv(x)  # model.py:3 in forward (_subclasses/fake_impls.py:{line} in conv)"
+        failure["raw"] = "0/0: 2 <= x.size()[0]" + raw.format(where=where, line=line)
+        failure.update({name: value.format(where=where, line=line) for name, value in fields.items()})
+    return old, new
+
+
+def test_an_ignored_operator_is_ignored_in_the_reason_too(golden):
+    old, new = _reasons(golden, "  # y = conv(x)  # model.py:3 in forward (_subclasses/fake_impls.py:{line} in conv)",
+                        operator="conv (_subclasses/fake_impls.py:{line})")
     assert not diff_catalogs(old, new).identical
     assert diff_catalogs(old, new, ignore=("operator",)).identical
     assert not diff_catalogs(old, new, ignore=("user_source",)).identical
+
+
+def test_an_ignored_user_source_is_ignored_in_the_user_stack_too(golden):
+    stack = '\nUser stack trace:\n  File "{where}/m.py", line 220, in forward\n    for extra in extras:'
+    old, new = _reasons(golden, "  # for extra in extras:  # {where}/m.py:220 in forward" + stack,
+                        user_source="{where}/m.py:220 in forward: for extra in extras:")
+    assert not diff_catalogs(old, new).identical
+    assert diff_catalogs(old, new, ignore=("user_source",)).identical
 
 
 def test_dimension_change_warns_of_another_corpus(golden):
