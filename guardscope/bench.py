@@ -215,11 +215,12 @@ def apply_targets(rows: list[dict[str, Any]], criteria: Criteria) -> list[dict[s
     """Fill each measured row's speedup over eager and its targets (new rows; eager has none).
 
     ``speedup`` is eager's steady mean over the strategy's; ``worst_ratio`` the strategy's worst
-    request over eager's. Both are None (and their targets unknown) without a measured eager row.
+    request over eager's (see :func:`worst_ratio`). Both are None (and their targets unknown)
+    without a measured eager row.
     """
-    eager = next((r for r in rows if r["name"] == "eager" and r["status"] == "ok"), None)
+    eager_row = next((r for r in rows if r["name"] == "eager"), None)
+    eager = eager_row if eager_row and eager_row["status"] == "ok" else None
     eager_mean = eager["steady"]["mean_ms"] if eager and eager["steady"] else None
-    eager_worst = eager["worst_ms"] if eager else None
     result = []
     for row in rows:
         row = dict(row)
@@ -231,18 +232,38 @@ def apply_targets(rows: list[dict[str, Any]], criteria: Criteria) -> list[dict[s
             # timed on the same requests in the same process, free of the drift between processes.
             judged = paired if paired is not None else row["speedup"]
             if row["name"] != "eager":
-                worst_ratio = (round(row["worst_ms"] / eager_worst, 4)
-                               if eager_worst and row["worst_ms"] is not None else None)
+                worst, unknown = worst_ratio(row, eager_row)
                 row["targets"] = {
                     "recompiles": _target(row["recompiles"], criteria.max_recompiles, at_most=True),
                     "failed_requests": _target(row["errors"], 0, at_most=True),
                     "speedup": {**_target(judged, criteria.min_speedup, at_most=False),
                                 "basis": "paired" if paired is not None else "processes"},
                     "setup_seconds": _target(row["setup_seconds"], criteria.max_setup_seconds, at_most=True),
-                    "worst_ratio": _target(worst_ratio, criteria.max_worst_ratio, at_most=True),
+                    "worst_ratio": {**_target(worst, criteria.max_worst_ratio, at_most=True), "unknown": unknown},
                 }
         result.append(row)
     return result
+
+
+def worst_ratio(row: dict[str, Any], eager: dict[str, Any] | None) -> tuple[float | None, str | None]:
+    """The row's worst request over eager's worst, or None and why it is unknown (no eager row,
+    eager failed or skipped, a worst request that was not measured or measured 0 ms)."""
+    if eager is None:
+        return None, "no eager row"
+    if eager["status"] != "ok":
+        return None, f"eager {eager['status']}"
+    if eager["worst_ms"] is None or row["worst_ms"] is None:
+        return None, "no request measured"
+    if eager["worst_ms"] == 0:
+        return None, "eager's worst request measured 0 ms"
+    return round(row["worst_ms"] / eager["worst_ms"], 4), None
+
+
+def format_ratio(value: float) -> str:
+    """``957.8x``, ``1.4x``, ``0.04x``: tenths from 1 up, two significant digits below. A plan's
+    worst request can be a small fraction of eager's (eager's worst on a CPU, say, is a slow
+    first call), and one decimal printed 0.04 as ``0.0x``."""
+    return f"{value:.1f}x" if value >= 1 else f"{value:.2g}x"
 
 
 def missed_targets(row: dict[str, Any]) -> list[str]:
@@ -259,8 +280,8 @@ def missed_targets(row: dict[str, Any]) -> list[str]:
                         f"(at least {limit:g}x)" if value is not None
                         else "speedup unknown (no eager row)"),
             "setup_seconds": f"set-up {value:.1f} s (at most {limit:g} s)" if value is not None else "set-up unknown",
-            "worst_ratio": (f"worst request {value:.1f}x eager's worst (at most {limit:g}x)" if value is not None
-                            else "worst request unknown (no eager row)"),
+            "worst_ratio": (f"worst request {format_ratio(value)} eager's worst (at most {limit:g}x)"
+                            if value is not None else f"worst request unknown ({target.get('unknown') or 'no eager row'})"),
         }[key])
     return words
 
@@ -288,7 +309,7 @@ def recommend(rows: list[dict[str, Any]]) -> dict[str, Any]:
         targets = best["targets"]
         reason = (f"it meets every target ({targets['recompiles']['value']} recompiles, "
                   f"speedup {targets['speedup']['value']:.2f}x, set-up {targets['setup_seconds']['value']:.1f} s, "
-                  f"worst request {targets['worst_ratio']['value']:.1f}x eager's worst)")
+                  f"worst request {format_ratio(targets['worst_ratio']['value'])} eager's worst)")
         others = [r["name"] for r in measured if r is not best and not missed_targets(r)]
         if others:
             reason += f", the fastest of the plans that do ({', '.join([best['name'], *others])})"

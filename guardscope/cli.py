@@ -395,15 +395,19 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
               help="Edit pairs of dimensions together on the most common topology's sample (general), on every topology's sample (all), or not at all.")
 @click.option("--max-candidates", type=int, default=5000, show_default=True,
               help="Check at most this many synthetic samples (the rest are counted as truncated).")
+@click.option("--break-relations", is_flag=True,
+              help="Also edit dims the corpus always shows equal (a mask's rows and x's) apart; such inputs often raise in the model.")
 @_corpus_option
 @_friendly_errors
-def probe(out_dir: str, values: str, pairwise: str, max_candidates: int, corpus: str | None) -> None:
+def probe(out_dir: str, values: str, pairwise: str, max_candidates: int, break_relations: bool,
+          corpus: str | None) -> None:
     """Look for topologies the corpus has not shown yet, with synthetic inputs.
 
     From each topology's representative sample, builds edited copies at the boundaries Dynamo
     specialises on: each dynamic dimension (with the dims always equal to it) at 0, 1 and 2,
     pairs of dimensions at those sizes, pairs made equal, and the dtypes and memory layouts the
-    corpus shows for an input. Index tensors are kept in range; an edit that would index into an
+    corpus shows for an input. Dims always equal in the corpus stay equal unless
+    --break-relations. Index tensors are kept in range; an edit that would index into an
     empty dimension is dropped. Each synthetic sample is checked against the analysis' compiled
     graphs (no forward when one accepts it); those no graph accepts are compiled, and each new
     graph is a topology the corpus never showed.
@@ -419,13 +423,15 @@ def probe(out_dir: str, values: str, pairwise: str, max_candidates: int, corpus:
       guardscope emit-warmup out/ --include-probed && guardscope verify out/
     """
     from . import pipeline
+    from .probe import raised_words
 
     try:
         sizes = tuple(int(v) for v in values.split(",") if v.strip())
     except ValueError:
         raise click.BadParameter(f"{values!r} is not a comma-separated list of sizes", param_hint="--values")
     click.echo("probing (rebuilds the analysis' graphs, then checks each synthetic sample)...", err=True)
-    result = pipeline.probe(out_dir, values=sizes, pairwise=pairwise, max_candidates=max_candidates, corpus=corpus)
+    result = pipeline.probe(out_dir, values=sizes, pairwise=pairwise, max_candidates=max_candidates,
+                            break_relations=break_relations, corpus=corpus)
     document = result.document
     explored = document["explored"]
     click.echo(f"explored    {explored['planned']} edits on {explored['bases']} topology samples "
@@ -433,7 +439,7 @@ def probe(out_dir: str, values: str, pairwise: str, max_candidates: int, corpus:
                + (f", {explored['truncated']} over --max-candidates" if explored["truncated"] else ""))
     click.echo(f"checked     {explored['checked']} distinct synthetic samples: {explored['accepted']} accepted "
                f"by a compiled graph, {explored['new_graph']} needed a new one; {explored['invalid']} invalid, "
-               f"{explored['duplicates']} duplicates, {explored['model_error']} raised in the model")
+               f"{explored['duplicates']} duplicates, {raised_words(explored)}")
     found = document["new_topologies"]
     click.echo(f"new         {len(found)} topologies the corpus never showed")
     for topology in found[:20]:

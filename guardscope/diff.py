@@ -28,16 +28,20 @@ listed in :attr:`CatalogDiff.context` but never makes two analyses different:
 ``ignore`` drops failure fields from the comparison, for texts that legitimately differ:
 inductor prints a 0/1 guard as ``2 <= x.size()[0] <= 2147483647`` where eager prints
 ``2 <= x.size()[0]``, so a backend-fidelity check passes ``ignore=GUARD_TEXT``. A failure's
-``kind`` is always compared.
+``kind`` is always compared. The other fields are read out of the reason torch printed
+(``raw``), and a mismatch's ``expected`` and ``actual`` out of its ``guard``: an ignored field is
+masked in those texts too, or two failures that differ only in it would still differ there.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from .classify import normalize_reason
 from .report import _guard_text as guard_text
 from .report import format_samples
 
@@ -564,14 +568,54 @@ def _sort_key(key: CompileKey) -> tuple:
     return (sample is None, sample or 0, co_name, rank)
 
 
+# The fields classify reads out of a failure's guard or reason text (``_spellings`` says where).
+_SPELLED = ("expected", "actual", "user_source", "hint", "operator")
+_LOCATION = re.compile(r"(?P<path>[^\s#()]+):(?P<line>\d+) in (?P<function>[\w<>.]+)")
+
+
+def _spellings(name: str, value: str) -> list[tuple[re.Pattern[str], str]]:
+    """(pattern, replacement) masking the value of field ``name`` where a failure's guard or
+    reason spells it (as :mod:`guardscope.classify` read it from there)."""
+    if name in ("expected", "actual"):
+        # "expected 12, actual 7", "expected requires_grad=1", "Expected device index to be 0"
+        return [(re.compile(rf"(?i)(\b{name}(?: requires_grad=| device index to be | ))" + re.escape(value)), r"\1…")]
+    if name == "operator":
+        # "conv (_subclasses/fake_impls.py:1811)" stands in the reason as "(fake_impls.py:1811 in conv)"
+        function, _, place = value.partition(" (")
+        value = f"{normalize_reason(place.removesuffix(')'))} in {function}"
+    pieces = [value]
+    if name == "user_source":
+        # "model.py:70 in forward: <code>" stands in the reason as "<code>  # model.py:70 in forward",
+        # and in its user stack trace as 'File "model.py", line 70, in forward'
+        location, colon, code = value.partition(": ")
+        where = _LOCATION.fullmatch(location)
+        if colon and where:
+            pieces = [location, f'File "{where["path"]}", line {where["line"]}, in {where["function"]}', code]
+    return [(re.compile(re.escape(piece)), "…") for piece in pieces if piece]
+
+
+def _masked(text: str, failure: dict, ignored: Iterable[str]) -> str:
+    """``text`` (the failure's guard or reason) with the values of the ignored fields it spells
+    replaced by ``…``."""
+    for name in ignored:
+        value = failure.get(name)
+        if name in _SPELLED and value is not None:
+            for pattern, replacement in _spellings(name, str(value)):
+                text = pattern.sub(replacement, text)
+    return text
+
+
 def _failure_signature(failure: dict, graphs: dict[str, tuple], fields: tuple[str, ...]) -> tuple:
+    ignored = [name for name in FAILURE_FIELDS if name not in fields]
     values = []
     for name in fields:
         value = failure.get(name)
         if name == "against":
             value = graphs.get(value, value)
         elif name == "raw":
-            value = guard_text(failure)
+            value = _masked(guard_text(failure), failure, ignored)
+        elif name == "guard" and value is not None:
+            value = _masked(value, failure, ignored)
         elif isinstance(value, list):
             value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
         values.append(value)

@@ -589,6 +589,7 @@ def probe(
     values: tuple[int, ...] | None = None,
     pairwise: str = "general",
     max_candidates: int | None = None,
+    break_relations: bool = False,
     progress: Callable[[str, int, int], None] | None = None,
     corpus: str | Path | None = None,
 ) -> ProbeResult:
@@ -600,6 +601,10 @@ def probe(
     graph is a topology the corpus never showed. Writes ``probe/probe.json`` (what was explored,
     what was found) and ``probe/corpus/`` (one synthetic sample per new topology, a corpus that
     ``emit-warmup --include-probed`` covers), then re-renders the report.
+
+    Edits keep the dims the corpus always shows equal equal; ``break_relations`` also edits
+    them apart (candidates of kind ``"broken"``), and ``explored.model_error_by_kind`` says how
+    many of each kind raised in the model.
     """
     from . import probe as probing
     from .corpus import CorpusWriter
@@ -651,6 +656,7 @@ def probe(
         pairwise=pairwise,
         base_layouts=per_base(probing.layout_of),
         base_dtypes=per_base(lambda t: str(t.dtype).replace("torch.", "")),
+        break_relations=break_relations,
     )
     chosen, truncated = planned[:limit], max(0, len(planned) - limit)
 
@@ -704,11 +710,13 @@ def probe(
         )
     outcomes = {"accepted": 0, "new_graph": 0, "model_error": 0, "not_analysed": 0}
     model_errors: list[dict[str, Any]] = []
+    errors_by_kind: dict[str, int] = {}
     by_compile: dict[str, list[int]] = {}
     for position, (candidate, sample) in enumerate(synthetic):
         meta = metas[sample.index]
         if meta.error is not None:
             outcomes["model_error"] += 1
+            errors_by_kind[candidate.kind] = errors_by_kind.get(candidate.kind, 0) + 1
             if len(model_errors) < 20:
                 model_errors.append({"found_by": candidate.describe(), "error": meta.error})
         elif meta.serving is None:
@@ -742,7 +750,8 @@ def probe(
         "schema": 1,
         "catalog_sha256": catalog_digest(catalog),
         "torch_version": result.torch_version,
-        "bounds": {"values": list(values), "pairwise": pairwise, "max_candidates": limit},
+        "bounds": {"values": list(values), "pairwise": pairwise, "max_candidates": limit,
+                   "break_relations": break_relations},
         "scan": scanned.to_json(),
         "explored": {
             "bases": len(representatives),
@@ -754,6 +763,7 @@ def probe(
             "duplicates": duplicates,
             "checked": len(synthetic),
             **outcomes,
+            "model_error_by_kind": dict(sorted(errors_by_kind.items())),
         },
         "new_topologies": new_topologies,
         "model_errors": model_errors,

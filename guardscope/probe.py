@@ -9,7 +9,11 @@ Three steps, kept apart:
   representative: each dynamic class at 0, 1 and 2, pairs of classes made equal, and every
   dtype and memory layout seen for an input applied to the representatives that lack it; on the
   most common topology's representative also every pair of classes at every pair of those
-  values (pairwise, not the full product).
+  values (pairwise, not the full product). A size edit always sets a whole class: dims the
+  corpus always shows equal are a relation the model may need (a mask with one entry per row
+  of ``x``), and an input that breaks it is more likely to raise in the model than to show a
+  topology. Only when asked (``break_relations``) is each member of a class also edited alone,
+  labelled as breaking the relation.
 * :func:`scan` (reads tensors, compiles nothing): dtypes and layouts seen per input, and which
   integer inputs index into which dimension (every value below that dim's size in every
   scanned sample), so synthetic index tensors stay in range.
@@ -48,10 +52,12 @@ SCAN_INDEX_SAMPLES = 64  # samples read to infer index relations (plus every rep
 class Edit:
     """One change to a real sample.
 
-    ``kind`` is ``"size"`` (every dim of ``dims`` set to ``value``), ``"equal"`` (every dim of
-    ``dims`` set to the size ``other`` has in the base sample), ``"dtype"`` (input ``path`` cast
-    to ``value``) or ``"layout"`` (input ``path`` given the layout ``value``: ``("order",
-    stride order)`` or, for an empty tensor, ``("empty", strides)``).
+    ``kind`` is ``"size"`` (every dim of ``dims`` the sample has set to ``value``), ``"equal"``
+    (every dim of ``dims`` set to the size ``other`` has in the base sample), ``"dtype"`` (input
+    ``path`` cast to ``value``) or ``"layout"`` (input ``path`` given the layout ``value``:
+    ``("order", stride order)`` or, for an empty tensor, ``("empty", strides)``). ``breaks``
+    names the dims a size edit leaves alone although the corpus always showed them equal to
+    ``dims`` (only with ``break_relations``).
     """
 
     kind: str
@@ -59,10 +65,12 @@ class Edit:
     value: Any = None
     path: str = ""
     other: tuple[str, ...] = ()
+    breaks: tuple[str, ...] = ()
 
     def describe(self) -> str:
         if self.kind == "size":
-            return f"{_dims_words(self.dims)} = {self.value}"
+            broken = f", breaking {_dims_words(self.dims)} = {_dims_words(self.breaks)}" if self.breaks else ""
+            return f"{_dims_words(self.dims)} = {self.value}{broken}"
         if self.kind == "equal":
             return f"{_dims_words(self.dims)} = {_dims_words(self.other)}"
         if self.kind == "dtype":
@@ -78,6 +86,8 @@ class Edit:
             data["dims"] = list(self.dims)
         if self.other:
             data["equal_to"] = list(self.other)
+        if self.breaks:
+            data["breaks"] = list(self.breaks)
         if self.path:
             data["input"] = self.path
         if self.value is not None:
@@ -95,7 +105,7 @@ def _dims_words(dims: tuple[str, ...]) -> str:
 class Candidate:
     base_topology: int
     base_sample: int
-    kind: str  # "single", "pair", "equal", "dtype", "layout"
+    kind: str  # "single", "pair", "equal", "dtype", "layout", "broken"
     edits: tuple[Edit, ...]
 
     def describe(self) -> str:
@@ -143,11 +153,14 @@ def plan_candidates(
     pairwise: str = "general",
     base_layouts: dict[int, dict[str, tuple[str, tuple[int, ...]]]] | None = None,
     base_dtypes: dict[int, dict[str, str]] | None = None,
+    break_relations: bool = False,
 ) -> list[Candidate]:
     """Every edit worth checking, per topology representative, in a deterministic order.
 
     ``base_shapes[sample][path]`` is a representative's tensor shapes (edits that change
-    nothing are left out); layouts and dtypes likewise, for the layout and dtype edits.
+    nothing are left out); layouts and dtypes likewise, for the layout and dtype edits. Size
+    edits set whole classes; ``break_relations`` adds, for each class of several dims the
+    representative has, each of them alone at each value (kind ``"broken"``).
     """
     if pairwise not in PAIRWISE:
         raise ValueError(f"pairwise must be one of {PAIRWISE}")
@@ -172,6 +185,17 @@ def plan_candidates(
             for value in values:
                 if size_of(members) != value:
                     candidates.append(Candidate(topology["id"], base, "single", (Edit("size", members, value),)))
+        if break_relations:
+            for members in present:
+                here = [dim for dim in members if size_of((dim,)) is not None]
+                if len(here) < 2:
+                    continue
+                for dim in here:
+                    rest = tuple(d for d in here if d != dim)
+                    for value in values:
+                        if size_of(members) != value:
+                            edit = Edit("size", (dim,), value, breaks=rest)
+                            candidates.append(Candidate(topology["id"], base, "broken", (edit,)))
         if pairwise == "all" or (pairwise == "general" and topology["id"] == general):
             for a, b in itertools.combinations(present, 2):
                 for va, vb in itertools.product(values, repeat=2):
@@ -194,6 +218,15 @@ def plan_candidates(
                 if have is not None and layout != have and layout[0] == have[0] and len(layout[1]) == len(have[1]):
                     candidates.append(Candidate(topology["id"], base, "layout", (Edit("layout", path=path, value=layout),)))
     return candidates
+
+
+def raised_words(explored: dict[str, Any]) -> str:
+    """``"3 raised in the model (broken 3)"``: how many checked samples raised and from which
+    kind of edit, so a probe whose inputs the model rejects says so (and whether it was asked
+    to break relations) rather than hiding it in a count of what was explored."""
+    by_kind = explored["model_error_by_kind"]
+    kinds = f" ({', '.join(f'{kind} {count}' for kind, count in by_kind.items())})" if by_kind else ""
+    return f"{explored['model_error']} raised in the model{kinds}"
 
 
 def general_topology(catalog: dict[str, Any]) -> int | None:
@@ -365,19 +398,17 @@ def synthesize(base: Sample, bound: inspect.BoundArguments, candidate: Candidate
     sizes: dict[str, int] = {}
     for edit in candidate.edits:
         if edit.kind in ("size", "equal"):
-            if edit.kind == "size":
-                value = int(edit.value)
-            else:
-                path, axis = split_dim(edit.other[0])
-                value = int(lookup(arguments, path).shape[axis])
-            for dim in edit.dims:
+            # A class may hold an optional input's dims (a mask passed as None, a shorter list):
+            # the edit sets the members this sample has, so the relation holds where it applies.
+            here = [dim for dim in edit.dims if _size_in(arguments, (dim,)) is not None]
+            value = int(edit.value) if edit.kind == "size" else _size_in(arguments, edit.other)
+            if not here or value is None:
+                raise InvalidCandidate(f"{_dims_words(edit.dims + edit.other)} not in this sample")
+            for dim in here:
                 sizes[dim] = value
     for dim, value in sorted(sizes.items()):
         path, axis = split_dim(dim)
-        tensor = lookup(arguments, path)
-        if not isinstance(tensor, torch.Tensor) or axis >= tensor.dim():
-            raise InvalidCandidate(f"{dim} is not a tensor dimension of this sample")
-        _set(arguments, path, _resize(tensor, axis, value))
+        _set(arguments, path, _resize(lookup(arguments, path), axis, value))
     for edit in candidate.edits:
         if edit.kind == "dtype":
             tensor = lookup(arguments, edit.path)
@@ -410,6 +441,19 @@ def synthesize(base: Sample, bound: inspect.BoundArguments, candidate: Candidate
                 wrapped = _with_order(wrapped, stride_order(tensor))
             _set(arguments, path, wrapped)
     return Sample(index, *_call_form(bound, arguments, base))
+
+
+def _size_in(arguments: dict[str, Any], dims: tuple[str, ...]) -> int | None:
+    """The size of the first of ``dims`` that is a tensor dimension of these arguments."""
+    for dim in dims:
+        path, axis = split_dim(dim)
+        try:
+            tensor = lookup(arguments, path)
+        except (KeyError, IndexError, TypeError):
+            continue
+        if isinstance(tensor, torch.Tensor) and axis < tensor.dim():
+            return int(tensor.shape[axis])
+    return None
 
 
 def _call_form(bound: inspect.BoundArguments, arguments: dict[str, Any], base: Sample) -> tuple[tuple, dict]:

@@ -52,3 +52,15 @@ class Segfaults(torch.nn.Module):
     def forward(self, x):
         _crash_on_large(x)
         return x.sin()
+
+
+class MaskedRows(torch.nn.Module):
+    """An optional mask with one entry per row of ``x`` (and optional extra rows of ``x``'s
+    shape): inputs whose counts of rows differ raise, as a real model's would."""
+
+    def forward(self, x, mask=None, extras=()):
+        if mask is not None:
+            x = torch.cat([x, mask.unsqueeze(-1)], dim=1)[:, :-1]
+        for extra in extras:
+            x = torch.cat([x, extra], dim=1)
+        return x.sum(0)

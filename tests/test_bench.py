@@ -24,8 +24,10 @@ from guardscope.bench import (
     apply_targets,
     build_document,
     empty_row,
+    format_ratio,
     format_table,
     latency_stats,
+    missed_targets,
     percentile,
     recommend,
     summarize,
@@ -178,6 +180,32 @@ def test_without_an_eager_row_speedup_and_worst_are_unknown():
     assert not recommendation["meets_targets"] and "speedup unknown (no eager row)" in recommendation["reason"]
     assert recommend([empty_row("warmup", "skipped", "warmup.py not found")])["reason"] == \
         "No plan ran to the end: warmup skipped"
+
+
+def test_a_small_worst_ratio_keeps_its_digits():
+    assert [format_ratio(v) for v in (957.8123, 1.0, 0.95, 0.04, 0.0412, 0.0001)] == [
+        "957.8x", "1.0x", "0.95x", "0.04x", "0.041x", "0.0001x"]
+    # eager's worst request was a slow first call the warmup's never had: 1.2 ms against 30 ms
+    rows = apply_targets([_measured("eager", 6.0, worst_ms=30.0), _measured("warmup", 1.0, worst_ms=1.2)],
+                         Criteria(min_speedup=1.0))
+    assert rows[1]["targets"]["worst_ratio"] == {"value": 0.04, "limit": 3.0, "met": True, "unknown": None}
+    assert "worst request 0.04x eager's worst" in recommend(rows)["reason"]
+    strict = apply_targets(rows, Criteria(min_speedup=1.0, max_worst_ratio=0.01))
+    assert "worst request 0.04x eager's worst (at most 0.01x)" in recommend(strict)["reason"]
+
+
+def test_an_unknown_worst_ratio_says_why():
+    warmup = _measured("warmup", 4.6)
+
+    def why(*eager):
+        [row] = [r for r in apply_targets([*eager, warmup], Criteria()) if r["name"] == "warmup"]
+        assert row["targets"]["worst_ratio"]["value"] is None
+        return next(m for m in missed_targets(row) if m.startswith("worst"))
+
+    assert why() == "worst request unknown (no eager row)"
+    assert why(empty_row("eager", "failed", "timed out after 300 s")) == "worst request unknown (eager failed)"
+    assert why(dict(_measured("eager", 6.0), worst_ms=0.0)) == \
+        "worst request unknown (eager's worst request measured 0 ms)"
 
 
 def test_format_table():

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 import guardscope
 from guardscope import cli, output, torch_compat
-from guardscope.diff import GUARD_TEXT, NOT_IN_CORPUS, SampleMove, diff_catalogs
+from guardscope.diff import GUARD_TEXT, NOT_IN_CORPUS, SampleMove, diff_catalogs, failure_words
 from guardscope.report import ENVIRONMENT, diff_context, render_diff
 
 from .conftest import SEED_CORPUS
@@ -204,6 +204,56 @@ def test_guard_text_printed_by_inductor_differs_unless_ignored(golden):
     assert "ignoring    failure fields guard, raw" in lenient.summary_lines()
     with pytest.raises(ValueError, match="cannot ignore"):
         diff_catalogs(golden, new, ignore=("kind",))
+
+
+@pytest.mark.parametrize("field, kind, value, text", [
+    # the model's file in another folder: a relocated copy of the same model
+    ("user_source", "zero_one_specialization", ("gnn/model.py:69", "gnncopy/model.py:69"), None),
+    ("hint", "zero_one_specialization", ("mark_unbacked(tensor, dim)", "mark_unbacked(t, d)"), None),
+    ("expected", "size_mismatch", ("0", "5"), ("expected 0", "expected 5")),
+    ("actual", "size_mismatch", ("23", "24"), ("actual 23", "actual 24")),
+])
+def test_an_ignored_field_is_ignored_in_the_guard_and_reason_too(golden, field, kind, value, text):
+    """Classify read these fields out of the guard or the reason torch printed: a failure that
+    differs only in one of them differs there too, and ignoring the field must ignore that."""
+    edited = copy.deepcopy(golden)
+    failure = next(f for f in compile_at(edited, 12)["failures"] if f["kind"] == kind)
+    failure[field] = failure[field].replace(*value)
+    for name in ("guard", "raw"):
+        failure[name] = failure[name].replace(*(text or value))
+    [change] = diff_catalogs(golden, edited).compiles
+    [removed], [added] = change.removed_failures, change.added_failures
+    assert removed[field] != added[field]
+    # a field the line does not show: the same line removed and added
+    assert (failure_words(removed) == failure_words(added)) == (text is None)
+    assert diff_catalogs(golden, edited, ignore=(field,)).identical
+
+
+def _reasons(golden: dict, raw: str, **fields) -> tuple[dict, dict]:
+    """Two copies of the golden catalog whose first failure of sample 180 has ``raw`` and
+    ``fields`` formatted with ``where`` "models" and line 1811, and "mymodels" and line 1850."""
+    old, new = copy.deepcopy(golden), copy.deepcopy(golden)
+    for catalog, where, line in ((old, "models", 1811), (new, "mymodels", 1850)):
+        failure = compile_at(catalog, 180)["failures"][0]
+        failure["raw"] = "0/0: 2 <= x.size()[0]" + raw.format(where=where, line=line)
+        failure.update({name: value.format(where=where, line=line) for name, value in fields.items()})
+    return old, new
+
+
+def test_an_ignored_operator_is_ignored_in_the_reason_too(golden):
+    old, new = _reasons(golden, "  # y = conv(x)  # model.py:3 in forward (_subclasses/fake_impls.py:{line} in conv)",
+                        operator="conv (_subclasses/fake_impls.py:{line})")
+    assert not diff_catalogs(old, new).identical
+    assert diff_catalogs(old, new, ignore=("operator",)).identical
+    assert not diff_catalogs(old, new, ignore=("user_source",)).identical
+
+
+def test_an_ignored_user_source_is_ignored_in_the_user_stack_too(golden):
+    stack = '\nUser stack trace:\n  File "{where}/m.py", line 220, in forward\n    for extra in extras:'
+    old, new = _reasons(golden, "  # for extra in extras:  # {where}/m.py:220 in forward" + stack,
+                        user_source="{where}/m.py:220 in forward: for extra in extras:")
+    assert not diff_catalogs(old, new).identical
+    assert diff_catalogs(old, new, ignore=("user_source",)).identical
 
 
 def test_dimension_change_warns_of_another_corpus(golden):

@@ -19,6 +19,7 @@ from guardscope.errors import CatalogError
 from guardscope.modelspec import load_model
 
 from .conftest import SEED_CORPUS
+from .models import MaskedRows
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "seed_catalog.json").read_text())
 EDGE_CLASSES = [
@@ -91,6 +92,63 @@ def test_dtype_and_layout_edits_come_from_what_the_corpus_showed():
     kinds = {(c.edits[0].path, c.edits[0].value) for c in planned if c.kind in ("dtype", "layout")}
     # same family only: an index tensor is never cast to float
     assert kinds == {("x", "float16"), ("local_edge_index", "int32"), ("x", ("order", (1, 0)))}
+
+
+# x's rows and mask's rows are equal in every sample that passes a mask; extras[0] and
+# extras[1] too where passed. Sample 7 passes x and mask, sample 8 x alone.
+ROWS = ("extras[0].size()[0]", "extras[1].size()[0]", "mask.size()[0]", "x.size()[0]")
+MASKED = {
+    "dimensions": [{"dim": d, "dynamic": True, "equal_to": [o for o in ROWS if o != d]} for d in ROWS]
+    + [{"dim": "x.size()[1]", "dynamic": False, "equal_to": []}],
+    "topologies": [{"id": 0, "first_sample": 7, "compile_id": "0/0", "count": 5},
+                   {"id": 1, "first_sample": 8, "compile_id": "0/1", "count": 3}],
+}
+MASKED_SHAPES = {7: {"x": (5, 2), "mask": (5,)}, 8: {"x": (3, 2)}}
+
+
+def test_size_edits_keep_the_relations_the_corpus_always_holds():
+    planned = probing.plan_candidates(MASKED, MASKED_SHAPES, probing.ScanResult(), pairwise="all")
+    assert planned and {c.kind for c in planned} == {"single"}
+    assert all(c.edits[0].dims == ROWS and not c.edits[0].breaks for c in planned)
+
+
+def test_break_relations_edits_each_present_member_alone_and_says_so():
+    planned = probing.plan_candidates(MASKED, MASKED_SHAPES, probing.ScanResult(), pairwise="none",
+                                      break_relations=True)
+    broken = [c for c in planned if c.kind == "broken"]
+    # only sample 7 has two members present; sample 8 has x alone: no relation to break there
+    assert {(c.base_sample, c.edits[0].dims, c.edits[0].value, c.edits[0].breaks) for c in broken} == {
+        (7, (dim,), value, (other,))
+        for dim, other in (("mask.size()[0]", "x.size()[0]"), ("x.size()[0]", "mask.size()[0]"))
+        for value in (0, 1, 2)
+    }
+    assert broken[0].describe() == "mask dim 0 = 0, breaking mask dim 0 = x dim 0 (from sample 7)"
+    assert broken[0].edits[0].to_json()["breaks"] == ["x.size()[0]"]
+    default = probing.plan_candidates(MASKED, MASKED_SHAPES, probing.ScanResult(), pairwise="none")
+    assert [c for c in planned if c.kind != "broken"] == default
+
+
+def test_a_class_edit_sets_the_members_a_sample_has():
+    model = MaskedRows()
+    for kwargs, present in (({}, ["x"]), ({"mask": torch.ones(3)}, ["x", "mask"]),
+                            ({"extras": [torch.ones(3, 1)]}, ["x", "extras"])):
+        base = probing.Sample(0, (torch.ones(3, 2),), kwargs)
+        bound = probing.bind(model, base)
+        edit = probing.Candidate(0, 0, "single", (probing.Edit("size", ROWS, 1),))
+        sample = probing.synthesize(base, bound, edit, {}, 9)
+        arguments = probing.bind(model, sample).arguments
+        assert arguments["x"].shape == (1, 2) and (arguments["mask"] is None) == ("mask" not in present)
+        assert [e.shape[0] for e in arguments["extras"]] == [1] * len(kwargs.get("extras", ()))
+        model(*sample.args, **sample.kwargs)  # the relation holds: the model runs
+    absent = probing.Candidate(0, 0, "single", (probing.Edit("size", ("mask.size()[0]",), 1),))
+    with pytest.raises(probing.InvalidCandidate, match="mask dim 0 not in this sample"):
+        probing.synthesize(base, bound, absent, {}, 10)
+
+
+def test_raised_words_name_the_kinds_of_edit_that_raised():
+    assert probing.raised_words({"model_error": 0, "model_error_by_kind": {}}) == "0 raised in the model"
+    assert probing.raised_words({"model_error": 5, "model_error_by_kind": {"broken": 4, "pair": 1}}) == (
+        "5 raised in the model (broken 4, pair 1)")
 
 
 # --- reading and synthesising real samples ------------------------------------------------------
@@ -218,6 +276,28 @@ def test_stale_probe_results_are_refused(probed, tmp_path):
     (other / "probe" / "probe.json").write_text((out / "probe" / "probe.json").read_text())
     with pytest.raises(CatalogError, match="earlier analysis"):
         pipeline.load_probed(other, 300)
+
+
+@pytest.mark.slow
+def test_probe_keeps_equal_inputs_equal_unless_asked(make_corpus, tmp_path):
+    calls = [((torch.randn(rows, 2),), {"mask": torch.ones(rows)}) for rows in (3, 4, 5, 6)]
+    calls += [((torch.randn(rows, 2),), {}) for rows in (3, 5)]
+    out = tmp_path / "out"
+    guardscope.analyze(make_corpus("MaskedRows", calls), out)
+    kept = pipeline.probe(out, pairwise="none").document["explored"]
+    # every edit on the sample without a mask is valid too (x alone is the whole class there)
+    assert kept["model_error"] == 0 and kept["invalid"] == 0 and kept["new_graph"] > 0
+    assert "broken" not in kept["planned_by_kind"]
+
+    result = CliRunner().invoke(main, ["probe", str(out), "--pairwise", "none", "--break-relations"])
+    assert result.exit_code == 0, result.output
+    document = json.loads((out / "probe" / "probe.json").read_text())
+    broken = document["explored"]
+    assert document["bounds"]["break_relations"] and broken["planned_by_kind"]["broken"] == 6
+    # mask rows 0, 1 or 2 against x's 3, and the other way round: torch.cat raises
+    assert broken["model_error"] == broken["model_error_by_kind"]["broken"] == 6
+    assert all("breaking" in e["found_by"] for e in document["model_errors"])
+    assert "6 raised in the model (broken 6)" in result.output
 
 
 def test_probe_cli_rejects_bad_values(tmp_path):
