@@ -187,16 +187,16 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
                                     progress=progress, replay_mode=replay_mode,
                                     paddable=_paddable_dims(paddable), shapes_per_graph=shapes_per_graph,
                                     **overrides)
+        progress.close()
+        for warning in analysis.warnings:
+            click.secho(f"warning: {warning}", fg="yellow", err=True)
+        click.echo(format_summary(analysis))
     except KeyboardInterrupt:
         progress.close()
         click.secho(f"interrupted: {_kept(out_dir, corpus)}", fg="yellow", err=True)
         sys.exit(130)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    progress.close()
-    for warning in analysis.warnings:
-        click.secho(f"warning: {warning}", fg="yellow", err=True)
-    click.echo(format_summary(analysis))
     failed = analysis.catalog.failed_samples
     if failed and not accept_errors:
         click.secho(f"error: {len(failed)} of {analysis.catalog.samples} samples raised in the model "
@@ -602,11 +602,16 @@ def _kept(out_dir: str, corpus: str) -> str:
 
     from .output import CHECKPOINT
 
+    from .output import CATALOG
+
     checkpoint = Path(out_dir) / CHECKPOINT
     try:
         done = int(json.loads(checkpoint.read_text()).get("next_sample", 0)) if checkpoint.is_file() else 0
     except (OSError, ValueError, TypeError):
         done = 0
+    if not done and (Path(out_dir) / CATALOG).is_file():
+        return (f"the analysis had been written ({Path(out_dir) / CATALOG}); re-render its report with "
+                f"'guardscope report {out_dir}' if report.html is missing")
     if not done:
         return "no sample had finished, nothing is kept; run the same command again"
     return (f"the first {done} samples are kept in {out_dir}; continue with "

@@ -95,6 +95,13 @@ def _write_owned(root: Path, names: list[str]) -> None:
     _atomic_write(root / OWNED, dumps(sorted(set(names))).encode("utf-8"))
 
 
+def remove_owned(root: str | Path, name: str) -> None:
+    """Delete ``name`` in the analysis folder ``root`` if guardscope wrote it."""
+    folder = Path(root)
+    if (folder / name).is_file() and (name in _read_owned(folder) or not (folder / OWNED).is_file()):
+        (folder / name).unlink()
+
+
 def refuse_foreign(root: str | Path, names: list[str]) -> None:
     """Before a command does its work: refuse if any of the files it will write in the analysis
     folder ``root`` exists but was not written by guardscope (see :func:`write_bytes`)."""

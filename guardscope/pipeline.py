@@ -151,6 +151,8 @@ def analyze(
     state = output.read_checkpoint(out, fingerprint) if resume else None
     if not resume:
         output.clear_checkpoint(out)
+        # An interrupted run must not leave an earlier analysis's catalog looking like its own.
+        output.remove_owned(out, output.CATALOG)
 
     builder = CatalogBuilder.from_state(state["builder"]) if state else CatalogBuilder(track_shapes=cudagraphs is not None)
     skipped: list[dict[str, str]] = list(state["skipped_shards"]) if state else []
@@ -224,6 +226,8 @@ def analyze(
                 if done["next"] > started:
                     checkpoint()  # keep what finished since the last checkpoint
                 raise
+            # Every sample is done: an interruption from here on resumes straight to the catalog.
+            checkpoint()
         result = session.result()
     replay_seconds = (state["seconds"] if state else 0.0) + result.seconds
     catalog = builder.build(
