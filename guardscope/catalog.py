@@ -44,10 +44,11 @@ _TENSOR_MATCH = re.compile(
 )
 _EQUALITY = re.compile(r"^(?P<a>\S+\.(?:size|stride)\(\)\[\d+\]) == (?P<b>\S+\.(?:size|stride)\(\)\[\d+\])$")
 # Inductor's int32-indexing guards ("32*x.size()[0] <= 2147483647"): bounds, not topologies.
-_OVERFLOW_BOUND = re.compile(r"<= (?:2147483647|9223372036854775807)$")
-# The same bound as the upper end of a two-sided guard (inductor adds int32 headroom, max - 1):
-# the lower bound is the fact, the upper one depends on the backend.
-_OVERFLOW_END = re.compile(r"^(?P<bounded>-?\d+ <= .+?) <= (?:214748364[67]|922337203685477580[67])$")
+# Inductor's indexing bounds: an expression at most about int32 or int64 max ("16*s0 <= 2147483631"
+# on CUDA, "<= 2147483646" as the top of a two-sided bound): they depend on the backend, not the input.
+_LIMIT = r"(?:21474\d{5}|92233720368547\d{5})"
+_OVERFLOW_BOUND = re.compile(rf"<= {_LIMIT}$")
+_OVERFLOW_END = re.compile(rf"^(?P<bounded>-?\d+ <= .+?) <= {_LIMIT}$")
 # A guard on the frame's inputs reads a local (``L['x']``), not the wrapper's closure or globals.
 _ON_INPUTS = re.compile(r"L\[['\"](?!self['\"])\w+['\"]\](?!(?:\[[^\]]*\])*\.__(?:closure|defaults|code|kwdefaults)__)")
 _LOWER_TWO = re.compile(r"^2 <= (?P<dim>\S+\.size\(\)\[\d+\])(?: <= \d+)?$")
