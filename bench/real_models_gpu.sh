@@ -21,6 +21,10 @@ STAGES=${*:-fixtures fidelity bench tests}
 WORK=${WORK:-/tmp/guardscope-real}
 COUNT=${COUNT:-120}
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
+# Cache compiled bytecode (the H200 image sets PYTHONDONTWRITEBYTECODE and ships torch without it:
+# every process would spend seconds compiling torch's modules again).
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-/tmp/pyc}
 mkdir -p "$OUT" "$WORK"
 TORCH=$(python -c "import torch; print(torch.__version__.split('+')[0])")
 
@@ -52,7 +56,7 @@ for stage in $STAGES; do
       step bench-gpt2 python -m guardscope.cli bench "$WORK/o-gpt2" --device cuda --timeout "${TIMEOUT:-300}"
       cp "$WORK/o-gpt2/bench.json" "$OUT/bench-gpt2.json" 2>/dev/null ;;
     tests)
-      step tests python -m pytest -q -p no:cacheprovider -n 8 tests/test_real_models.py tests/test_capture.py \
-        tests/test_classify.py tests/test_binding.py ;;
+      step tests python -m pytest -q -p no:cacheprovider -n 8 tests/test_real_models.py tests/test_export.py \
+        tests/test_capture.py tests/test_classify.py tests/test_binding.py ;;
   esac
 done

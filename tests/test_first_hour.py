@@ -235,3 +235,31 @@ def test_a_corpus_recorded_with_a_relative_model_path_works_from_anywhere(tmp_pa
     assert manifest["model"] == "../../app/model.py:Net"
     done = guardscope("analyze", work / "data" / "corpus", "--out", tmp_path / "out", "-q", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+
+
+# --- rough edges --------------------------------------------------------------------------------
+
+
+def test_help_texts_render_their_examples_and_say_why_defaults_differ():
+    from click.testing import CliRunner
+
+    from guardscope.cli import main
+
+    analyze = CliRunner().invoke(main, ["analyze", "--help"], terminal_width=200).output
+    assert "--mode reduce-overhead \\\n" in analyze  # the continuation of a two-line example survives
+    assert "Exit status: 0 analysed; 1" in " ".join(analyze.split())
+    assert "do not depend on the device" in " ".join(analyze.split())
+    fidelity = CliRunner().invoke(main, ["fidelity", "--help"], terminal_width=200).output
+    assert "analyze defaults to the CPU" in " ".join(fidelity.split())
+    for command in ("emit-warmup", "verify", "probe", "bundle", "fidelity"):
+        assert "--corpus" in CliRunner().invoke(main, [command, "--help"]).output, command
+
+
+def test_verify_names_each_fix_and_the_real_path(small_corpus, tmp_path):
+    out = tmp_path / "out"
+    assert guardscope("analyze", small_corpus, "--out", out, "-q").returncode == 0
+    assert guardscope("emit-warmup", out).returncode == 0
+    done = guardscope("verify", out, "--no-bundle", "--artifact", "warmup")
+    assert done.returncode == 0, done.stdout + done.stderr
+    verdict = done.stdout.strip().splitlines()[-1]
+    assert verdict == f"verdict     PASSED: warmup passed ({out / 'verification.json'})"

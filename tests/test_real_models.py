@@ -235,3 +235,22 @@ def test_unbacked_plan_marks_inputs_only_and_says_what_it_left_out(fixed, analys
         if plan.status == "ok":
             text = (out / "unbacked.py").read_text()
             assert all(f"# not marked, {dim}" in text for dim in skipped)
+
+
+def test_an_unbacked_plan_that_breaks_fullgraph_is_infeasible_not_written(tmp_path):
+    """GPT-2 under fullgraph=True: marking its sequence dims unbacked makes every marked sample
+    fail to compile (data-dependent masking code). The plan is not written; verify says why, and
+    the warmup still passes."""
+    corpus = real_models.write_corpus("gpt2", str(tmp_path / "corpus"), 12)
+    manifest = json.loads((tmp_path / "corpus" / "corpus.json").read_text())
+    manifest["compile"] = {"dynamic": None, "fullgraph": True}
+    (tmp_path / "corpus" / "corpus.json").write_text(json.dumps(manifest))
+    analysis = guardscope.analyze(corpus, tmp_path / "out")
+    fixes = pipeline.emit_warmup(analysis.out_dir)
+    assert fixes.unbacked.status == "infeasible"
+    assert "raise once these dims are marked unbacked" in fixes.unbacked.reason
+    assert "Error: " in fixes.unbacked.reason  # torch's exception type, whole
+    assert not (analysis.out_dir / "unbacked.py").exists()
+    document = pipeline.verify(analysis.out_dir, artifacts=("warmup", "unbacked"), bundle=False)
+    statuses = {r["name"]: r["status"] for r in document["artifacts"]}
+    assert statuses == {"warmup": "passed", "unbacked": "infeasible"} and document["passed"]
