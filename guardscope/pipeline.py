@@ -268,6 +268,11 @@ def analyze(
     write_report(out)
     if catalog.not_analysed:
         warnings.append(not_analysed_warning(catalog, options.recompile_limit))
+    if len(catalog.frames) > 1 and not result.frames_followed:
+        warnings.append(
+            f"torch {torch_compat.torch_version()} does not show guardscope which graph of a frame after a graph "
+            "break each call ran: topologies here are the first frame's only"
+        )
     if len(catalog.frames) > 1 and catalog.compile.get("backend") != "inductor":
         warnings.append(
             f"the model compiles to {len(catalog.frames)} frames ({len(catalog.graph_breaks)} distinct graph "

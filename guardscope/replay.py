@@ -102,6 +102,7 @@ class ReplayResult:
     arguments: tuple[str, ...] = ()
     frame_arguments: FrameArguments | None = None
     graph_breaks: tuple[Any, ...] = ()
+    frames_followed: bool = True  # False: this torch hides what frames after a graph break ran
     replay_mode: str = "full"
     dropped_records: int = 0
     unreadable_cudagraph_records: int = 0
@@ -452,6 +453,7 @@ class ReplaySession:
             arguments=self.runner.binder.argument_names(),
             frame_arguments=self.runner.binder.frame_arguments(),
             graph_breaks=tuple(parsed.graph_breaks),
+            frames_followed=self.frames is None or self.frames.available,
             replay_mode="guards" if self.skip_served else "full",
             dropped_records=self.capture.dropped + (self.cudagraphs.dropped if self.cudagraphs else 0),
             unreadable_cudagraph_records=self.cudagraphs.unreadable if self.cudagraphs else 0,

@@ -74,9 +74,12 @@ def test_ctrl_c_keeps_finished_samples_and_resume_gives_the_same_catalog(tmp_pat
     assert reference.returncode == 0, reference.stderr
     out = tmp_path / "out"
     environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    # A background job of a non-interactive shell (a CI runner's) inherits SIGINT ignored; Ctrl-C
+    # reaches a terminal's foreground process, so the child gets the default disposition back.
     process = subprocess.Popen([sys.executable, "-m", "guardscope.cli", "analyze", str(SEED_CORPUS), "--out", str(out),
                                 "--checkpoint-every", "0"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     checkpoint = out / ".guardscope-checkpoint.json"
     deadline = time.time() + 300
     while time.time() < deadline and process.poll() is None:
