@@ -1,0 +1,137 @@
+"""How to compile and replay: :class:`ReplayOptions`, the backends, ``ARG:DIM`` marks, and the
+options read back from a corpus manifest or an analysis's catalog.
+
+The production options (``dynamic``, ``fullgraph``, ``mode``) come from the corpus manifest;
+an analysis adds where and how it replayed (backend, device, inference mode, duck sizing, marks,
+recompile limit) and records them all in ``catalog.json``'s ``compile``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from . import torch_compat
+from .errors import CompileOptionsError
+
+BACKENDS = ("eager", "aot_eager", "inductor")
+DEFAULT_RECOMPILE_LIMIT = 4096
+
+# Production torch.compile options a corpus manifest carries; an analysis adds where it ran.
+PRODUCTION_FIELDS = ("dynamic", "fullgraph", "mode")
+ANALYSED_FIELDS = PRODUCTION_FIELDS + ("backend", "device", "inference_mode")
+
+
+def parse_mark(text: str) -> tuple[str, int]:
+    """``"ARG:DIM"`` (the form of ``--mark-unbacked`` and of ``catalog.json``'s
+    ``compile.mark_unbacked``) as ``(argument path, dim)``; ValueError when it is not."""
+    path, _, dim = str(text).rpartition(":")
+    if not path or not dim.lstrip("-").isdigit():
+        raise ValueError(f"{text!r} is not ARG:DIM (e.g. x:0)")
+    return path, int(dim)
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How to compile and replay. ``dynamic``/``fullgraph``/``mode`` are production options."""
+
+    backend: str = "eager"
+    dynamic: bool | None = None
+    fullgraph: bool = False
+    mode: str | None = None
+    device: str = "cpu"
+    inference_mode: bool = True
+    duck_shape: bool = True
+    # (argument path, dim) pairs marked with mark_unbacked; "first" marks only sample 0 (the
+    # article's Option 3), "all" marks every sample (what a serving wrapper would do).
+    mark_unbacked: tuple[tuple[str, int], ...] = ()
+    mark_samples: str = "all"
+    recompile_limit: int = DEFAULT_RECOMPILE_LIMIT
+
+    def validate(self) -> None:
+        import torch
+
+        if self.backend not in BACKENDS:
+            raise CompileOptionsError(
+                f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}"
+            )
+        if self.mark_samples not in ("first", "all"):
+            raise CompileOptionsError("mark_samples must be 'first' or 'all'")
+        try:
+            torch.device(self.device)
+        except (RuntimeError, TypeError):
+            raise CompileOptionsError(
+                f"device {self.device!r} is not a torch device: use cpu, cuda or cuda:N"
+            ) from None
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise CompileOptionsError(
+                f"device {self.device!r} was asked for but torch.cuda.is_available() is False; "
+                "use --device cpu"
+            )
+
+    @property
+    def uses_cudagraphs(self) -> bool:
+        """CUDA graphs are recorded at run time: inductor with a CUDA-graph mode on a GPU."""
+        return (
+            self.backend == "inductor"
+            and self.device.startswith("cuda")
+            and torch_compat.mode_uses_cudagraphs(self.mode)
+        )
+
+    def compile_json(self) -> dict[str, Any]:
+        # "mode" selects inductor settings and is passed only with backend="inductor"; guards do
+        # not depend on it, so an eager analysis of a mode="max-autotune" model is still faithful.
+        return {
+            "backend": self.backend,
+            "dynamic": self.dynamic,
+            "fullgraph": self.fullgraph,
+            "mode": self.mode,
+            "device": self.device,
+            "inference_mode": self.inference_mode,
+            "duck_shape": self.duck_shape,
+            "mark_unbacked": [f"{path}:{dim}" for path, dim in self.mark_unbacked],
+            "mark_samples": self.mark_samples if self.mark_unbacked else None,
+            "recompile_limit": self.recompile_limit,
+        }
+
+
+def _replay_options(compile_options: dict[str, Any], fields: tuple[str, ...], **overrides: Any) -> ReplayOptions:
+    """:class:`ReplayOptions` from the given fields of a compile-options dict (nulls mean the
+    default), then the caller's overrides (not None)."""
+    if compile_options.get("dynamic") not in (None, True, False):
+        raise CompileOptionsError(
+            f"compile.dynamic is {compile_options['dynamic']!r}; use true, false or null"
+        )
+    taken = {name: compile_options[name] for name in fields if compile_options.get(name) is not None}
+    return replace(ReplayOptions(**taken), **{k: v for k, v in overrides.items() if v is not None})
+
+
+def options_from_manifest(compile_options: dict[str, Any], **overrides: Any) -> ReplayOptions:
+    """Production compile options from the manifest, then the caller's overrides (not None)."""
+    unknown = sorted(set(compile_options) - set(PRODUCTION_FIELDS) - {"backend"})
+    if unknown:
+        torch_compat.warn_once(f"ignoring unknown compile options in the manifest: {unknown}")
+    return _replay_options(compile_options, PRODUCTION_FIELDS, **overrides)
+
+
+def production_options(catalog: dict[str, Any], **overrides: Any) -> ReplayOptions:
+    """The analysed compile options without the analysis-only marks and settings."""
+    return _replay_options(catalog["compile"], ANALYSED_FIELDS, **overrides)
+
+
+def analysis_options(catalog: dict[str, Any]) -> ReplayOptions:
+    """Exactly the options the analysis replayed with (duck sizing, marks and limit included),
+    so a replay of its compile samples rebuilds its graphs."""
+    compile_options = catalog["compile"]
+    marks = tuple(parse_mark(text) for text in compile_options.get("mark_unbacked") or ())
+    overrides: dict[str, Any] = {"mark_unbacked": marks}
+    for name in ("duck_shape", "recompile_limit", "mark_samples"):
+        if compile_options.get(name) is not None:
+            overrides[name] = compile_options[name]
+    return _replay_options(compile_options, ANALYSED_FIELDS, **overrides)
+
+
+def production_fields(compile_options: dict[str, Any]) -> dict[str, Any]:
+    """The production ``torch.compile`` options of a ``compile`` dict that are set (the form a
+    corpus manifest and a generated module's ``torch.compile`` call take)."""
+    return {key: compile_options[key] for key in PRODUCTION_FIELDS if compile_options.get(key) is not None}

@@ -1,0 +1,40 @@
+"""The one registry of the fixes guardscope emits ("plans"): every list of plan names, module
+files, warmup folders, CLI choices and bench strategies derives from :data:`PLANS`.
+
+Adding a plan is one entry here plus its code template (``templates/code/<name>.py.j2``) and its
+planning and rendering in ``guardscope.fixes``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One fix ``emit-warmup`` writes."""
+
+    name: str  # the artifact's name in fixes.json, verification.json and bench.json
+    module: str  # the generated module, in the analysis folder
+    title: str  # how the report names it
+    warmup_dir: str | None = None  # the corpus of samples its warmup() runs, beside the module
+    bundleable: bool = False  # a compile-cache bundle can speed up its set-up (it compiles graphs)
+    served: bool = False  # guardscope.runtime.serve can apply it
+
+
+PLANS: tuple[Plan, ...] = (
+    Plan("warmup", "warmup.py", "Warmup set", warmup_dir="warmup", bundleable=True, served=True),
+    Plan("unbacked", "unbacked.py", "mark_unbacked configuration", warmup_dir="unbacked_warmup",
+         bundleable=True, served=True),
+    Plan("export", "export_dims.py", "torch.export Dim bounds"),
+)
+
+BY_NAME = {plan.name: plan for plan in PLANS}
+NAMES = tuple(plan.name for plan in PLANS)  # also the order ties between fixes are broken in
+BUNDLED = tuple(plan.name for plan in PLANS if plan.bundleable)
+SERVED = tuple(plan.name for plan in PLANS if plan.served)
+MODULES = {plan.name: plan.module for plan in PLANS}
+
+# What guardscope bench measures: the two baselines, then every plan.
+BASELINES = ("eager", "compile")
+STRATEGIES = BASELINES + NAMES
