@@ -40,8 +40,7 @@ if __package__ in (None, ""):  # run as a file: make the repository root importa
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from bench import common
-
-PLANS = ("warmup", "unbacked")
+from guardscope.plans import BUNDLED as PLANS  # the plans a compile-cache bundle can speed up
 TARGETS = {"setup_seconds": 15.0, "recompiles": 0, "speedup": 1.2}
 
 
@@ -55,10 +54,13 @@ def serve(out: pathlib.Path, mode: str, plan: str | None, device: str, passes: i
 
     import torch
 
-    from guardscope.bench import paired_pass, paired_stats
-    from guardscope.bundle import cache_dirs_empty, read_manifest
-    from guardscope.pipeline import _load_analysis, production_backend, production_options
-    from guardscope.replay import compile_model
+    from guardscope.proving.bench import paired_pass, paired_stats
+    from guardscope.proving.setup import cache_dirs_empty
+    from guardscope.store import read_bundle_manifest as read_manifest
+    from guardscope.store import load_inputs as _load_analysis
+    from guardscope.proving.bundling import production_backend
+    from guardscope.options import production_options
+    from guardscope.replay.session import compile_model
     from guardscope.torch_compat import compile_cache_counters
 
     empty = cache_dirs_empty()
@@ -165,7 +167,7 @@ def _guardscope(work: pathlib.Path, name: str, *arguments: str, timeout: float) 
 
 def _serve_child(work: pathlib.Path, out: pathlib.Path, mode: str, plan: str | None, device: str,
                  passes: int, timeout: float) -> dict:
-    from guardscope.bundle import isolated_caches
+    from guardscope.proving.setup import isolated_caches
 
     name = mode if plan is None else f"{plan}-{mode}"
     result = work / f"{name}.json"

@@ -43,7 +43,7 @@ TARGET_FRACTION = 0.10
 FLOOR = (
     "import sys, torch, guardscope.cli\n"
     "from guardscope.corpus import load_corpus\n"
-    "from guardscope.modelspec import load_model\n"
+    "from guardscope.corpus.spec import load_model\n"
     "corpus = load_corpus(sys.argv[1])\n"
     "model = load_model(corpus.manifest.model, base_dir=corpus.path).to(sys.argv[2]).eval()\n"
     "count = sum(1 for _ in corpus)\n"

@@ -36,6 +36,7 @@ if __package__ in (None, ""):  # run as a file: make the repository root importa
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from bench import common
+from guardscope.plans import SERVED
 
 
 def _synchronize(device: str) -> None:
@@ -62,7 +63,7 @@ def _timed_calls(call, samples, device: str, fell_back=None) -> list[dict]:
 def stage_plan(corpus_dir: pathlib.Path, work: pathlib.Path, plan_samples: int, device: str) -> dict:
     import guardscope
     from guardscope import CorpusWriter, load_corpus, pipeline
-    from guardscope.modelspec import split_spec
+    from guardscope.corpus.spec import split_spec
 
     corpus = load_corpus(corpus_dir)
     target, attr = split_spec(corpus.manifest.model)
@@ -86,7 +87,7 @@ def stage_plan(corpus_dir: pathlib.Path, work: pathlib.Path, plan_samples: int, 
 
 
 def _model(corpus, device: str):
-    from guardscope.modelspec import load_model
+    from guardscope.corpus.spec import load_model
 
     return load_model(corpus.manifest.model, base_dir=corpus.path).to(device).eval()
 
@@ -130,7 +131,7 @@ def stage_plain(corpus_dir: pathlib.Path, device: str, backend: str) -> dict:
 
     from guardscope import load_corpus, torch_compat
     from guardscope.pipeline import options_from_manifest
-    from guardscope.replay import compile_model
+    from guardscope.replay.session import compile_model
 
     corpus = load_corpus(corpus_dir, map_location=device)
     samples = list(corpus)
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     common.add_gpu_run_options(parser, work="runtime", work_help="folder for the plan, the fallback corpus and logs")
     parser.add_argument("--backend", default="inductor", help="serving backend (default %(default)s)")
-    parser.add_argument("--plan", default="warmup", choices=("warmup", "unbacked"),
+    parser.add_argument("--plan", default="warmup", choices=SERVED,
                         help="plan to serve (default %(default)s)")
     parser.add_argument("--plan-samples", type=int, default=100,
                         help="the plan is built from this many first requests (default %(default)s)")
@@ -212,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                 "--device", options.device, "--backend", options.backend, "--plan", options.plan,
                 "--plan-samples", str(options.plan_samples)]
         print(f"running     {stage} ...", flush=True)
-        from guardscope.bundle import isolated_caches
+        from guardscope.proving.setup import isolated_caches
 
         with isolated_caches() as caches:  # new, empty compile caches for every stage
             run = common.run_child(argv, work / f"{stage}.log", env=common.child_env(caches),

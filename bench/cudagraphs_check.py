@@ -79,9 +79,9 @@ def run(name: str, corpus: pathlib.Path, out: pathlib.Path, skip_dynamic: bool, 
     import torch
 
     import guardscope
-    from guardscope.capture import cudagraph_events, read_cudagraph_log
+    from guardscope.replay.capture import cudagraph_events, read_cudagraph_log
     from guardscope.cli import format_summary
-    from guardscope.output import CUDAGRAPH_LOG, TRACE_DIR
+    from guardscope.store import CUDAGRAPH_LOG, TRACE_DIR
 
     before = counters_snapshot()
     started = time.perf_counter()

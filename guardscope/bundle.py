@@ -2,9 +2,9 @@
 and loaded by the generated module before it compiles, so set-up reads torch's compile caches
 instead of generating code again.
 
-Making one (``guardscope bundle DIR``): :func:`make_bundle` starts
-``python -m guardscope.bundle ARTIFACT DIR ...`` in a fresh process whose inductor and triton cache
-folders are new and empty (:func:`isolated_caches`). The child compiles the model with the
+Making one (``guardscope bundle DIR``, :mod:`guardscope.proving.bundling`) starts
+``python -m guardscope.proving.bundling ARTIFACT DIR ...`` in a fresh process whose inductor and
+triton cache folders are new and empty. The child compiles the model with the
 production backend (inductor unless told otherwise) and the plan's options, runs the plan's warmup
 as the generated module does, and saves ``torch.compiler.save_cache_artifacts()`` to
 ``DIR/<plan>.compile-cache.bin`` with a manifest ``DIR/<plan>.compile-cache.json``: torch version,
@@ -19,27 +19,20 @@ can make set-up faster, never wrong: torch's caches check their own keys as well
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import shutil
 import sys
-import tempfile
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from . import output
-from .isolation import child_environment, run_module
+from . import store
 
 FORMAT = 1
-ARTIFACTS = ("warmup", "unbacked")
 # The cache folders torch reads these variables for (inductor's FX graph, AOTAutograd, autotune
 # and PGO caches all live under TORCHINDUCTOR_CACHE_DIR).
-CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
 
 class BundleWarning(RuntimeWarning):
@@ -53,7 +46,7 @@ class BundleWarning(RuntimeWarning):
 def plan_hash(plan: dict[str, Any], warmup_dir: str | Path) -> str:
     """sha256 of a generated module's ``PLAN`` (samples, marks, compile options, model) and of its
     warmup corpus's shard checksums: it changes whenever the plan would compile other graphs."""
-    from .corpus import read_manifest
+    from .corpus.format import read_manifest
     from .errors import GuardscopeError
 
     try:
@@ -129,7 +122,7 @@ class BundleLoad:
 
 def manifest_path(bundle_path: str | Path) -> Path:
     path = Path(bundle_path)
-    return path.with_name(path.name[: -len(output.BUNDLE_SUFFIX)] + output.BUNDLE_MANIFEST_SUFFIX)
+    return path.with_name(path.name[: -len(store.BUNDLE_SUFFIX)] + store.BUNDLE_MANIFEST_SUFFIX)
 
 
 def load_bundle(bundle_path: str | Path, plan: dict[str, Any], warmup_dir: str | Path, *, model: Any,
@@ -155,14 +148,14 @@ def load_bundle(bundle_path: str | Path, plan: dict[str, Any], warmup_dir: str |
         return BundleLoad(status, path.name, reason, round(time.perf_counter() - started, 6))
 
     try:
-        manifest = json.loads(meta_path.read_text(encoding="utf-8"))
+        manifest = store.read_bundle_manifest_at(meta_path)
     except (OSError, ValueError) as exc:
         return not_used("unreadable", f"its manifest {meta_path.name} cannot be read ({exc})")
     reason = check_manifest(manifest, runtime_facts(plan, warmup_dir, model, device))
     if reason is not None:
         return not_used("incompatible", reason)
     try:
-        data = path.read_bytes()
+        data = store.read_bundle_at(path)
     except OSError as exc:
         return not_used("unreadable", f"it cannot be read ({exc})")
     if hashlib.sha256(data).hexdigest() != manifest.get("sha256"):
@@ -176,141 +169,3 @@ def load_bundle(bundle_path: str | Path, plan: dict[str, Any], warmup_dir: str |
     print(f"guardscope: loaded compile-cache bundle {path.name} ({counts}; {len(data) / 1e6:.1f} MB, made with "
           f"torch {manifest['torch_version']} on {manifest['device_name']}) in {seconds:.2f} s", file=sys.stderr)
     return BundleLoad("loaded", path.name, None, seconds, artifacts)
-
-
-# --- cache folders ---------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def isolated_caches() -> Iterator[dict[str, str]]:
-    """Environment variables pointing torch's compile caches at new, empty folders (removed on
-    exit): a child started with them compiles as a fresh machine would."""
-    root = Path(tempfile.mkdtemp(prefix="guardscope-caches-"))
-    try:
-        env = {}
-        for variable in CACHE_VARIABLES:
-            folder = root / variable.split("_")[0].lower()
-            folder.mkdir()
-            env[variable] = str(folder)
-        yield env
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def cache_dirs_empty() -> bool:
-    """True when every cache folder variable is set and names an empty (or missing) folder."""
-    for variable in CACHE_VARIABLES:
-        value = os.environ.get(variable)
-        if not value:
-            return False
-        folder = Path(value)
-        if folder.exists() and any(folder.iterdir()):
-            return False
-    return True
-
-
-def read_manifest(out_dir: str | Path, artifact: str) -> dict[str, Any] | None:
-    """The manifest of a plan's bundle in ``out_dir``, or None when there is no bundle."""
-    path = Path(out_dir) / output.bundle_files(artifact)[1]
-    if not path.is_file():
-        return None
-    return output.read_json(path, f"re-run 'guardscope bundle {out_dir} --artifact {artifact}'")
-
-
-# --- making one ----------------------------------------------------------------------------------
-
-
-def make_bundle(out_dir: str | Path, artifact: str, *, backend: str, device: str, timeout: float,
-                corpus: str | Path | None = None) -> dict[str, Any]:
-    """Compile ``artifact``'s plan in a fresh process with empty caches and write its bundle and
-    manifest into ``out_dir``; returns the manifest. Raises :class:`BundleError` when it fails."""
-    from .errors import BundleError
-
-    out = Path(out_dir)
-    result_path = out / f".bundle-{artifact}.json"
-    with isolated_caches() as caches:
-        where = ["--corpus", str(Path(corpus).resolve())] if corpus is not None else []
-        outcome = run_module("guardscope.bundle", [artifact, str(out), str(result_path), "--backend", backend,
-                                                   "--device", device, *where], result_path, timeout=timeout,
-                             what="the process", environment=child_environment(caches))
-    if outcome.timed_out:
-        raise BundleError(f"compiling the {artifact} plan for its bundle took over {timeout:.0f} s; "
-                          "raise --timeout")
-    if outcome.result is None:
-        raise BundleError(f"compiling the {artifact} plan for its bundle failed: {outcome.failure}")
-    if "error" in outcome.result:
-        raise BundleError(outcome.result["error"])
-    return outcome.result
-
-
-def _make_in_child(out: Path, artifact: str, backend: str, device: str, corpus: Path | None = None) -> dict[str, Any]:
-    """Run the plan with the production backend in this (fresh) process and save its caches."""
-    import torch
-
-    from . import __version__, torch_compat
-    from .pipeline import _load_analysis, production_options
-    from .verify import set_up_plan
-
-    if not cache_dirs_empty():
-        return {"error": "the compile-cache folders are not empty: start this through 'guardscope bundle', "
-                         "which gives the compile new, empty ones"}
-    _, catalog, corpus, model = _load_analysis(out, corpus)
-    options = production_options(catalog, backend=backend, device=device)
-    module, runner, seconds, _ = set_up_plan(artifact, out, model, options, use_bundle=False,
-                                             warm_sample=corpus.sample(0) if len(corpus) else None)
-    saved = torch_compat.save_compile_cache()
-    if saved is None:
-        return {"error": f"torch saved no compile-cache artifacts after compiling the {artifact} plan with backend "
-                         f"{backend!r}: bundles need a backend with caches (inductor), and inductor's caches on "
-                         "(TORCHINDUCTOR_FORCE_DISABLE_CACHES, TORCHINDUCTOR_FX_GRAPH_CACHE=0 turn them off)"}
-    data, artifacts = saved
-    bundle_name, manifest_name = output.bundle_files(artifact)
-    manifest = {
-        "format": FORMAT,
-        "artifact": artifact,
-        "file": bundle_name,
-        "bytes": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "plan_hash": plan_hash(module.PLAN, module.WARMUP_DIR),
-        "torch_version": str(torch.__version__),
-        "device": options.device,
-        "device_name": torch_compat.cache_device_name(runner.device),
-        "compile": {"backend": options.backend, "dynamic": options.dynamic, "fullgraph": options.fullgraph,
-                    "mode": options.mode},
-        "compiled": torch_compat.compiled_settings(runner.compiled),
-        "inference_mode": options.inference_mode,
-        "graphs": runner.graphs(),
-        "artifacts": artifacts,
-        "cache": torch_compat.compile_cache_counters(),
-        "compile_seconds": round(seconds, 3),
-        "guardscope_version": __version__,
-    }
-    output.write_bytes(out / bundle_name, data)
-    output.write_json(out / manifest_name, manifest)
-    return manifest
-
-
-def child_main(argv: list[str]) -> int:
-    import argparse
-
-    from .errors import GuardscopeError
-
-    parser = argparse.ArgumentParser(prog="python -m guardscope.bundle")
-    parser.add_argument("artifact", choices=ARTIFACTS)
-    parser.add_argument("out_dir", type=Path)
-    parser.add_argument("result", type=Path)
-    parser.add_argument("--backend", required=True)
-    parser.add_argument("--device", required=True)
-    parser.add_argument("--corpus", type=Path, default=None)
-    arguments = parser.parse_args(argv)
-    try:
-        result = _make_in_child(arguments.out_dir, arguments.artifact, arguments.backend, arguments.device,
-                                arguments.corpus)
-    except GuardscopeError as exc:
-        result = {"error": str(exc)}
-    output.write_json(arguments.result, result)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(child_main(sys.argv[1:]))

@@ -12,9 +12,13 @@ from typing import Any, Callable
 
 import click
 
-from .model import GUARD_TEXT, IGNORABLE
-from .modelspec import model_label
+from . import store
+from .corpus.spec import model_label
 from .errors import GuardscopeError
+from .model import GUARD_TEXT, IGNORABLE
+from .options import BACKENDS
+from .plans import BUNDLED, NAMES, STRATEGIES
+from .text import first_line
 
 
 def _friendly_errors(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -30,7 +34,7 @@ def _friendly_errors(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _parse_marks(values: tuple[str, ...], option: str = "--mark-unbacked") -> tuple[tuple[str, int], ...]:
-    from .model import parse_mark
+    from .options import parse_mark
 
     marks = []
     for value in values:
@@ -42,7 +46,7 @@ def _parse_marks(values: tuple[str, ...], option: str = "--mark-unbacked") -> tu
 
 
 def _paddable_dims(values: tuple[str, ...]) -> tuple[str, ...] | None:
-    from .buckets import dim_name
+    from .catalog.buckets import dim_name
 
     if not values:
         return None
@@ -88,7 +92,7 @@ def main() -> None:
 @click.option("--out", "out_dir", default="guardscope-out", show_default=True,
               type=click.Path(file_okay=False), help="Folder for catalog.json, timings.json and trace/.")
 @click.option("--model", default=None, help="Model spec overriding the manifest's: 'pkg.mod:attr' or 'path/file.py:attr'.")
-@click.option("--backend", type=click.Choice(["eager", "aot_eager", "inductor"]), default="eager",
+@click.option("--backend", type=click.Choice(BACKENDS), default="eager",
               show_default=True, help="Analysis backend. Guards come from Dynamo, so 'eager' finds the same recompiles far faster; 'inductor' measures real compile times.")
 @click.option("--device", default="cpu", show_default=True,
               help="Device to replay on (cpu, cuda, cuda:1...). The CPU by default: Dynamo's guards, and so the "
@@ -157,7 +161,7 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
     crashed (a compiler backend died); 130 interrupted.
     """
     from . import pipeline
-    from .corpus import load_corpus
+    from .corpus.format import load_corpus
 
     total = len(load_corpus(corpus))
     if isolate or (isolate is None and backend == "inductor"):
@@ -219,7 +223,7 @@ def report(out_dir: str) -> None:
     Example:
       guardscope report out/
     """
-    from .report import write_report
+    from .report.page import write_report
 
     click.echo(f"wrote       {write_report(out_dir)}")
 
@@ -299,9 +303,9 @@ def _echo_bundles(out_dir: str, manifests: list[dict]) -> None:
 
 @main.command()
 @click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=str))
-@click.option("--artifact", "artifacts", multiple=True, type=click.Choice(["warmup", "unbacked"]),
+@click.option("--artifact", "artifacts", multiple=True, type=click.Choice(BUNDLED),
               help="Bundle only this plan (repeatable); default both.")
-@click.option("--backend", type=click.Choice(["eager", "aot_eager", "inductor"]), default=None,
+@click.option("--backend", type=click.Choice(BACKENDS), default=None,
               help="Production backend; default the corpus manifest's compile.backend, else inductor.")
 @click.option("--device", default=None,
               help="Device to compile on (cpu, cuda, cuda:1...); default the analysis's device.")
@@ -334,7 +338,7 @@ def bundle(out_dir: str, artifacts: tuple[str, ...], backend: str | None, device
 
 @main.command()
 @click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=str))
-@click.option("--artifact", "artifacts", multiple=True, type=click.Choice(["warmup", "unbacked", "export"]),
+@click.option("--artifact", "artifacts", multiple=True, type=click.Choice(NAMES),
               help="Verify only these artifacts (repeatable); default all three.")
 @click.option("--holdout", type=float, default=None,
               help="Replay only the last FRACTION of the corpus (e.g. 0.3), to test on samples the plan did not see first.")
@@ -376,13 +380,13 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
             line += f"; {passed}/{len(result['topologies'])} topologies run"
         click.echo(line)
         if result["reason"]:
-            more = "" if "\n" not in result["reason"].strip() else " (the whole reason is in verification.json)"
+            more = "" if "\n" not in result["reason"].strip() else f" (the whole reason is in {store.VERIFICATION})"
             click.echo(f"          {first_line(result['reason'])}{more}")
         if result.get("bundle"):
             click.echo(f"          {format_bundle_setup(result['bundle'])}")
     statuses = ", ".join(f"{r['name']} {r['status']}" for r in document["artifacts"])
     click.echo(f"verdict     {'PASSED' if document['passed'] else 'FAILED'}: {statuses} "
-               f"({Path(out_dir) / 'verification.json'})")
+               f"({Path(out_dir) / store.VERIFICATION})")
     if not document["passed"]:
         sys.exit(1)
 
@@ -423,7 +427,7 @@ def probe(out_dir: str, values: str, pairwise: str, max_candidates: int, break_r
       guardscope emit-warmup out/ --include-probed && guardscope verify out/
     """
     from . import pipeline
-    from .probe import raised_words
+    from .fixes.probe import raised_words
 
     try:
         sizes = tuple(int(v) for v in values.split(",") if v.strip())
@@ -445,10 +449,10 @@ def probe(out_dir: str, values: str, pairwise: str, max_candidates: int, break_r
     for topology in found[:20]:
         click.echo(f"  {topology['id']:<5} {topology['found_by']}")
     if len(found) > 20:
-        click.echo(f"  ... {len(found) - 20} more in probe/probe.json")
+        click.echo(f"  ... {len(found) - 20} more in {store.PROBE}")
     for warning in document["warnings"]:
         click.secho(f"warning: {warning}", fg="yellow", err=True)
-    wrote = [str(Path(out_dir) / "probe" / "probe.json")]
+    wrote = [str(Path(out_dir) / store.PROBE)]
     if result.corpus_dir is not None:
         wrote.append(str(result.corpus_dir))
     click.echo("wrote       " + ", ".join(wrote))
@@ -501,7 +505,7 @@ def diff(old: str, new: str, html_path: str | None, json_path: str | None, ignor
 
 @main.command()
 @click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=str))
-@click.option("--backend", type=click.Choice(["eager", "aot_eager", "inductor"]), default="inductor", show_default=True,
+@click.option("--backend", type=click.Choice(BACKENDS), default="inductor", show_default=True,
               help="The production backend to check the analysis against.")
 @click.option("--device", default="cuda", show_default=True,
               help="The production device (cuda, cuda:1, cpu...): cuda by default, since the check is against "
@@ -546,9 +550,9 @@ def fidelity(out_dir: str, backend: str, device: str, mode: str | None, timeout:
 @click.option("--corpus", default=None, type=click.Path(file_okay=False, path_type=str),
               help="Replay this corpus instead of the analysed one (the same requests on another machine).")
 @click.option("--strategy", "strategies", multiple=True,
-              type=click.Choice(["eager", "compile", "warmup", "unbacked", "export"]),
+              type=click.Choice(STRATEGIES),
               help="Measure only these strategies (repeatable); default all five.")
-@click.option("--backend", type=click.Choice(["inductor", "aot_eager", "eager"]), default="inductor",
+@click.option("--backend", type=click.Choice(BACKENDS), default="inductor",
               show_default=True, help="torch.compile backend of the compiled strategies (export always uses AOTInductor).")
 @click.option("--repeat", type=int, default=1, show_default=True, help="Replay the corpus this many times per strategy.")
 @click.option("--paired", type=int, default=1, show_default=True,
@@ -581,7 +585,7 @@ def bench(out_dir: str, device: str, corpus: str | None, strategies: tuple[str, 
       guardscope bench out/ --device cpu --strategy eager --strategy warmup
     """
     from . import pipeline
-    from .bench import Criteria, format_table
+    from .proving.bench import Criteria, format_table
 
     document = pipeline.bench(
         out_dir, device=device, corpus=corpus, strategies=strategies or None, backend=backend,
@@ -592,26 +596,16 @@ def bench(out_dir: str, device: str, corpus: str | None, strategies: tuple[str, 
     click.echo(f"device      {where}, torch {document['torch_version']}, backend {document['compile']['backend']}; "
                f"{document['corpus']['samples']} samples x {document['repeat']}")
     click.echo(format_table(document))
-    click.echo(f"wrote       {Path(out_dir) / 'bench.json'}, {Path(out_dir) / 'report.html'}")
+    click.echo(f"wrote       {Path(out_dir) / store.BENCH}, {Path(out_dir) / store.REPORT}")
 
 
 def _kept(out_dir: str, corpus: str) -> str:
     """What an interrupted analysis left to resume, as the checkpoint says (never an offer of a
     resume that has nothing to continue from)."""
-    import json
-
-    from .output import CHECKPOINT
-
-    from .output import CATALOG
-
-    checkpoint = Path(out_dir) / CHECKPOINT
-    try:
-        done = int(json.loads(checkpoint.read_text()).get("next_sample", 0)) if checkpoint.is_file() else 0
-    except (OSError, ValueError, TypeError):
-        done = 0
-    if not done and (Path(out_dir) / CATALOG).is_file():
-        return (f"the analysis had been written ({Path(out_dir) / CATALOG}); re-render its report with "
-                f"'guardscope report {out_dir}' if report.html is missing")
+    done = store.checkpoint_progress(out_dir)
+    if not done and (Path(out_dir) / store.CATALOG).is_file():
+        return (f"the analysis had been written ({Path(out_dir) / store.CATALOG}); re-render its report with "
+                f"'guardscope report {out_dir}' if {store.REPORT} is missing")
     if not done:
         return "no sample had finished, nothing is kept; run the same command again"
     return (f"the first {done} samples are kept in {out_dir}; continue with "
@@ -680,27 +674,19 @@ class ReplayProgress:
 
 def _analyze_in_child(out_dir: str, corpus: str) -> None:
     """Run this same command with --no-isolate in a child; report its death by a signal."""
-    import subprocess
+    from .proving.isolation import run_foreground, signal_name
 
     arguments = [a for a in sys.argv[1:] if a not in ("--isolate",)] + ["--no-isolate"]
-    completed = subprocess.run([sys.executable, "-m", "guardscope.cli", *arguments])
-    if completed.returncode > 0:
-        sys.exit(completed.returncode)
-    if completed.returncode == 0:
+    returncode = run_foreground([sys.executable, "-m", "guardscope.cli", *arguments])
+    if returncode > 0:
+        sys.exit(returncode)
+    if returncode == 0:
         return
-    try:
-        name = signal.Signals(-completed.returncode).name
-    except ValueError:
-        name = f"signal {-completed.returncode}"
+    name = signal_name(returncode)
     click.secho(f"error: the replay crashed ({name}) while compiling or running the model; {_kept(out_dir, corpus)}. "
                 "Try --backend eager (the guards, and so the catalog, are the same) to analyse anyway.",
                 fg="red", err=True)
     sys.exit(3)
-
-
-def first_line(text: str | None) -> str:
-    """The first line of a message, whole (a terminal line; files keep the rest)."""
-    return (str(text or "").strip().splitlines() or [""])[0]
 
 
 def format_bundle_setup(measured: dict) -> str:
@@ -776,7 +762,7 @@ def format_summary(analysis: Any) -> str:
     lines.append(f"replay      {analysis.replay_seconds:.1f} s ({catalog.replay_mode} replay{forced}; "
                  f"Dynamo's recompile limit raised to {catalog.compile.get('recompile_limit')} for it)")
     lines.append(f"wrote       {analysis.catalog_path}, {analysis.timings_path}, "
-                 f"{analysis.out_dir / 'report.html'}, {analysis.trace_path}")
+                 f"{analysis.out_dir / store.REPORT}, {analysis.trace_path}")
     return "\n".join(lines)
 
 
@@ -802,7 +788,7 @@ def format_cudagraphs(section: dict[str, Any]) -> list[str]:
             f"{expected['recordings']} recordings{expected_skips} (not observed: run --backend inductor --device cuda to see them)"
         )
     if (section.get("settings") or {}).get("skip_dynamic_graphs"):
-        from .buckets import skip_effect
+        from .catalog.buckets import skip_effect
 
         lines.append("  setting   cudagraph_skip_dynamic_graphs = True. "
                      + skip_effect(section["settings"]["graph_partition"]))

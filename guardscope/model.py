@@ -10,15 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-def parse_mark(text: str) -> tuple[str, int]:
-    """``"ARG:DIM"`` (the form of ``--mark-unbacked`` and of ``catalog.json``'s
-    ``compile.mark_unbacked``) as ``(argument path, dim)``; ValueError when it is not."""
-    path, _, dim = str(text).rpartition(":")
-    if not path or not dim.lstrip("-").isdigit():
-        raise ValueError(f"{text!r} is not ARG:DIM (e.g. x:0)")
-    return path, int(dim)
-
-
 def compile_order(compile_id: str | None) -> tuple[int, ...]:
     """Sort key of a compile id: ``"3/12"`` -> ``(3, 12)`` (frame, then compile within it); an
     id without numbers sorts last."""

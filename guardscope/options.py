@@ -1,4 +1,4 @@
-"""How to compile and replay: :class:`ReplayOptions`, the backends, ``ARG:DIM`` marks, and the
+"""How to compile and replay (importing this module imports no torch): :class:`ReplayOptions`, the backends, ``ARG:DIM`` marks, and the
 options read back from a corpus manifest or an analysis's catalog.
 
 The production options (``dynamic``, ``fullgraph``, ``mode``) come from the corpus manifest;
@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import torch_compat
 from .errors import CompileOptionsError
 
 BACKENDS = ("eager", "aot_eager", "inductor")
@@ -20,6 +19,26 @@ DEFAULT_RECOMPILE_LIMIT = 4096
 # Production torch.compile options a corpus manifest carries; an analysis adds where it ran.
 PRODUCTION_FIELDS = ("dynamic", "fullgraph", "mode")
 ANALYSED_FIELDS = PRODUCTION_FIELDS + ("backend", "device", "inference_mode")
+
+
+REPLAY_MODES = ("auto", "guards", "full")
+
+
+def check_replay_request(options: "ReplayOptions", replay_mode: str, shapes_per_graph: int) -> list[str]:
+    """Refuse a replay mode or padding budget that cannot work with ``options``; the warnings for
+    what will be ignored."""
+    if replay_mode not in REPLAY_MODES:
+        raise CompileOptionsError(f"replay mode {replay_mode!r} is not auto, guards or full")
+    if replay_mode == "guards" and not options.fullgraph:
+        raise CompileOptionsError(
+            "--replay guards needs fullgraph=True: with graph breaks later frames see runtime "
+            "values, so a sample cannot be skipped on the first frame's guards; use --replay full or auto"
+        )
+    if shapes_per_graph < 1:
+        raise CompileOptionsError(f"--shapes-per-graph {shapes_per_graph} must be at least 1")
+    if options.uses_cudagraphs and replay_mode == "guards":
+        return ["--replay guards ignored: CUDA graphs record at run time, so every sample runs"]
+    return []
 
 
 def parse_mark(text: str) -> tuple[str, int]:
@@ -72,6 +91,8 @@ class ReplayOptions:
     @property
     def uses_cudagraphs(self) -> bool:
         """CUDA graphs are recorded at run time: inductor with a CUDA-graph mode on a GPU."""
+        from . import torch_compat
+
         return (
             self.backend == "inductor"
             and self.device.startswith("cuda")
@@ -110,6 +131,8 @@ def options_from_manifest(compile_options: dict[str, Any], **overrides: Any) -> 
     """Production compile options from the manifest, then the caller's overrides (not None)."""
     unknown = sorted(set(compile_options) - set(PRODUCTION_FIELDS) - {"backend"})
     if unknown:
+        from . import torch_compat
+
         torch_compat.warn_once(f"ignoring unknown compile options in the manifest: {unknown}")
     return _replay_options(compile_options, PRODUCTION_FIELDS, **overrides)
 
@@ -129,6 +152,17 @@ def analysis_options(catalog: dict[str, Any]) -> ReplayOptions:
         if compile_options.get(name) is not None:
             overrides[name] = compile_options[name]
     return _replay_options(compile_options, ANALYSED_FIELDS, **overrides)
+
+
+def compile_arguments(compile_options: dict[str, Any]) -> str:
+    """The production options as the keyword arguments of a ``torch.compile(model...)`` call:
+    ``", dynamic=True, fullgraph=True"`` (``fullgraph=False``, the default, is left out)."""
+    call = []
+    for key in PRODUCTION_FIELDS:
+        value = compile_options.get(key)
+        if value is not None and not (key == "fullgraph" and value is False):
+            call.append(f", {key}={value!r}")
+    return "".join(call)
 
 
 def production_fields(compile_options: dict[str, Any]) -> dict[str, Any]:

@@ -20,17 +20,21 @@ class Plan:
     warmup_dir: str | None = None  # the corpus of samples its warmup() runs, beside the module
     bundleable: bool = False  # a compile-cache bundle can speed up its set-up (it compiles graphs)
     served: bool = False  # guardscope.runtime.serve can apply it
+    bench_title: str = ""  # how guardscope bench names the strategy that serves with it
 
 
 PLANS: tuple[Plan, ...] = (
-    Plan("warmup", "warmup.py", "Warmup set", warmup_dir="warmup", bundleable=True, served=True),
+    Plan("warmup", "warmup.py", "Warmup set", warmup_dir="warmup", bundleable=True, served=True,
+         bench_title="guardscope warmup"),
     Plan("unbacked", "unbacked.py", "mark_unbacked configuration", warmup_dir="unbacked_warmup",
-         bundleable=True, served=True),
-    Plan("export", "export_dims.py", "torch.export Dim bounds"),
+         bundleable=True, served=True, bench_title="guardscope mark_unbacked plan"),
+    Plan("export", "export_dims.py", "torch.export Dim bounds",
+         bench_title="torch.export + AOTInductor, eager fallback"),
 )
 
 BY_NAME = {plan.name: plan for plan in PLANS}
 NAMES = tuple(plan.name for plan in PLANS)  # also the order ties between fixes are broken in
+WARMUP, UNBACKED, EXPORT = NAMES  # for code that handles one plan in particular
 BUNDLED = tuple(plan.name for plan in PLANS if plan.bundleable)
 SERVED = tuple(plan.name for plan in PLANS if plan.served)
 MODULES = {plan.name: plan.module for plan in PLANS}

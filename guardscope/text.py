@@ -89,6 +89,13 @@ def first_line(text: Any) -> str:
     return (str(text or "").strip().splitlines() or [""])[0]
 
 
+def message_line(exc: BaseException, limit: int | None = None) -> str:
+    """The first line of an exception's message (its type name when it has none), cut to
+    ``limit`` characters when given."""
+    line = first_line(exc) or type(exc).__name__
+    return line[:limit] if limit else line
+
+
 def exception_line(exc: BaseException, limit: int | None = None) -> str:
     """``Type: first line of the message``, cut to ``limit`` characters when given."""
     line = f"{type(exc).__name__}: {first_line(exc)}" if first_line(exc) else type(exc).__name__
@@ -100,3 +107,59 @@ def error_text(exc: BaseException, limit: int = 4000) -> str:
     ``limit`` characters, with source paths cut to their last two components and object
     addresses masked (outputs must not depend on the machine)."""
     return normalize_reason(f"{type(exc).__name__}: {str(exc).strip()}")[:limit]
+
+
+# --- durations and bench wording (the terminal table and the report share them) ---------------
+
+
+def format_duration(seconds: float | None) -> str:
+    """Set-up and compile times: ``58.40 s``, ``488.12 ms``, ``0 s``."""
+    if seconds is None:
+        return "—"
+    if seconds == 0:
+        return "0 s"
+    return f"{seconds:.2f} s" if seconds >= 1 else format_ms(seconds * 1e3)
+
+
+def format_ms(milliseconds: float | None) -> str:
+    """Request latencies, two decimals in one unit so columns compare: ``5.00 ms``, ``14.20 s``."""
+    if milliseconds is None:
+        return "—"
+    return f"{milliseconds:.2f} ms" if milliseconds < 1000 else f"{milliseconds / 1e3:.2f} s"
+
+
+def format_tick(value: float) -> str:
+    """An axis tick of a time chart: ``2 s``, ``150 ms``, ``40 µs`` (no trailing zeros)."""
+    value = float(f"{value:.6g}")
+    if value >= 1:
+        return f"{value:g} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:g} ms"
+    return f"{value * 1e6:g} µs"
+
+
+def format_ratio(value: float) -> str:
+    """``957.8x``, ``1.4x``, ``0.04x``: tenths from 1 up, two significant digits below. A plan's
+    worst request can be a small fraction of eager's (eager's worst on a CPU, say, is a slow
+    first call), and one decimal printed 0.04 as ``0.0x``."""
+    return f"{value:.1f}x" if value >= 1 else f"{value:.2g}x"
+
+
+def missed_targets(row: dict[str, Any]) -> list[str]:
+    """The targets a row does not meet (or cannot be shown to meet), in words."""
+    words = []
+    for key, target in (row["targets"] or {}).items():
+        if target["met"]:
+            continue
+        value, limit = target["value"], target["limit"]
+        words.append({
+            "recompiles": f"{value} recompiles (at most {limit})",
+            "failed_requests": f"{value} failed requests",
+            "speedup": (f"speedup {value:.2f}x{' paired' if target.get('basis') == 'paired' else ''} "
+                        f"(at least {limit:g}x)" if value is not None
+                        else "speedup unknown (no eager row)"),
+            "setup_seconds": f"set-up {value:.1f} s (at most {limit:g} s)" if value is not None else "set-up unknown",
+            "worst_ratio": (f"worst request {format_ratio(value)} eager's worst (at most {limit:g}x)"
+                            if value is not None else f"worst request unknown ({target.get('unknown') or 'no eager row'})"),
+        }[key])
+    return words

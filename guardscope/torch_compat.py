@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from .model import compile_order
+from .text import message_line
 
 TESTED_RANGE = ((2, 9), (2, 14))
 
@@ -63,6 +64,21 @@ def check_supported_version() -> str | None:
         f"torch {torch_version()} is outside the range guardscope is tested on "
         f"({low[0]}.{low[1]}-{high[0]}.{high[1]}); guard texts it cannot parse are kept as 'other'"
     )
+
+
+# --- dtype names ------------------------------------------------------------------------------
+
+# Every torch dtype by the name catalogs, corpus shards and messages spell it ("float32"), and back.
+DTYPES: dict[str, torch.dtype] = {
+    str(value).removeprefix("torch."): value for value in vars(torch).values() if isinstance(value, torch.dtype)
+}
+_DTYPE_NAMES: dict[torch.dtype, str] = {dtype: name for name, dtype in DTYPES.items()}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float32`` -> ``"float32"``, the one spelling of a dtype in guardscope's files."""
+    name = _DTYPE_NAMES.get(dtype)
+    return name if name is not None else str(dtype).removeprefix("torch.")
 
 
 # --- structured trace -------------------------------------------------------------------------
@@ -634,14 +650,11 @@ def export_input_checker(program: Any) -> Callable[[tuple, dict], str | None]:
         if spec.kind == InputKind.USER_INPUT
     ]
 
-    def first_line(exc: BaseException) -> str:
-        return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-
     def check(args: tuple, kwargs: dict) -> str | None:
         try:
             flat, spec = pytree.tree_flatten_with_path((tuple(args), reorder_kwargs(kwargs, in_spec)))
         except Exception as exc:
-            return first_line(exc)
+            return message_line(exc, 300)
         if spec != in_spec:
             return "the call's arguments are structured unlike the exported example's"
         for (path, value), example in zip(flat, examples):
@@ -652,7 +665,7 @@ def export_input_checker(program: Any) -> Callable[[tuple, dict], str | None]:
         try:
             check_constraints(flat)
         except Exception as exc:
-            return first_line(exc)
+            return message_line(exc, 300)
         return None
 
     return check

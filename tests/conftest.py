@@ -8,13 +8,24 @@ import torch
 
 from guardscope import CorpusWriter
 
-REPO = Path(__file__).resolve().parents[1]
-SEED_CORPUS = REPO / "samples" / "gnn" / "corpus"
-MODELS = Path(__file__).resolve().parent / "models.py"
+from .paths import MODELS, REPO, SEED_CORPUS, model_spec  # noqa: F401  (tests import them from here)
 
-
-def model_spec(name: str) -> str:
-    return f"{MODELS}:{name}"
+# Shared session analyses, registered here so every folder (unit, integration, subprocess) sees them.
+from .sessions import (  # noqa: F401
+    _elementwise_analysis,
+    analyses,
+    copy_analysis,
+    elementwise_analysis,
+    emitted,
+    fixed,
+    pair,
+    probed,
+    repeats,
+    seed_analysis,
+    seed_fixes,
+    seed_report,
+    sharded_seed,
+)
 
 
 @pytest.fixture
@@ -29,6 +40,15 @@ def make_corpus(tmp_path):
         return path
 
     return make
+
+
+@pytest.fixture
+def small_corpus(tmp_path):
+    """Three calls of Elementwise (4, 5 and 6 rows of 3), a corpus the CLI tests run on."""
+    with CorpusWriter(tmp_path / "corpus", model=model_spec("Elementwise"), compile={"dynamic": True}) as writer:
+        for rows in (4, 5, 6):
+            writer.add(torch.randn(rows, 3))
+    return tmp_path / "corpus"
 
 
 @pytest.fixture(autouse=True)

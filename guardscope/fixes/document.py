@@ -1,0 +1,198 @@
+"""fixes.json and the modules ``emit-warmup`` writes: the three plans made for an analysis, their
+code rendered, their warmup corpora recorded.
+
+A fix that cannot work on the model (the marks make samples raise; torch cannot export it) is
+recorded as ``status: infeasible`` with the whole reason, and no module is written for it (nor
+left from an earlier run).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import plans, store, torch_compat
+from ..corpus import CorpusWriter
+from ..corpus.spec import respec
+from ..options import production_options
+from ..text import first_line
+from . import plan as planning
+from .emit.export_dims import render_export_dims
+from .emit.unbacked import render_unbacked
+from .emit.warmup import render_warmup
+from .exporting import plan_export
+
+
+@dataclass(frozen=True)
+class Fixes:
+    out_dir: Path
+    files: tuple[Path, ...]
+    warmup: Any
+    unbacked: Any
+    export: Any
+
+
+def with_probed(catalog: dict[str, Any], document: dict[str, Any], first_index: int) -> dict[str, Any]:
+    """The catalog with each probed topology appended (ids after the corpus's, one sample each)."""
+    extended = dict(catalog)
+    topologies = list(catalog["topologies"])
+    for position, probed in enumerate(document.get("new_topologies", [])):
+        sample = first_index + position
+        topologies.append({
+            "id": len(topologies),
+            "compile_id": probed["compile_id"],
+            "first_sample": sample,
+            "count": 1,
+            "samples": [sample],
+            "facts": probed["facts"],
+            "probed": probed["id"],
+        })
+    extended["topologies"] = topologies
+    return extended
+
+
+def unbacked_summary(plan: Any, warmup_graphs: int) -> str:
+    """One line on the unbacked plan for fixes.json, the report and the terminal."""
+    if plan.status != "ok":
+        return f"not possible on this model: {first_line(plan.reason) or 'no reason given'}"
+    line = (f"{len(plan.dims)} dims unbacked, duck sizing {'on' if plan.duck_shape else 'off'}; "
+            f"{len(plan.residual)} residual warmup samples, {plan.graphs} graphs (plain warmup: {warmup_graphs})")
+    if plan.frames > 1:
+        line += f"; {plan.frames} frames under the marks"
+    if plan.added_breaks:
+        line += f", the marks add {len(plan.added_breaks)} graph break(s)"
+    if plan.skipped:
+        line += f"; {len(plan.skipped)} dim(s) not markable"
+    return line
+
+
+def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin: float = 0.0,
+         include_probed: bool = False) -> Fixes:
+    """Plan, render and write the three fixes for the analysis in ``out`` (see DESIGN "Emitted
+    modules"): the modules, their warmup corpora and fixes.json. With ``include_probed`` the plans
+    also cover the topologies ``probe`` found."""
+    files = plans.MODULES
+    store.refuse_foreign(out, [*files.values(), store.FIXES])
+    options = production_options(catalog)
+    probed: list[Any] = []
+    if include_probed:
+        document, probed = store.load_probed(out, len(corpus))
+        catalog = with_probed(catalog, document, len(corpus))
+    by_index = {sample.index: sample for sample in probed}
+
+    def sample_at(index: int) -> Any:
+        return by_index[index] if index in by_index else corpus.sample(index)
+
+    frames = len(catalog.get("frames") or ()) or 1
+    warmup_plan = planning.plan_warmup(model, catalog["topologies"], sample_at, options, frames=frames)
+    unbacked_plan = planning.residual_samples(
+        model, itertools.chain(corpus, probed), planning.choose_unbacked(catalog), options, catalog
+    )
+    export_plan = plan_export(model, catalog, sample_at, margin)
+    unbacked_ok = unbacked_plan.status == "ok"
+
+    folders = [(plans.BY_NAME["warmup"].warmup_dir, [step.sample for step in warmup_plan.steps])]
+    if unbacked_ok:
+        folders.append((plans.BY_NAME["unbacked"].warmup_dir, list(unbacked_plan.residual)))
+    else:
+        store.remove_corpus(out / plans.BY_NAME["unbacked"].warmup_dir)
+    for folder, samples in folders:
+        target = out / folder
+        spec = respec(catalog["model"], corpus.path, target)
+        with CorpusWriter(target, model=spec, compile=corpus.manifest.compile, overwrite=True) as writer:
+            for index in samples:
+                sample = sample_at(index)
+                writer.add(*sample.args, **sample.kwargs)
+
+    codes = {
+        plans.WARMUP: render_warmup(catalog, warmup_plan),
+        plans.UNBACKED: render_unbacked(
+            catalog, unbacked_plan, plain_graphs=warmup_plan.graphs,
+            supports_unbacked_sources=torch_compat.supports_unbacked_sources(),
+        ) if unbacked_ok else None,
+        plans.EXPORT: render_export_dims(catalog, export_plan) if export_plan.feasible else None,
+    }
+    written = []
+    for name, code in codes.items():
+        if code is None:  # an infeasible fix: no module, and none left from an earlier run
+            store.remove_generated(out / files[name])
+        else:
+            written.append(store.write_text(out / files[name], code))
+    fixes = {
+        "schema": 1,
+        "probed": {"included": bool(include_probed), "topologies": len(probed),
+                   "corpus": f"{store.PROBE_DIR}/corpus" if probed else None},
+        "artifacts": [
+            {
+                "name": "warmup",
+                "file": files["warmup"],
+                "title": plans.BY_NAME["warmup"].title,
+                "status": "ok",
+                "reason": None,
+                "summary": (
+                    f"{len(warmup_plan.steps)} samples compile {warmup_plan.graphs} graphs for "
+                    f"{warmup_plan.topologies} topologies (one sample per topology, in corpus order: "
+                    f"{warmup_plan.one_per_topology} graphs)"
+                ),
+                "code": codes["warmup"],
+                "details": {
+                    "samples": [step.sample for step in warmup_plan.steps],
+                    "graphs": warmup_plan.graphs,
+                    "one_per_topology_graphs": warmup_plan.one_per_topology,
+                    "covers": {f"T{s.topology}": [f"T{c}" for c in s.covers] for s in warmup_plan.steps if s.covers},
+                },
+            },
+            {
+                "name": "unbacked",
+                "file": files["unbacked"] if unbacked_ok else None,
+                "title": plans.BY_NAME["unbacked"].title,
+                "status": unbacked_plan.status,
+                "reason": unbacked_plan.reason,
+                "summary": unbacked_summary(unbacked_plan, warmup_plan.graphs),
+                "code": codes["unbacked"],
+                "details": {
+                    "dims": [f"{d.argument}:{d.axis}" for d in unbacked_plan.dims],
+                    "duck_shape": unbacked_plan.duck_shape,
+                    "residual_samples": list(unbacked_plan.residual),
+                    "graphs": unbacked_plan.graphs,
+                    "frames": unbacked_plan.frames,
+                    "added_graph_breaks": list(unbacked_plan.added_breaks),
+                    "not_marked": {dim: why for dim, why in unbacked_plan.skipped},
+                    "failed_samples": [{"sample": i, "error": e} for i, e in unbacked_plan.failed[:20]],
+                },
+            },
+            {
+                "name": "export",
+                "file": files["export"] if export_plan.feasible else None,
+                "title": plans.BY_NAME["export"].title,
+                "status": export_plan.status,
+                "reason": export_plan.reason,
+                "summary": (
+                    f"{sum(d.kind == 'dim' for d in export_plan.dims)} Dims for "
+                    f"{sum(len(d.members) for d in export_plan.dims)} dynamic dims"
+                    + (f", margin {export_plan.margin:.0%}" if export_plan.margin else "")
+                    + (f"; {len(export_plan.outside)} topologies ({sum(o.samples for o in export_plan.outside)} "
+                       f"samples) outside them" if export_plan.outside else "")
+                    if export_plan.feasible else f"not possible on this model: {export_plan.reason}"
+                ),
+                "code": codes["export"],
+                "details": {
+                    "dims": {d.name: [d.min, d.max] for d in export_plan.dims},
+                    "relations": {d.name: d.expression for d in export_plan.dims if d.kind != "dim"},
+                    "example_sample": export_plan.example_sample,
+                    "example_topology": export_plan.example_topology,
+                    "suggested_fixes": list(export_plan.fixes),
+                    "outside": [
+                        {"topology": o.topology, "sample": o.sample, "samples": o.samples, "reason": o.reason}
+                        for o in export_plan.outside
+                    ],
+                    "not_declared": list(export_plan.warnings),
+                    **({"torch_message": export_plan.torch_message} if export_plan.torch_message else {}),
+                },
+            },
+        ],
+    }
+    written.append(store.write_document(out, store.FIXES, fixes))
+    return Fixes(out_dir=out, files=tuple(written), warmup=warmup_plan, unbacked=unbacked_plan, export=export_plan)

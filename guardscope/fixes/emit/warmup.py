@@ -1,0 +1,31 @@
+"""Pure: catalog + :class:`~guardscope.fixes.plan.WarmupPlan` -> the text of ``warmup.py``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..plan import WarmupPlan
+from . import render
+from .common import base_context, bundle_file, topology_words
+
+
+def render_warmup(catalog: dict[str, Any], plan: WarmupPlan) -> str:
+    steps = []
+    for step in plan.steps:
+        probed = catalog["topologies"][step.topology].get("probed")
+        label = f"T{step.topology} (probed {probed}, from probe/corpus)" if probed else f"T{step.topology}"
+        describe = f"{label}: {topology_words(catalog, step.topology)}"
+        if step.covers:
+            describe += " | also serves " + ", ".join(f"T{c}" for c in step.covers)
+        steps.append({"sample": step.sample, "topology": step.topology, "compile_id": step.compile_id,
+                      "describe": describe})
+    return render(
+        "warmup.py.j2",
+        **base_context(catalog),
+        bundle_file=bundle_file("warmup"),
+        steps=steps,
+        graphs=plan.graphs,
+        one_per_topology=plan.one_per_topology,
+        topologies=plan.topologies,
+        probed=sum(1 for t in catalog["topologies"] if t.get("probed")),
+    )

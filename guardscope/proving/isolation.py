@@ -1,0 +1,165 @@
+"""Run one measurement in a fresh Python process, so that a crash costs one result, not the run.
+
+Every child guardscope starts goes through here. ``verify``, ``bench`` and ``bundle`` each start
+``python -m guardscope.proving.<module> ...`` per artifact or strategy (:func:`run_module`);
+``fidelity`` runs a whole analysis (:func:`run_child`); ``analyze`` on inductor runs itself in a child
+that shares the terminal (:func:`run_foreground`). The child writes its result as JSON to a file the parent names; anything else — a
+non-zero exit, a segfault (AOTInductor has segfaulted on the seed model), a timeout — becomes a
+one-line reason. The child imports this same guardscope, wherever it is installed from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ChildOutcome:
+    """What a child left behind: its result, or why there is none; and its wall seconds."""
+
+    result: dict[str, Any] | None
+    failure: str | None
+    seconds: float
+    timed_out: bool = False
+
+
+def signal_name(code: int) -> str:
+    """``SIGSEGV`` for a return code of -11."""
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment, with this guardscope first on PYTHONPATH and ``extra`` set."""
+    environment = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parent.parent)
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, environment.get("PYTHONPATH")]))
+    environment.update(extra or {})
+    return environment
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the process group a child started with ``start_new_session`` leads."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+_WARNING = re.compile(r"^\S.*:\d+: \w*Warning: ")
+
+
+def output_tail(text: str, lines: int = 5) -> list[str]:
+    """The last ``lines`` lines of a dead child's output that say something: Python warnings
+    (``file.py:99: FutureWarning: ...`` and the source line printed under each) are left out, so a
+    crash report ends with the crash, not with the deprecation notices printed before it. Pure."""
+    kept: list[str] = []
+    after_warning = False
+    for line in text.strip().splitlines():
+        if _WARNING.match(line):
+            after_warning = True
+            continue
+        if after_warning and line.startswith((" ", "\t")):
+            after_warning = False
+            continue  # the one source line printed under a warning
+        after_warning = False
+        if line.strip():
+            kept.append(line)
+    return kept[-lines:]
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A finished (or timed-out) child: its exit status (None when it timed out), its output
+    and its wall seconds."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    seconds: float
+
+    def failure(self, what: str, lines: int = 5) -> str:
+        """``the verification process died of SIGSEGV: <last lines of its output>``."""
+        tail = output_tail(self.stderr or self.stdout or "", lines)
+        if self.returncode is not None and self.returncode < 0:
+            cause = f"{what} died of {signal_name(self.returncode)}"
+        else:
+            cause = f"{what} exited with status {self.returncode}"
+        return cause + (": " + " | ".join(tail) if tail else "")
+
+
+def run_child(command: list[str], *, timeout: float | None, environment: dict[str, str] | None = None,
+              cwd: str | Path | None = None) -> Completed:
+    """Run ``command`` with its output captured, in a session of its own: on a timeout, and on
+    Ctrl-C or any error here, its whole process group is killed (inductor's compile workers
+    included), so no leftover process keeps running or holds the output pipes open."""
+    started = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=environment or child_environment(), cwd=cwd, start_new_session=True)
+    try:
+        stdout, stderr = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(child.pid)
+        stdout, stderr = child.communicate()
+        return Completed(None, stdout or "", stderr or "", time.perf_counter() - started)
+    except BaseException:  # Ctrl-C: take the child's group down with us
+        _kill_group(child.pid)
+        child.wait()
+        raise
+    return Completed(child.returncode, stdout or "", stderr or "", time.perf_counter() - started)
+
+
+def run_foreground(command: list[str]) -> int:
+    """Run ``command`` on this terminal, in this process group, and return its exit status
+    (negative: the signal that killed it). For a child the user watches and may interrupt: Ctrl-C
+    reaches it as it reaches us, so it can save its progress (``guardscope analyze``'s checkpoint)
+    before it ends. No timeout: it runs as long as the command it stands for."""
+    return subprocess.run(command).returncode
+
+
+def run_module(
+    module: str,
+    arguments: list[str],
+    result_path: Path,
+    *,
+    timeout: float,
+    what: str,
+    environment: dict[str, str] | None = None,
+) -> ChildOutcome:
+    """``python -m MODULE ARGUMENTS...`` (through :func:`run_child`); the child writes its JSON
+    result to ``result_path``.
+
+    ``what`` names the child in failure reasons ("the verification process died of SIGSEGV").
+    The result file is removed afterwards, whatever happened.
+    """
+    if result_path.exists():
+        result_path.unlink()
+    try:
+        completed = run_child([sys.executable, "-m", module, *arguments], timeout=timeout, environment=environment)
+        if completed.returncode is None:
+            return ChildOutcome(None, f"timed out after {timeout:.0f} s", completed.seconds, True)
+        if completed.returncode == 0 and result_path.is_file():
+            return ChildOutcome(json.loads(result_path.read_text()), None, completed.seconds)
+        return ChildOutcome(None, completed.failure(what), completed.seconds)
+    finally:
+        if result_path.exists():
+            result_path.unlink()
+
+
+def import_file(path: Path) -> Any:
+    """Import a generated module (``warmup.py``, ``unbacked.py``...) from its path."""
+    spec = importlib.util.spec_from_file_location(f"guardscope_artifact_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module

@@ -1,0 +1,76 @@
+"""Applying a plan in this process, and the fresh compile caches a measured set-up starts from:
+shared by ``verify``, ``bundling`` and ``bench``, so set-up is timed the same way everywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from .. import plans
+from .isolation import import_file
+
+CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+# --- fresh compile caches ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def isolated_caches() -> Iterator[dict[str, str]]:
+    """Environment variables pointing torch's compile caches at new, empty folders (removed on
+    exit): a child started with them compiles as a fresh machine would."""
+    root = Path(tempfile.mkdtemp(prefix="guardscope-caches-"))
+    try:
+        env = {}
+        for variable in CACHE_VARIABLES:
+            folder = root / variable.split("_")[0].lower()
+            folder.mkdir()
+            env[variable] = str(folder)
+        yield env
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def cache_dirs_empty() -> bool:
+    """True when every cache folder variable is set and names an empty (or missing) folder."""
+    for variable in CACHE_VARIABLES:
+        value = os.environ.get(variable)
+        if not value:
+            return False
+        folder = Path(value)
+        if folder.exists() and any(folder.iterdir()):
+            return False
+    return True
+
+
+def set_up_plan(name: str, out_dir: Path, model: Any, options: Any, *, use_bundle: bool,
+                warm_sample: Any = None) -> tuple[Any, Any, float, dict | None]:
+    """Apply a plan as its module's docstring says, in this process: configure (unbacked), compile,
+    load the compile-cache bundle (``use_bundle``), run the warmup. Returns (module, runner,
+    set-up seconds, what the bundle load did).
+
+    Set-up is timed the same way everywhere guardscope reports it (verify, bundle, bench): from a
+    warm device — ``warm_sample``, when given, runs once eagerly first, untimed (see
+    :meth:`guardscope.replay.session.Runner.warm_device`) — to the end of the warmup with the device
+    synchronised: the bundle load, every compile (inductor's own imports included) and the warmup
+    forwards."""
+    from .. import torch_compat
+    from ..replay.session import Runner
+
+    module = import_file(out_dir / plans.MODULES[name])
+    if name == "unbacked":
+        module.configure()
+    runner = Runner(model, options)
+    if warm_sample is not None:
+        runner.warm_device(warm_sample)
+    started = time.perf_counter()
+    load = module.load_bundle(runner.compiled, options.device).to_json() if use_bundle else None
+    module.warmup(runner.compiled, device=options.device, inference_mode=options.inference_mode, bundle=False)
+    torch_compat.synchronize(runner.device)
+    return module, runner, time.perf_counter() - started, load

@@ -1,0 +1,392 @@
+"""Prove each emitted artifact on the corpus, each in a fresh subprocess.
+
+``verify(out_dir)`` starts ``python -m guardscope.proving.verify ARTIFACT DIR RESULT`` once per
+artifact: a crash or segfault (AOTInductor has segfaulted on the seed model) becomes a ``crashed``
+result for that artifact, never the end of the others. The child compiles the model with the
+catalog's options, applies the artifact as its docstring says, replays the corpus and reports:
+
+* warmup / unbacked: graphs compiled during set-up, set-up seconds, and every compile during the
+  replay (a recompile: the artifact failed) with its sample and guard failures. With
+  ``fullgraph`` a sample the existing graphs' guards accept is not run — it cannot compile.
+* export: ``torch.export`` with the artifact's Dims, then every topology's representative
+  through the exported program, compared with eager.
+
+When a plan has a compile-cache bundle (``guardscope bundle DIR``), two more fresh children, each
+with new, empty cache folders, measure its set-up with the bundle's backend and device: once
+without the bundle and once loading it (then replaying the corpus, so the bundled graphs are
+proven too). The result's ``bundle`` holds both, with inductor's cache hits and misses.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from .. import plans, store
+from ..catalog.classify import classify_reasons
+from ..errors import CompileOptionsError, GuardscopeError
+from ..options import production_options
+from .isolation import child_environment, import_file, run_module
+from .setup import cache_dirs_empty, isolated_caches, set_up_plan
+
+# A fix that cannot work on this model (emit-warmup said why) is "infeasible": not a failure of
+# the fixes that can.
+OK_STATUSES = ("passed", "skipped", "infeasible")
+
+
+def verify_fixes(
+    out: Path,
+    corpus_dir: Path,
+    *,
+    artifacts: tuple[str, ...] | None = None,
+    holdout: float | None = None,
+    timeout: float = 3600.0,
+    progress: Callable[[str], None] | None = None,
+    bundle: bool = True,
+) -> dict[str, Any]:
+    """Verify each emitted fix in a fresh subprocess; write ``verification.json``.
+
+    With ``bundle``, a plan that has a compile-cache bundle also gets its set-up measured with
+    and without it, each in a fresh process with empty cache folders (the result's ``bundle``).
+    Fixes not verified this time keep their last result. Returns the document:
+    ``{"schema": 1, "passed": bool, "artifacts": [...]}``.
+    """
+    if holdout is not None and not 0.0 < holdout < 1.0:
+        raise CompileOptionsError(f"--holdout {holdout} must be a fraction between 0 and 1")
+    chosen = artifacts or plans.NAMES
+    unknown = sorted(set(chosen) - set(plans.NAMES))
+    if unknown:
+        raise CompileOptionsError(f"unknown artifacts {unknown}; choose from {', '.join(plans.NAMES)}")
+    results = []
+    for name in chosen:
+        if progress is not None:
+            progress(name)
+        results.append(run_artifact(out, name, holdout=holdout, timeout=timeout, bundle=bundle, corpus=corpus_dir))
+    previous = store.read_document(out, store.VERIFICATION) if artifacts else None
+    if previous is not None:
+        kept = [r for r in previous.get("artifacts", []) if r.get("name") not in chosen]
+        results = sorted(kept + results, key=lambda r: plans.NAMES.index(r["name"]))
+    document = {
+        "schema": 1,
+        "holdout": holdout,
+        "passed": all(r["status"] in OK_STATUSES for r in results)
+        and any(r["status"] == "passed" for r in results),
+        "artifacts": results,
+    }
+    store.write_document(out, store.VERIFICATION, document)
+    return document
+
+
+def _result(name: str, status: str, reason: str | None = None, **fields: Any) -> dict[str, Any]:
+    result = {
+        "name": name,
+        "status": status,
+        "reason": reason,
+        "setup_graphs": None,
+        "setup_frames": None,
+        "setup_seconds": None,
+        "replay_recompiles": None,
+        "recompile_samples": [],
+        "failures": [],
+        "samples_replayed": None,
+        "probed_replayed": 0,
+        "topologies": [],
+        "bundle": None,
+    }
+    result.update(fields)
+    return result
+
+
+def _run_child(out_dir: Path, name: str, tag: str, options: list[str], *, timeout: float,
+               env: dict[str, str] | None = None) -> dict[str, Any]:
+    """``python -m guardscope.proving.verify NAME DIR RESULT OPTIONS`` in a fresh interpreter (see
+    :func:`guardscope.proving.isolation.run_module`); any death of it becomes a ``crashed`` result."""
+    result_path = out_dir / f".verify-{tag}.json"
+    outcome = run_module("guardscope.proving.verify", [name, str(out_dir), str(result_path), *options], result_path,
+                         timeout=timeout, what="the verification process",
+                         environment=child_environment(env))
+    if outcome.result is not None:
+        return outcome.result
+    return _result(name, "crashed", outcome.failure,
+                   setup_seconds=None if outcome.timed_out else round(outcome.seconds, 3))
+
+
+def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: float,
+                 bundle: bool = True, corpus: Path | None = None) -> dict[str, Any]:
+    """Verify one artifact in a fresh interpreter; with ``bundle``, also measure the set-up of
+    its compile-cache bundle (when it has one) with and without it."""
+    planned = planned_status(out_dir, name)
+    if planned is not None:
+        return _result(name, "infeasible", planned)
+    if not (out_dir / plans.MODULES[name]).is_file():
+        return _result(name, "skipped", f"{plans.MODULES[name]} not found: run 'guardscope emit-warmup {out_dir}'")
+    split = ["--holdout", str(holdout)] if holdout is not None else []
+    if corpus is not None:
+        split += ["--corpus", str(Path(corpus).resolve())]
+    result = _run_child(out_dir, name, name, split, timeout=timeout)
+    if bundle and name in plans.BUNDLED and result["status"] != "crashed":
+        measured = measure_bundle(out_dir, name, split, timeout=timeout)
+        if measured is not None:
+            result["bundle"] = measured
+            recompiles = (measured.get("with") or {}).get("replay_recompiles")
+            if measured["status"] == "crashed":
+                # the plan itself died under the production backend: it is not proven to work
+                result["status"] = "crashed"
+                result["reason"] = measured["reason"]
+            elif recompiles and result["status"] == "passed":
+                result["status"] = "failed"
+                result["reason"] = (f"after loading its compile-cache bundle ({measured['backend']}, "
+                                    f"{measured['device']}) the replay recompiled {recompiles} time(s), first at "
+                                    f"sample {measured['with']['recompile_samples'][0]}")
+    return result
+
+
+def planned_status(out_dir: Path, name: str) -> str | None:
+    """Why ``emit-warmup`` found this fix infeasible (fixes.json says so; no module was written),
+    or None."""
+    entry = store.fix_entry(out_dir, name)
+    if entry is None or entry.get("status") != "infeasible":
+        return None
+    return str(entry.get("reason") or "emit-warmup found it infeasible")
+
+
+def measure_bundle(out_dir: Path, name: str, split: list[str], *, timeout: float) -> dict[str, Any] | None:
+    """Set-up of a plan in fresh processes with empty cache folders, without and with its bundle
+    (None when the plan has no bundle). ``status``: ``used`` (every graph came from the cache),
+    ``partial`` (some compiled from scratch), ``not used`` (the bundle was refused: ``reason``),
+    ``not measured`` (a child could not run here, e.g. no GPU for a CUDA bundle), ``crashed``
+    (a child died: the plan crashes under the production backend)."""
+
+    try:
+        manifest = store.read_bundle_manifest(out_dir, name)
+    except GuardscopeError as exc:
+        return {"status": "not used", "reason": str(exc), "without": None, "with": None}
+    if manifest is None:
+        return None
+    measured: dict[str, Any] = {
+        key: manifest.get(key) for key in ("file", "bytes", "torch_version", "device", "device_name", "graphs")
+    }
+    measured["backend"] = (manifest.get("compile") or {}).get("backend")
+    for mode in ("without", "with"):
+        options = [*split, "--backend", str(measured["backend"]), "--device", str(measured["device"])]
+        with isolated_caches() as caches:
+            measured[mode] = _run_child(out_dir, name, f"{name}-{mode}-bundle",
+                                        options + (["--bundle"] if mode == "with" else []),
+                                        timeout=timeout, env=caches)
+    status, reason = bundle_status(measured["without"], measured["with"], f"{measured['backend']} on {measured['device']}")
+    measured.update(status=status, reason=reason)
+    return measured
+
+
+def bundle_status(without: dict[str, Any], with_: dict[str, Any], where: str) -> tuple[str, str | None]:
+    """(status, reason) of a bundle from its two set-up results; see :func:`measure_bundle`. Pure."""
+    for mode, run in (("without", without), ("with", with_)):
+        if run["status"] == "crashed":
+            return "crashed", f"set-up with {where} {mode} the bundle crashed: {run['reason']}"
+    for run in (without, with_):
+        if run["status"] == "skipped":
+            return "not measured", run["reason"]
+    load = with_.get("bundle_load") or {}
+    if load.get("status") != "loaded":
+        return "not used", load.get("reason") or f"the bundle was {load.get('status')}"
+    cache = with_["cache"]
+    if cache["fxgraph_misses"]:
+        return "partial", (f"{cache['fxgraph_misses']} graph(s) compiled from scratch despite the bundle "
+                           f"({cache['fxgraph_hits']} from the cache)")
+    return "used", None
+
+
+# --- the child ---------------------------------------------------------------------------------
+
+
+def _replay_split(corpus: Any, holdout: float | None, probed: list[Any] = ()) -> Iterator[Any]:
+    """The corpus, or its last ``holdout`` fraction, streamed shard by shard; then the probed
+    samples the fixes cover (numbered after the corpus)."""
+    start = 0 if holdout is None else int(len(corpus) * (1.0 - holdout))
+    yield from (sample for sample in corpus if sample.index >= start)
+    yield from probed
+
+
+def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout: float | None,
+                     options: Any, *, setup: dict[str, Any] | None = None) -> dict:
+    """Set up the plan, replay the corpus, count compiles. ``setup`` (a set-up measurement:
+    ``{"use_bundle": bool}``) adds the cache counters, the bundle load and whether the cache
+    folders were empty at start to the result."""
+    from .. import torch_compat
+    from ..replay.capture import TraceCapture, events_from_records
+
+    measured: dict[str, Any] = {}
+    if setup is not None:
+        measured["cache_dirs_empty"] = cache_dirs_empty()
+    # Dynamo's own recompile limit stays as in production: an artifact that needs more graphs
+    # than the default allows must raise it itself.
+    with TraceCapture() as capture:
+        capture.set_sample(None)
+        module, runner, setup_seconds, load = set_up_plan(
+            name, out_dir, model, options, use_bundle=bool(setup and setup["use_bundle"]),
+            warm_sample=corpus.sample(0) if len(corpus) else None)
+        if setup is not None:
+            measured.update(cache=torch_compat.compile_cache_counters(), bundle_load=load,
+                            backend=options.backend, device=options.device)
+        # Every graph the set-up compiled, in every frame (a model with graph breaks compiles
+        # several frames; counting the first frame's cache alone would undercount them).
+        setup_events = events_from_records(capture.records).events
+        setup_graphs = sum(1 for e in setup_events if e.fail_type is None)
+        setup_frames = len({e.frame_id for e in setup_events})
+        replayed = 0
+        _, probed = store.probed_samples(out_dir, len(corpus))
+        for sample in _replay_split(corpus, holdout, probed):
+            capture.set_sample(sample.index)
+            call = runner.prepare(sample, mark=False)
+            if name == "unbacked":
+                module.mark(*call.args, **call.kwargs)
+            with runner.grad_context():
+                # With fullgraph the model is one frame: a sample its guards accept cannot compile.
+                accepted = options.fullgraph and runner.serving_locals(call.frame)
+                if not accepted:
+                    runner.forget_entries()
+                    runner.compiled(*call.args, **call.kwargs)
+            replayed += 1
+        capture.set_sample(None)
+    events = events_from_records(capture.records).events
+    recompiles = [e for e in events if e.sample is not None]
+    failures = [
+        {"sample": e.sample, "compile_id": e.compile_id, "frame": e.frame_id,
+         "reasons": [f"{f.kind.value}: {f.raw}" for f in classify_reasons(e.reasons)]}
+        for e in recompiles
+    ]
+    torch_compat.reset_dynamo()
+    return _result(
+        name,
+        "passed" if not recompiles else "failed",
+        None if not recompiles else (
+            f"{len(recompiles)} compile(s) during the replay, first at sample {recompiles[0].sample} "
+            f"(graph {recompiles[0].compile_id}{'' if recompiles[0].frame_id == 0 else ', a later frame'})"),
+        setup_graphs=setup_graphs,
+        setup_frames=setup_frames,
+        setup_seconds=round(setup_seconds, 3),
+        replay_recompiles=len(recompiles),
+        recompile_samples=sorted({e.sample for e in recompiles}),
+        failures=failures,
+        samples_replayed=replayed,
+        probed_replayed=len(probed),
+        **measured,
+    )
+
+
+def _verify_export(out_dir: Path, catalog: dict, corpus: Any, model: Any) -> dict:
+    """Export with the module on the plan's example, then run every topology the plan covers
+    through the program and compare it with eager; the topologies the plan lists as outside the
+    Dims (fixes.json) are reported as such, not run."""
+    import torch
+
+    from ..fixes.exporting import explain_failure, torch_error
+
+    module = import_file(out_dir / plans.MODULES["export"])
+    model = model.eval()
+    example = corpus.sample(module_example(out_dir, catalog))
+    started = time.perf_counter()
+    try:
+        program = module.export(model, *example.args, **example.kwargs)
+    except Exception as exc:
+        return _result("export", "failed", f"torch.export failed: {explain_failure(exc)}\n{torch_error(exc)}")
+    setup_seconds = time.perf_counter() - started
+    exported = program.module()
+    planned = (store.fix_entry(out_dir, "export") or {}).get("details", {})
+    outside = {item["topology"]: item["reason"] for item in planned.get("outside", [])}
+    topologies = []
+    document, probed = store.probed_samples(out_dir, len(corpus))
+    if document is not None:
+        from ..fixes.document import with_probed
+
+        catalog = with_probed(catalog, document, len(corpus))
+    by_index = {sample.index: sample for sample in probed}
+    for topology in catalog["topologies"]:
+        entry = {"id": topology["id"], "probed": topology.get("probed")}
+        if topology["id"] in outside:
+            # "passed" stays a bool for readers that count it; the error says it was not run.
+            topologies.append({**entry, "status": "outside", "passed": False,
+                               "error": f"outside the Dims: {outside[topology['id']]}"})
+            continue
+        sample = by_index.get(topology["first_sample"]) or corpus.sample(topology["first_sample"])
+        try:
+            with torch.no_grad():
+                got = exported(*sample.args, **sample.kwargs)
+                want = model(*sample.args, **sample.kwargs)
+            same = all(
+                torch.allclose(a, b, rtol=1e-4, atol=1e-4)
+                for a, b in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want))
+                if isinstance(a, torch.Tensor)
+            )
+            error = None if same else "output differs from eager beyond rtol=atol=1e-4"
+        except Exception as exc:
+            error = torch_error(exc)
+        topologies.append({**entry, "status": "passed" if error is None else "failed",
+                           "passed": error is None, "error": error})
+    failed = [t for t in topologies if t["status"] == "failed"]
+    left_out = [t for t in topologies if t["status"] == "outside"]
+    if failed:
+        reason = "the exported program rejects " + ", ".join(
+            f"T{t['id']} ({(t['error'].splitlines() or [''])[0][:400]})" for t in failed)
+    elif left_out:
+        reason = (f"{len(left_out)} of {len(topologies)} topologies are outside the Dims, as planned: "
+                  + ", ".join(f"T{t['id']}" for t in left_out))
+    else:
+        reason = None
+    return _result(
+        "export",
+        "passed" if not failed else "failed",
+        reason,
+        setup_graphs=1,
+        setup_seconds=round(setup_seconds, 3),
+        samples_replayed=len(topologies) - len(left_out),
+        topologies=topologies,
+    )
+
+
+def module_example(out_dir: Path, catalog: dict) -> int:
+    """The sample ``emit-warmup`` exported with (fixes.json), else the largest topology's first."""
+    entry = store.fix_entry(out_dir, "export")
+    if entry is not None:
+        return int(entry.get("details", {}).get("example_sample", 0))
+    largest = max(catalog["topologies"], key=lambda t: t["count"])
+    return int(largest["first_sample"])
+
+
+def child_main(argv: list[str]) -> int:
+    import argparse
+
+
+    parser = argparse.ArgumentParser(prog="python -m guardscope.proving.verify")
+    parser.add_argument("artifact", choices=plans.NAMES)
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("result", type=Path)
+    parser.add_argument("--holdout", type=float, default=None)
+    parser.add_argument("--backend", default=None, help="set-up measurement: compile with this backend")
+    parser.add_argument("--device", default=None, help="set-up measurement: on this device")
+    parser.add_argument("--bundle", action="store_true", help="set-up measurement: load the plan's bundle")
+    parser.add_argument("--corpus", type=Path, default=None, help="the corpus, when not where the analysis found it")
+    arguments = parser.parse_args(argv)
+    out, catalog, corpus, model = store.load_inputs(arguments.out_dir, arguments.corpus)
+    if arguments.artifact == "export":
+        result = _verify_export(out, catalog, corpus, model)
+    elif arguments.backend is None:
+        result = _verify_compiled(arguments.artifact, out, corpus, model, arguments.holdout,
+                                  production_options(catalog))
+    else:
+        try:
+            options = production_options(catalog, backend=arguments.backend, device=arguments.device)
+            options.validate()
+        except CompileOptionsError as exc:
+            result = _result(arguments.artifact, "skipped", str(exc))
+        else:
+            result = _verify_compiled(arguments.artifact, out, corpus, model, arguments.holdout, options,
+                                      setup={"use_bundle": arguments.bundle})
+    store.write_json(arguments.result, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv[1:]))

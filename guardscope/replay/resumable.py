@@ -1,0 +1,139 @@
+"""The corpus replay of an analysis: shard by shard, checkpointed into the analysis folder so an
+interrupted run keeps its finished samples and resumes to the same result.
+
+Every ``checkpoint_every`` seconds, when interrupted (Ctrl-C, SIGTERM) and once every sample is
+done, the checkpoint (:mod:`guardscope.store`) records where the replay stands: every sample
+before ``next_sample`` is done and in the catalog builder, and the trace files were this long
+after it. A resume cuts the trace files back to that length, rebuilds the finished samples'
+graphs by re-running only the samples that compiled (their compile events come back identical)
+and restores Dynamo's lookup order, so the catalog equals an uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import store, torch_compat
+from ..errors import ShardError
+from ..options import ReplayOptions
+from .session import ReplayResult, ReplaySession
+
+
+@dataclass(frozen=True)
+class CorpusReplay:
+    """What the replay of a corpus left: the replay's result, the replay seconds of this run and
+    of the runs it resumed, shards skipped as corrupt, and warnings."""
+
+    result: ReplayResult
+    seconds: float
+    skipped_shards: tuple[dict[str, str], ...]
+    warnings: tuple[str, ...]
+
+
+def fingerprint(corpus: Any, spec: str, options: ReplayOptions, replay_mode: str) -> dict[str, Any]:
+    """What a checkpoint must match to be resumed: the same corpus, model, options and torch."""
+    return {
+        "shards": [shard.sha256 for shard in corpus.manifest.shards],
+        "model": spec,
+        "options": options.compile_json(),
+        "replay_mode": replay_mode,
+        "torch": torch_compat.torch_version(),
+    }
+
+
+def replay_corpus(
+    corpus: Any,
+    model: Any,
+    options: ReplayOptions,
+    out: Path,
+    *,
+    builder: Any,
+    fingerprint: dict[str, Any],
+    state: dict[str, Any] | None,
+    replay_mode: str,
+    checkpoint_every: float,
+    skip_bad_shards: bool,
+    track_lookup: bool,
+    progress: Callable[[int, int], None] | None = None,
+) -> CorpusReplay:
+    """Replay ``corpus`` into ``builder`` (its ``add_sample`` receives each sample's description),
+    resuming from ``state`` (a checkpoint read by :func:`guardscope.store.read_checkpoint`) when
+    given. ``progress(done, compiles)`` is called after each sample."""
+    resume = state is not None
+    skipped: list[dict[str, str]] = list(state["skipped_shards"]) if state else []
+    warnings: list[str] = []
+    done_before = builder.samples
+    if progress is not None and done_before:
+        progress(done_before, 0)
+    with store.open_trace_stream(out, append=resume, keep_bytes=(state or {}).get("trace_bytes")) as trace_stream, (
+        store.open_trace_stream(out, append=resume, name=store.CUDAGRAPH_LOG,
+                                keep_bytes=(state or {}).get("cudagraph_bytes"))
+        if options.uses_cudagraphs else contextlib.nullcontext()
+    ) as cudagraph_stream:
+        done = {"next": state["next_sample"] if state else 0, "time": time.monotonic(),
+                "trace": store.stream_size(trace_stream), "cudagraphs": store.stream_size(cudagraph_stream)}
+
+        def checkpoint() -> None:
+            done["time"] = time.monotonic()
+            store.write_checkpoint(out, {
+                "fingerprint": fingerprint,
+                "next_sample": done["next"],
+                "compile_samples": session.compile_samples(before=done["next"]),
+                "lookup_order": session.lookup_order,
+                "builder": builder.to_state(),
+                "skipped_shards": skipped,
+                "seconds": (state["seconds"] if state else 0.0) + session.seconds,
+                "trace_bytes": done["trace"],
+                "cudagraph_bytes": done["cudagraphs"],
+            })
+
+        def finished(index: int) -> None:
+            done.update(next=index + 1, trace=store.stream_size(trace_stream),
+                        cudagraphs=store.stream_size(cudagraph_stream))
+            if time.monotonic() - done["time"] >= checkpoint_every:
+                checkpoint()
+
+        with ReplaySession(
+            model,
+            options,
+            on_sample=builder.add_sample,
+            trace_stream=trace_stream,
+            progress=(lambda count: progress(done_before + count, session.compiles)) if progress else None,
+            guard_only=replay_mode in ("auto", "guards"),
+            cudagraph_stream=cudagraph_stream,
+            track_lookup=track_lookup,
+            after_sample=finished,
+        ) as session:
+            if state:
+                # Rebuild the graphs the finished samples compiled; Dynamo's lookup order is the
+                # one the finished samples left, not the warm-up's.
+                session.warm(corpus.sample(index) for index in state["compile_samples"])
+                session.restore_lookup_order(state.get("lookup_order", session.lookup_order))
+            started = done["next"]
+            try:
+                for shard in corpus.manifest.shards:
+                    if shard.first + shard.samples <= done["next"]:
+                        continue
+                    try:
+                        samples = corpus.load_shard(shard)
+                    except ShardError as exc:
+                        if not skip_bad_shards:
+                            raise
+                        skipped.append({"file": shard.file, "error": str(exc)})
+                        warnings.append(f"skipped shard {shard.file}: {exc}")
+                        done["next"] = shard.first + shard.samples
+                        continue
+                    session.replay(sample for sample in samples if sample.index >= done["next"])
+            except (KeyboardInterrupt, SystemExit):
+                if done["next"] > started:
+                    checkpoint()  # keep what finished since the last checkpoint
+                raise
+            # Every sample is done: an interruption from here on resumes straight to the catalog.
+            checkpoint()
+        result = session.result()
+    seconds = (state["seconds"] if state else 0.0) + result.seconds
+    return CorpusReplay(result=result, seconds=seconds, skipped_shards=tuple(skipped), warnings=tuple(warnings))

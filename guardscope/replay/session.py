@@ -1,0 +1,445 @@
+"""Replay a corpus through ``torch.compile`` and record what Dynamo did — the only module that
+calls ``torch.compile``.
+
+For every sample, in recorded order: apply the requested ``mark_unbacked`` marks, run the compiled
+model (under ``torch.inference_mode`` by default, as serving code does), and ask Dynamo's cache
+which compiled entry serves the sample — that entry is the sample's topology. Compiles are read
+from the structured trace (:mod:`guardscope.replay.capture`), attributed to the sample that triggered
+them. Every torch setting touched is restored on exit; Dynamo's caches are reset before the
+replay so it starts as a fresh process would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any, Callable, Iterable, Iterator, NamedTuple
+
+import torch
+
+from .. import torch_compat
+from ..errors import CompileOptionsError
+from ..model import CompileEvent, Sample, SampleMeta, compile_order
+from ..options import ReplayOptions
+from ..sources import FrameArguments
+from ..text import error_text
+from .arguments import CallBinder, describe, lookup
+from .capture import CudagraphCapture, TraceCapture, events_from_records
+
+
+@dataclass
+class ReplayResult:
+    events: list[CompileEvent]
+    unparsed: dict[str, int]
+    samples: int
+    seconds: float
+    arguments: tuple[str, ...] = ()
+    frame_arguments: FrameArguments | None = None
+    graph_breaks: tuple[Any, ...] = ()
+    frames_followed: bool = True  # False: this torch hides what frames after a graph break ran
+    replay_mode: str = "full"
+    dropped_records: int = 0
+    unreadable_cudagraph_records: int = 0
+    torch_version: str = field(default_factory=torch_compat.torch_version)
+
+
+# --- arguments ---------------------------------------------------------------------------------
+
+
+class Call(NamedTuple):
+    """One sample ready to run: the call's arguments on the device, Dynamo's first-frame locals
+    (for guard checks) and the arguments by forward's own names (for marks and descriptions)."""
+
+    args: tuple
+    kwargs: dict
+    named: dict[str, Any]
+    frame: dict[str, Any]
+
+
+def _to_device(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        # Tensor.to costs ~15 us even when it returns the tensor itself: skip it then.
+        return value if value.device == device else value.to(device)
+    if isinstance(value, tuple):
+        return tuple(_to_device(v, device) for v in value)
+    if isinstance(value, list):
+        return [_to_device(v, device) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_device(v, device) for k, v in value.items()}
+    return value
+
+
+def check_marks(model: Any, sample: Sample, marks: tuple[tuple[str, int], ...]) -> None:
+    """Refuse ``--mark-unbacked`` marks that cannot apply, before anything runs: an argument
+    forward does not have, a value that is not a tensor, or a dim the tensor does not have (as
+    recorded in ``sample``; an optional argument the sample does not pass is not checked)."""
+    if not marks:
+        return
+    binder = CallBinder(model)
+    names = set(binder.argument_names())
+    named = binder.named_or_positional(sample.args, sample.kwargs)
+    for path, dim in marks:
+        top = path.split("[")[0]
+        if top not in names and top not in named:
+            known = ", ".join(sorted(names | set(named))) or "none"
+            raise CompileOptionsError(f"--mark-unbacked {path}:{dim}: forward has no argument {top!r} (it has: {known})")
+        try:
+            value = lookup(named, path)
+        except (KeyError, IndexError, TypeError):
+            continue
+        if not isinstance(value, torch.Tensor):
+            raise CompileOptionsError(f"--mark-unbacked {path}:{dim}: {path} is a {type(value).__name__} in sample "
+                                      f"{sample.index}, not a tensor")
+        if not -value.dim() <= dim < value.dim():
+            raise CompileOptionsError(f"--mark-unbacked {path}:{dim}: {path} has {value.dim()} dims in sample "
+                                      f"{sample.index} (shape {tuple(value.shape)}): there is no dim {dim}")
+
+
+# --- the replay --------------------------------------------------------------------------------
+
+
+def compile_model(model: Any, options: ReplayOptions) -> Any:
+    kwargs: dict[str, Any] = {
+        "backend": options.backend,
+        "dynamic": options.dynamic,
+        "fullgraph": options.fullgraph,
+    }
+    if options.mode is not None and options.backend == "inductor":
+        kwargs["mode"] = options.mode
+    return torch.compile(model, **kwargs)
+
+
+class Runner:
+    """A fresh ``torch.compile`` of ``model`` with the replay's settings and marking rules."""
+
+    def __init__(self, model: Any, options: ReplayOptions) -> None:
+        options.validate()
+        if isinstance(model, torch.nn.Module):
+            model = model.to(options.device).eval()
+        self.model = model
+        self.options = options
+        self.binder = CallBinder(model)
+        self.code = self.binder.code
+        self.grad_context = torch.inference_mode if options.inference_mode else torch.no_grad
+        self._entries: list | None = None
+        self.lookup = torch_compat.LookupOrder()
+        device = torch.device(options.device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.device = device
+        torch_compat.reset_dynamo()
+        self.compiled = compile_model(model, options)
+
+    def prepare(self, sample: Sample, mark: bool) -> Call:
+        args = _to_device(sample.args, self.device)
+        kwargs = _to_device(sample.kwargs, self.device)
+        named = self.binder.named_or_positional(args, kwargs)
+        if mark:
+            for path, dim in self.options.mark_unbacked:
+                try:
+                    value = lookup(named, path)
+                except (KeyError, IndexError, TypeError):
+                    continue  # an optional argument this call does not pass
+                if isinstance(value, torch.Tensor) and value.dim() > dim:
+                    torch._dynamo.decorators.mark_unbacked(value, dim)
+        return Call(args, kwargs, named, self.binder.frame_locals(args, kwargs))
+
+    def warm_device(self, sample: Sample) -> None:
+        """One eager (uncompiled) forward of ``sample``, then wait for the device: CUDA context,
+        cuBLAS handles and the caching allocator are what any server pays before its first
+        request, whatever it serves with, so set-up timings start after this."""
+        call = self.prepare(sample, mark=False)
+        with self.grad_context():
+            self.model(*call.args, **call.kwargs)
+        torch_compat.synchronize(self.device)
+
+    def run(self, sample: Sample, mark: bool = True) -> None:
+        self.forget_entries()
+        call = self.prepare(sample, mark)
+        with self.grad_context():
+            self.compiled(*call.args, **call.kwargs)
+
+    def serving(self, sample: Sample, mark: bool = True) -> str | None:
+        call = self.prepare(sample, mark)
+        with self.grad_context():
+            return self.serving_locals(call.frame)
+
+    def entries(self) -> list:
+        if self._entries is None:
+            self._entries = torch_compat.entries_by_age(self.code)
+        return self._entries
+
+    def serving_locals(self, f_locals: dict[str, Any]) -> str | None:
+        """The earliest-compiled graph accepting these frame locals (see torch_compat)."""
+        return torch_compat.first_accepting(self.entries(), f_locals)
+
+    def ran_locals(self, f_locals: dict[str, Any]) -> str | None:
+        """After a call (run or skipped) with these frame locals: the graph Dynamo's
+        most-recently-used-first lookup ran for it, moved to the front of that order."""
+        return self.lookup.call(self.entries(), f_locals)
+
+    def forget_entries(self) -> None:
+        """A forward ran: it may have compiled a graph, so the entry list must be re-read."""
+        self._entries = None
+
+    def graphs(self) -> int:
+        return len(torch_compat.cache_entries(self.code) or [])
+
+
+@contextlib.contextmanager
+def _replay_settings(options: ReplayOptions) -> Iterator[None]:
+    settings = {} if options.duck_shape else {torch_compat.DUCK_SHAPE_SETTING: False}
+    with torch_compat.raised_recompile_limit(options.recompile_limit), torch_compat.patched_config(
+        settings
+    ):
+        yield
+
+
+class ReplaySession:
+    """A replay that can be fed shard by shard: settings, trace capture and one compiled model
+    live for the whole session, and are restored or reset on exit.
+
+    ``warm(samples)`` re-runs samples without reporting them (a resumed analysis rebuilds the
+    compiled graphs of the shards it already finished); ``replay(samples)`` runs and reports.
+
+    With ``guard_only``, a sample that an existing graph's guards accept is not run: it cannot
+    recompile. That is only sound when the model compiles to one frame, so it applies with
+    ``fullgraph=True``; otherwise every sample runs (later frames see runtime values). With CUDA
+    graphs (``options.uses_cudagraphs``) every sample runs too: CUDA Graph Trees record per
+    distinct size at run time, and each sample's recordings and skips are captured
+    (:class:`guardscope.replay.capture.CudagraphCapture`) into its ``SampleMeta.cudagraph``.
+
+    With ``track_lookup`` each sample's ``SampleMeta.ran`` is the graph that really ran it:
+    Dynamo tries graphs most-recently-used first (:class:`guardscope.torch_compat.LookupOrder`),
+    so that can be a later graph than ``serving``, the earliest-compiled accepting one. CUDA
+    Graph Trees belong to the graph that runs, so the CUDA graph predictions use ``ran``.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        options: ReplayOptions,
+        *,
+        on_sample: Callable[[SampleMeta], None],
+        trace_stream: IO[str] | None = None,
+        progress: Callable[[int], None] | None = None,
+        guard_only: bool = False,
+        cudagraph_stream: IO[str] | None = None,
+        track_lookup: bool = False,
+        after_sample: Callable[[int], None] | None = None,
+    ) -> None:
+        self.model = model
+        self.after_sample = after_sample  # called with each finished sample's index (checkpoints)
+        self.track_lookup = track_lookup
+        self.options = options
+        self.on_sample = on_sample
+        self.progress = progress
+        self.skip_served = guard_only and options.fullgraph and not options.uses_cudagraphs
+        self.capture = TraceCapture(trace_stream)
+        self.cudagraphs = CudagraphCapture(cudagraph_stream) if options.uses_cudagraphs else None
+        self.count = 0
+        self.seconds = 0.0
+        self.current: int | None = None  # the sample being replayed, for crash reports
+        self._marked_first = False
+        # Frames after graph breaks see values computed in the forward, so every sample runs
+        # (no guard-only skipping) and each call's graphs in those frames are recorded.
+        self.frames = None if self.skip_served else torch_compat.FrameRecorder()
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> ReplaySession:
+        self._stack.enter_context(_replay_settings(self.options))
+        self._stack.enter_context(self.capture)
+        if self.cudagraphs is not None:
+            self._stack.enter_context(self.cudagraphs)
+        self._stack.callback(torch_compat.reset_dynamo)
+        self.runner = Runner(self.model, self.options)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._stack.close()
+
+    def _mark(self) -> bool:
+        if not self.options.mark_unbacked:
+            return False
+        if self.options.mark_samples == "all":
+            return True
+        first, self._marked_first = not self._marked_first, True
+        return first
+
+    def _set_sample(self, index: int | None) -> None:
+        self.capture.set_sample(index)
+        if self.cudagraphs is not None:
+            self.cudagraphs.set_sample(index)
+
+    def warm(self, samples: Iterable[Sample]) -> None:
+        # The trace files already hold these compiles (written before the interruption): the
+        # records are kept in memory for the catalog but not written again.
+        streams = self.capture.stream, self.cudagraphs.stream if self.cudagraphs is not None else None
+        self.capture.stream = None
+        if self.cudagraphs is not None:
+            self.cudagraphs.stream = None
+        try:
+            for sample in samples:
+                self._set_sample(sample.index)
+                self._run(sample)
+                self._set_sample(None)
+        finally:
+            self.capture.stream = streams[0]
+            if self.cudagraphs is not None:
+                self.cudagraphs.stream = streams[1]
+
+    def _run(self, sample: Sample) -> SampleMeta:
+        meta = self._forward(sample)
+        if self.cudagraphs is not None:
+            meta = dataclasses.replace(meta, cudagraph=self.cudagraphs.take())
+        return meta
+
+    def _forward(self, sample: Sample) -> SampleMeta:
+        runner = self.runner
+        call = runner.prepare(sample, self._mark())
+        error = None
+        graphs: tuple[str, ...] = ()
+        with runner.grad_context():
+            serving = runner.serving_locals(call.frame) if self.skip_served else None
+            if serving is None:
+                runner.forget_entries()
+                recording = self.frames.recording() if self.frames is not None else contextlib.nullcontext([])
+                try:
+                    with recording as ran:
+                        runner.compiled(*call.args, **call.kwargs)
+                except Exception as exc:  # a failing sample is recorded, the replay goes on
+                    if torch_compat.is_recompile_limit_error(exc):
+                        # fullgraph turns "recompile limit reached" into an error; the sample
+                        # is not analysed (no graph serves it), not broken.
+                        return describe(call.named, sample.index, None, None)
+                    error = error_text(exc)
+                serving = None if error else runner.serving_locals(call.frame)
+                graphs = self._later_frames(ran)
+            # A call that raised still moved the graph it ran to the front of Dynamo's order.
+            ran_first = runner.ran_locals(call.frame) if self.track_lookup else None
+        meta = describe(call.named, sample.index, serving, error)
+        if graphs:
+            meta = dataclasses.replace(meta, graphs=graphs)
+        return dataclasses.replace(meta, ran=ran_first) if ran_first is not None else meta
+
+    def _later_frames(self, ran: list[tuple[Any, str]]) -> tuple[str, ...]:
+        """The graphs a call ran through in frames after the first, each once, oldest first."""
+        first = self.runner.code
+        found = {compile_id for code, compile_id in ran if code is not first}
+        return tuple(sorted(found, key=compile_order))
+
+    @property
+    def lookup_order(self) -> list[str]:
+        """Dynamo's lookup order as emulated so far (a checkpoint keeps it for a resume)."""
+        return list(self.runner.lookup.order)
+
+    def restore_lookup_order(self, order: list[str]) -> None:
+        """After :meth:`warm`: the order an uninterrupted replay had reached."""
+        self.runner.lookup = torch_compat.LookupOrder(order)
+
+    def replay(self, samples: Iterable[Sample]) -> None:
+        started = time.perf_counter()
+        try:
+            for sample in samples:
+                self.current = sample.index
+                self._set_sample(sample.index)
+                meta = self._run(sample)
+                self._set_sample(None)
+                self.on_sample(meta)
+                if self.after_sample is not None:
+                    self.after_sample(sample.index)
+                self.count += 1
+                if self.progress is not None:
+                    self.progress(self.count)
+            self.current = None
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def compile_samples(self, before: int | None = None) -> list[int]:
+        """Samples whose call compiled a graph so far (those before sample ``before``), in order:
+        what a resume re-runs."""
+        samples: list[int] = []
+        for record in self.capture.records:
+            if record.name == "compilation_metrics" and record.sample is not None and record.sample not in samples:
+                if before is None or record.sample < before:
+                    samples.append(record.sample)
+        return samples
+
+    @property
+    def compiles(self) -> int:
+        """Compiles so far, every frame counted (for progress)."""
+        return self.capture.compiles
+
+    def result(self) -> ReplayResult:
+        parsed = events_from_records(self.capture.records)
+        return ReplayResult(
+            events=parsed.events,
+            unparsed=parsed.unparsed,
+            samples=self.count,
+            seconds=self.seconds,
+            arguments=self.runner.binder.argument_names(),
+            frame_arguments=self.runner.binder.frame_arguments(),
+            graph_breaks=tuple(parsed.graph_breaks),
+            frames_followed=self.frames is None or self.frames.available,
+            replay_mode="guards" if self.skip_served else "full",
+            dropped_records=self.capture.dropped + (self.cudagraphs.dropped if self.cudagraphs else 0),
+            unreadable_cudagraph_records=self.cudagraphs.unreadable if self.cudagraphs else 0,
+        )
+
+
+def replay(
+    model: Any,
+    samples: Iterable[Sample],
+    options: ReplayOptions,
+    *,
+    on_sample: Callable[[SampleMeta], None],
+    trace_stream: IO[str] | None = None,
+    progress: Callable[[int], None] | None = None,
+    guard_only: bool = False,
+) -> ReplayResult:
+    """Replay ``samples`` through ``torch.compile(model)`` in one :class:`ReplaySession`."""
+    with ReplaySession(model, options, on_sample=on_sample, trace_stream=trace_stream,
+                       progress=progress, guard_only=guard_only) as session:
+        session.replay(samples)
+        return session.result()
+
+
+def coverage_after_warmup(
+    model: Any, warmup: list[Sample], probes: list[Sample], options: ReplayOptions, *, run_probes: bool = False
+) -> tuple[list[bool], int]:
+    """Run ``warmup`` in order through a fresh compile, then tell for each probe whether it would
+    run without compiling anything. Returns (accepted per probe, graphs the warmup compiled in
+    every frame).
+
+    A model that compiles to one frame is judged by that frame's guards alone (no forward: about
+    10 us a probe). With ``run_probes`` (a model whose graph breaks into several frames: later
+    frames see values computed from the data) each probe runs under torch's
+    ``fail_on_recompile`` stance, which raises instead of compiling a graph in any frame; a probe
+    that runs through is covered, and nothing new is compiled either way. Marks from
+    ``options.mark_unbacked`` apply to warmup samples and probes alike when ``mark_samples`` is
+    ``"all"``.
+    """
+    mark = options.mark_samples == "all"
+    with _replay_settings(options):
+        runner = Runner(model, options)
+        try:
+            for sample in warmup:
+                runner.run(sample, mark=mark)
+            if not run_probes:
+                return [runner.serving(probe, mark=mark) is not None for probe in probes], runner.graphs()
+            graphs = torch_compat.cache_entry_total()
+            accepted = []
+            for probe in probes:
+                call = runner.prepare(probe, mark)
+                with runner.grad_context(), torch_compat.fail_on_recompile():
+                    try:
+                        runner.compiled(*call.args, **call.kwargs)
+                    except Exception:  # a compile it would need (or the sample raises): not covered
+                        accepted.append(False)
+                    else:
+                        accepted.append(True)
+            return accepted, graphs
+        finally:
+            torch_compat.reset_dynamo()

@@ -1,0 +1,771 @@
+"""Serve a compiled model with a guardscope plan: no blocking recompiles, and a corpus of what fell back.
+
+``guardscope emit-warmup DIR`` writes fixes proven on a recorded corpus. In production, inputs
+will come that the corpus never held (a new topology), and each would stop the process to
+recompile. :func:`serve` applies a plan from ``DIR`` and then serves so that such an input runs
+the original model eagerly instead, once, without compiling — and records it, so the next
+``guardscope analyze`` sees it::
+
+    import guardscope.runtime
+
+    served = guardscope.runtime.serve(model, "out/", fallback_dir="fallbacks/")
+    with served:
+        for request in requests:
+            reply(served(**request))
+    print(served.stats)        # calls, fallbacks, recorded, dropped, ...
+
+How a call is served: the arguments are checked against the guards of the compiled graphs (the
+check Dynamo itself makes, a few microseconds a graph). When one accepts, the compiled model
+runs, under ``torch.compiler.set_stance("eager_on_recompile")`` where torch has it (2.6+), so
+even a call the check misjudged cannot compile. When none accepts, the call is a *fallback*: the
+original model runs eagerly and the arguments are offered to a :class:`FallbackRecorder`, which
+keeps a bounded sample of them in a guardscope corpus. Recording never raises into the call:
+its failures are logged (logger ``guardscope.runtime``) and counted in :attr:`ServedModel.stats`.
+The model's own exceptions propagate unchanged.
+
+Everything torch-version-dependent (the stance, the cache entries and their guard checks) is
+in :mod:`guardscope.torch_compat`; the plan's own logic stays in the generated modules, which
+are imported from ``DIR`` by path and called as their docstrings say.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import itertools
+import logging
+import math
+import queue
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from .. import plans, store, torch_compat
+from ..corpus.format import MANIFEST_NAME, CorpusWriter, check_model_spec, snapshot
+from ..corpus.spec import respec
+from ..errors import SampleError, ServeError
+from ..options import production_fields, production_options
+from ..proving.isolation import import_file
+from ..replay.arguments import CallBinder, describe
+from ..replay.session import compile_model
+
+logger = logging.getLogger("guardscope.runtime")
+
+PLANS = plans.SERVED
+
+# Why a fallback was not recorded (keys of RuntimeStats.dropped_by_reason).
+SAMPLED_OUT = "sampled_out"  # its signature was recorded already and the repeat rate said no
+MAX_SAMPLES = "max_samples"
+MAX_BYTES = "max_bytes"
+QUEUE_FULL = "queue_full"  # the writer thread is behind by max_pending samples
+UNSTORABLE = "unstorable"  # a value the corpus format cannot store (SampleError)
+ERROR = "error"  # recording failed (disk full, fallback directory unusable...): logged
+CLOSED = "closed"  # the call came after close()
+
+# Recording errors are logged this many times in full, then every LOG_EVERY-th.
+_LOG_FIRST = 10
+_LOG_EVERY = 1000
+
+
+@dataclass(frozen=True)
+class RuntimeStats:
+    """A snapshot of a :class:`ServedModel`'s counters.
+
+    With a fallback directory, ``fallbacks == recorded + dropped + pending`` whenever no call is
+    in flight, and ``pending`` is 0 after :meth:`ServedModel.close`. ``dropped`` counts fallbacks not recorded for any reason,
+    sampling included; ``dropped_by_reason`` splits it (``sampled_out``, ``max_samples``,
+    ``max_bytes``, ``queue_full``, ``unstorable``, ``error``, ``closed``). ``errors`` counts
+    failures inside guardscope's own recording or marking, each logged.
+    """
+
+    calls: int = 0
+    compiled: int = 0  # calls a compiled graph accepted
+    fallbacks: int = 0  # calls no compiled graph accepted: they ran eagerly
+    recorded: int = 0  # fallbacks written to the fallback corpus
+    pending: int = 0  # fallbacks accepted for recording, not yet written
+    dropped: int = 0
+    dropped_by_reason: tuple[tuple[str, int], ...] = ()
+    signatures: int = 0  # distinct input signatures among the recorded fallbacks
+    errors: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "calls": self.calls,
+            "compiled": self.compiled,
+            "fallbacks": self.fallbacks,
+            "recorded": self.recorded,
+            "pending": self.pending,
+            "dropped": self.dropped,
+            "dropped_by_reason": dict(self.dropped_by_reason),
+            "signatures": self.signatures,
+            "errors": self.errors,
+        }
+
+
+# --- choosing the plan (pure) --------------------------------------------------------------------
+
+
+def choose_plan(
+    requested: str, fixes: dict[str, Any] | None, verification: dict[str, Any] | None
+) -> tuple[str, str | None]:
+    """The plan to apply and a warning (or None), from ``fixes.json`` and ``verification.json``.
+
+    ``"auto"`` takes the first of ``warmup``, ``unbacked`` that ``guardscope verify`` passed:
+    the warmup set changes no process-wide setting and needs no per-call marks, and its graphs
+    keep every specialization; the ``mark_unbacked`` plan compiles fewer graphs but turns duck
+    sizing off for the whole process and marks every call. Without ``verification.json`` it takes
+    ``warmup`` and warns that the plan is unproven. An explicit plan is taken as asked, with a
+    warning when verification failed it.
+    """
+    if requested not in ("auto", *PLANS):
+        raise ServeError(f"plan {requested!r} is not one of auto, {', '.join(PLANS)}")
+    statuses = {}
+    if verification is not None:
+        statuses = {
+            entry.get("name"): entry.get("status")
+            for entry in verification.get("artifacts", [])
+            if isinstance(entry, dict)
+        }
+    if requested != "auto":
+        status = statuses.get(requested)
+        if status is not None and status != "passed":
+            return requested, f"plan {requested!r} did not pass 'guardscope verify' ({status})"
+        return requested, None
+    if fixes is None:
+        raise ServeError(
+            "no fixes.json in the plan directory: run 'guardscope emit-warmup DIR' first, "
+            "or pass plan='warmup' or plan='unbacked'"
+        )
+    emitted = {entry.get("name") for entry in fixes.get("artifacts", [])
+               if isinstance(entry, dict) and entry.get("status", "ok") == "ok"}  # not an infeasible one
+    available = [name for name in PLANS if name in emitted]
+    if not available:
+        raise ServeError("fixes.json lists no warmup or unbacked plan: re-run 'guardscope emit-warmup DIR'")
+    if verification is None:
+        return available[0], (
+            f"serving plan {available[0]!r}, which was not verified: run 'guardscope verify DIR' "
+            "to prove it on the corpus first"
+        )
+    passed = [name for name in available if statuses.get(name) == "passed"]
+    if not passed:
+        found = ", ".join(f"{name} {statuses.get(name) or 'not verified'}" for name in available)
+        raise ServeError(
+            f"no plan passed 'guardscope verify' ({found}); see DIR/verification.json and the "
+            "report, or pass plan='warmup' or plan='unbacked' to serve one anyway"
+        )
+    return passed[0], None
+
+
+# --- input signatures (pure) ---------------------------------------------------------------------
+
+
+def input_signature(arguments: dict[str, Any]) -> tuple:
+    """A coarse description of what Dynamo's guards look at in one call's arguments (by name),
+    used to record one fallback per kind of input rather than every one.
+
+    Per tensor: dtype, device, ``requires_grad``, and for each size whether it is 0, 1, or
+    which class of equal sizes it belongs to (sizes equal to each other share a class, as duck
+    sizing makes them share a symbol); for each stride whether it is 0, 1 or larger. Lengths of
+    lists, tuples and dicts; ints as 0, 1 or other; other scalars by value. Two calls of one
+    signature usually need the same graph; the repeat rate covers the cases they do not.
+    """
+    meta = describe(arguments, -1, None, None)
+    classes: dict[int, str] = {}
+
+    def size(n: int) -> int | str:
+        return n if n in (0, 1) else classes.setdefault(n, f"s{len(classes)}")
+
+    tensors = tuple(
+        (
+            path,
+            t.dtype,
+            t.device,
+            t.requires_grad,
+            tuple(size(n) for n in t.shape),
+            tuple(s if s in (0, 1) else "n" for s in t.stride),
+        )
+        for path, t in meta.tensors
+    )
+    scalars = tuple((path, _scalar_class(text)) for path, text in meta.scalars)
+    return (tensors, meta.lengths, scalars)
+
+
+def _steps(count: int, rate: float) -> int:
+    return math.floor(count * rate + 1e-9)
+
+
+def _scalar_class(text: str) -> str:
+    kind, _, value = text.partition(":")
+    if kind == "int":
+        return f"int:{value}" if value in ("0", "1") else "int"
+    return text[:80]
+
+
+def storage_bytes(value: Any) -> int:
+    """Bytes a corpus stores for the tensors in ``value``: each distinct storage once, whole
+    (a view is stored with its base)."""
+    seen: set[tuple[str, int]] = set()
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            try:
+                storage = item.untyped_storage()
+            except Exception:  # sparse, quantized...: no storage; the corpus refuses them anyway
+                continue
+            key = (str(item.device), storage.data_ptr())
+            if key not in seen:
+                seen.add(key)
+                total += storage.nbytes()
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+    return total
+
+
+# --- the recorder --------------------------------------------------------------------------------
+
+
+class FallbackRecorder:
+    """Keeps a bounded, sampled record of fallback calls in a guardscope corpus directory.
+
+    Offered a call, it records it when its :func:`input_signature` is new, and otherwise at
+    ``repeat_rate`` (0.01: every hundredth repeat, deterministically);
+    never more than ``max_samples`` samples or ``max_bytes`` bytes of tensor storage. The
+    serving thread only decides and copies the arguments (:func:`guardscope.corpus.snapshot`);
+    a background thread writes them with :class:`guardscope.CorpusWriter`, flushing a shard at
+    least every ``flush_every`` seconds so a crash loses little. The corpus directory is
+    created at the first recorded sample. Safe to call from several threads; :meth:`offer`
+    never raises.
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        model: str,
+        compile: dict[str, Any] | None = None,
+        max_samples: int = 1000,
+        max_bytes: int = 256 * 2**20,
+        repeat_rate: float = 0.01,
+        max_pending: int = 64,
+        max_signatures: int = 4096,
+        flush_every: float = 30.0,
+        overwrite: bool = False,
+    ) -> None:
+
+        for name, value in (("max_samples", max_samples), ("max_bytes", max_bytes),
+                            ("max_pending", max_pending), ("max_signatures", max_signatures)):
+            if type(value) is not int or value < 0:
+                raise ServeError(f"{name} must be an int >= 0, got {value!r}")
+        if not (isinstance(repeat_rate, (int, float)) and 0.0 <= repeat_rate <= 1.0):
+            raise ServeError(f"repeat_rate must be between 0 and 1, got {repeat_rate!r}")
+        if not (isinstance(flush_every, (int, float)) and flush_every >= 0 and math.isfinite(flush_every)):
+            raise ServeError(f"flush_every must be a number of seconds >= 0, got {flush_every!r}")
+        self.directory = Path(directory)
+        if self.directory.exists() and not self.directory.is_dir():
+            raise ServeError(f"fallback directory {self.directory} exists and is not a directory")
+        if (self.directory / MANIFEST_NAME).exists() and not overwrite:
+            raise ServeError(
+                f"fallback directory {self.directory} already holds a corpus; pass a fresh "
+                "directory (one per process, e.g. with the host name and pid in it) or "
+                "overwrite_fallback=True to replace it"
+            )
+        self.model = check_model_spec(model)
+        self.compile = dict(compile or {})
+        self.max_samples = max_samples
+        self.max_bytes = max_bytes
+        self.repeat_rate = float(repeat_rate)
+        self.max_signatures = max_signatures
+        self.flush_every = float(flush_every)
+        self.overwrite = overwrite
+
+        self._lock = threading.Lock()
+        self._signatures: set[tuple] = set()
+        self._repeats = 0
+        self._reserved_samples = 0
+        self._reserved_bytes = 0
+        self._pending = 0
+        self._recorded = 0
+        self._errors = 0
+        self._dropped: dict[str, int] = {}
+        self._closed = False
+        self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
+        self._thread = threading.Thread(target=self._write_loop, name="guardscope-fallback-recorder", daemon=True)
+        self._thread.start()
+
+    # -- serving thread --
+
+    def offer(self, args: tuple, kwargs: dict, arguments: dict[str, Any]) -> str | None:
+        """Consider one fallback call (``arguments``: by parameter name). Returns None when it
+        is queued for recording, else why not (a ``dropped_by_reason`` key). Never raises."""
+        try:
+            return self._offer(args, kwargs, arguments)
+        except Exception as exc:
+            self.error("recording a fallback", exc)
+            with self._lock:
+                self._drop(ERROR)
+            return ERROR
+
+    def _offer(self, args: tuple, kwargs: dict, arguments: dict[str, Any]) -> str | None:
+
+        signature = input_signature(arguments)
+        with self._lock:
+            if self._closed:
+                return self._drop(CLOSED)
+            new = signature not in self._signatures
+            if not new:
+                # The n-th repeat is taken when floor(n * rate) steps up: evenly spaced, exact
+                # (rate 0.1 takes the 10th, 20th...), the same for the same sequence of calls.
+                self._repeats += 1
+                if _steps(self._repeats, self.repeat_rate) == _steps(self._repeats - 1, self.repeat_rate):
+                    return self._drop(SAMPLED_OUT)
+            if self._reserved_samples >= self.max_samples:
+                return self._drop(MAX_SAMPLES)
+            size = storage_bytes((args, kwargs))
+            if self._reserved_bytes + size > self.max_bytes:
+                return self._drop(MAX_BYTES)
+            # Reserved now, so concurrent offers cannot overshoot the bounds together.
+            self._reserved_samples += 1
+            self._reserved_bytes += size
+            self._pending += 1
+            if new and len(self._signatures) < self.max_signatures:
+                self._signatures.add(signature)
+        reason = None
+        try:
+            # Copied on this thread: the caller may reuse its buffers once the call returns.
+            item = snapshot(args, kwargs)
+        except SampleError as exc:
+            logger.debug("fallback not recorded: %s", exc)
+            reason = UNSTORABLE
+        except Exception as exc:
+            self.error("copying a fallback's arguments", exc)
+            reason = ERROR
+        with self._lock:
+            if reason is None:
+                if self._closed:  # closed while copying: the writer takes nothing more
+                    reason = CLOSED
+                else:
+                    try:
+                        self._queue.put_nowait(item)
+                        return None
+                    except queue.Full:
+                        reason = QUEUE_FULL
+            self._reserved_samples -= 1
+            self._reserved_bytes -= size
+            self._pending -= 1
+            return self._drop(reason)
+
+    def _drop(self, reason: str) -> str:
+        self._dropped[reason] = self._dropped.get(reason, 0) + 1
+        return reason
+
+    def error(self, doing: str, exc: BaseException) -> None:
+        """Count and log a failure (the first few in full, then every thousandth)."""
+        with self._lock:
+            self._errors += 1
+            count = self._errors
+        if count <= _LOG_FIRST or count % _LOG_EVERY == 0:
+            logger.warning(
+                "guardscope runtime: %s failed (%s: %s); serving goes on [error %d]",
+                doing, type(exc).__name__, exc, count, exc_info=count <= _LOG_FIRST,
+            )
+
+    def counts(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "recorded": self._recorded,
+                "pending": self._pending,
+                "dropped": sum(self._dropped.values()),
+                "dropped_by_reason": tuple(sorted(self._dropped.items())),
+                "signatures": len(self._signatures),
+                "errors": self._errors,
+            }
+
+    # -- writer thread --
+
+    def _write_loop(self) -> None:
+
+        writer = None
+        broken = False  # the corpus could not be created: later samples are dropped
+        last_flush = time.monotonic()
+        while True:
+            try:
+                item = self._queue.get(timeout=self.flush_every or None)
+            except queue.Empty:
+                item = None
+            if item is _STOP:
+                break
+            if isinstance(item, threading.Event):  # flush(): everything queued before it is added
+                if writer is not None:
+                    try:
+                        writer.flush()
+                    except Exception as exc:
+                        self.error(f"writing the fallback corpus {self.directory}", exc)
+                    last_flush = time.monotonic()
+                item.set()
+                continue
+            written = False
+            try:
+                if item is not None:
+                    if writer is None and not broken:
+                        broken = True
+                        writer = CorpusWriter(self.directory, model=self.model, compile=self.compile,
+                                              overwrite=self.overwrite)
+                        broken = False
+                    if writer is not None:
+                        writer.add(*item[0], **item[1])
+                        written = True
+                if writer is not None and time.monotonic() - last_flush >= self.flush_every:
+                    last_flush = time.monotonic()
+                    writer.flush()
+            except Exception as exc:
+                self.error(f"writing the fallback corpus {self.directory}", exc)
+            if item is not None:
+                with self._lock:
+                    self._pending -= 1
+                    if written:
+                        self._recorded += 1
+                    else:
+                        self._drop(ERROR)
+        if writer is not None:
+            try:
+                writer.close()
+            except Exception as exc:
+                self.error(f"closing the fallback corpus {self.directory}", exc)
+        while True:  # a flush() that raced with close(): its samples are written now
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, threading.Event):
+                item.set()
+
+    def _send(self, item: object) -> bool:
+        """Queue a control item for the writer, waiting while it drains a full queue."""
+        while self._thread.is_alive():
+            try:
+                self._queue.put(item, timeout=1.0)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Write every sample queued so far to disk (a shard and the manifest) and wait for it;
+        False if that did not finish within ``timeout`` seconds or the recorder is closed."""
+        with self._lock:
+            if self._closed:
+                return False
+        done = threading.Event()
+        if not self._send(done):
+            return False
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not done.wait(0.1):
+            if not self._thread.is_alive():  # closed meanwhile: close() wrote everything
+                return done.is_set()
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+        return True
+
+    def close(self) -> None:
+        """Stop taking samples, write the queued ones and the manifest, and wait for the writer
+        thread. Calling it again does nothing."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True  # from here no offer queues anything
+        self._send(_STOP)
+        self._thread.join()
+
+
+_STOP = object()
+
+
+# --- the served model ----------------------------------------------------------------------------
+
+
+class ServedModel:
+    """A compiled model with a plan applied, serving so that no call compiles. Made by :func:`serve`.
+
+    Call it as the model. :attr:`stats` counts calls, fallbacks and what was recorded;
+    :meth:`close` (or leaving a ``with`` block) writes the pending fallback samples and the
+    corpus manifest. Calls after :meth:`close` are still served (nothing more is recorded).
+    Safe to call from several threads.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: Any,
+        compiled: Any,
+        plan: str,
+        plan_dir: Path,
+        options: Any,
+        mark: Callable[..., None] | None,
+        recorder: FallbackRecorder | None,
+        eager_on_recompile: bool,
+        setup_seconds: float,
+        warnings: tuple[str, ...],
+    ) -> None:
+        self.model = model
+        self.compiled = compiled
+        self.plan = plan
+        self.plan_dir = plan_dir
+        self.options = options
+        self.recorder = recorder
+        self.fallback_dir = recorder.directory if recorder is not None else None
+        self.eager_on_recompile = eager_on_recompile and torch_compat.supports_eager_on_recompile()
+        self.setup_seconds = setup_seconds
+        self.warnings = warnings
+        self._mark = mark
+        self._binder = CallBinder(model)
+        self._code = self._binder.code
+        self._grad = torch.inference_mode if options.inference_mode else torch.no_grad
+        self._lock = threading.Lock()
+        self._calls = 0
+        self._compiled_calls = 0
+        self._fallbacks = 0
+        self._errors = 0
+        self._closed = False
+        self.graphs = len(torch_compat.cache_entries(self._code) or [])
+        atexit.register(self.close)
+
+    def __repr__(self) -> str:
+        stats = self.stats
+        return (
+            f"<ServedModel plan={self.plan!r} graphs={self.graphs} calls={stats.calls} "
+            f"fallbacks={stats.fallbacks} recorded={stats.recorded}>"
+        )
+
+    def _stance(self) -> contextlib.AbstractContextManager[bool]:
+        if self.eager_on_recompile:
+            return torch_compat.eager_on_recompile()
+        return contextlib.nullcontext(False)
+
+    def accepts(self, frame: dict[str, Any]) -> bool:
+        """Whether a compiled graph's guards accept a call with these first-frame locals
+        (:meth:`guardscope.replay.arguments.CallBinder.frame_locals`), in the current grad mode."""
+        entries = torch_compat.cache_entries(self._code) or []
+        return torch_compat.first_accepting(entries, frame) is not None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._mark is not None:
+            try:
+                self._mark(*args, **kwargs)
+            except Exception as exc:
+                self._error("the plan's mark()", exc)
+        with self._stance(), self._grad():
+            arguments = self._binder.arguments(args, kwargs)
+            frame = self._binder.frame_locals(args, kwargs) if arguments is not None else {}
+            if not frame:  # they do not fit forward: the call raises its TypeError
+                with self._lock:
+                    self._calls += 1
+                return self.compiled(*args, **kwargs)
+            if self.accepts(frame):
+                with self._lock:
+                    self._calls += 1
+                    self._compiled_calls += 1
+                return self.compiled(*args, **kwargs)
+            with self._lock:
+                self._calls += 1
+                self._fallbacks += 1
+            if self.recorder is not None:
+                self.recorder.offer(args, kwargs, arguments)
+            return self.model(*args, **kwargs)
+
+    def _error(self, doing: str, exc: BaseException) -> None:
+        if self.recorder is not None:
+            self.recorder.error(doing, exc)
+            return
+        with self._lock:
+            self._errors += 1
+            count = self._errors
+        if count <= _LOG_FIRST or count % _LOG_EVERY == 0:
+            logger.warning("guardscope runtime: %s failed (%s: %s); serving goes on",
+                           doing, type(exc).__name__, exc)
+
+    @property
+    def stats(self) -> RuntimeStats:
+        with self._lock:
+            calls, compiled, fallbacks, errors = self._calls, self._compiled_calls, self._fallbacks, self._errors
+        recorded = self.recorder.counts() if self.recorder is not None else None
+        if recorded is None:
+            return RuntimeStats(calls=calls, compiled=compiled, fallbacks=fallbacks,
+                                dropped=0, errors=errors)
+        return RuntimeStats(
+            calls=calls,
+            compiled=compiled,
+            fallbacks=fallbacks,
+            recorded=recorded["recorded"],
+            pending=recorded["pending"],
+            dropped=recorded["dropped"],
+            dropped_by_reason=recorded["dropped_by_reason"],
+            signatures=recorded["signatures"],
+            errors=errors + recorded["errors"],
+        )
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Write the fallback samples recorded so far to disk now, while serving goes on (e.g.
+        before a planned restart); True once they are. The recorder also flushes by itself
+        every ``flush_every`` seconds."""
+        return self.recorder.flush(timeout) if self.recorder is not None else True
+
+    def close(self) -> None:
+        """Write the pending fallback samples and the corpus manifest; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        atexit.unregister(self.close)
+        if self.recorder is not None:
+            self.recorder.close()
+
+    def __enter__(self) -> ServedModel:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+
+# --- serve ---------------------------------------------------------------------------------------
+
+
+def _import_plan(path: Path) -> Any:
+    if not path.is_file():
+        raise ServeError(f"{path} not found: run 'guardscope emit-warmup {path.parent}' first")
+
+    return import_file(path)
+
+
+def _model_device(model: Any) -> str | None:
+    """The device of a module's first parameter or buffer (None: no tensors, or a function)."""
+    if not isinstance(model, torch.nn.Module):
+        return None
+    tensor = next(itertools.chain(model.parameters(), model.buffers()), None)
+    return str(tensor.device) if tensor is not None else None
+
+
+def serve(
+    model: Any,
+    plan_dir: str | Path,
+    *,
+    plan: str = "auto",
+    backend: str = "inductor",
+    device: str | None = None,
+    inference_mode: bool | None = None,
+    fallback_dir: str | Path | None = None,
+    max_samples: int = 1000,
+    max_bytes: int = 256 * 2**20,
+    repeat_rate: float = 0.01,
+    flush_every: float = 30.0,
+    overwrite_fallback: bool = False,
+    model_spec: str | None = None,
+    eager_on_recompile: bool = True,
+) -> ServedModel:
+    """Compile ``model`` as analysed in ``plan_dir``, apply a plan, and return a
+    :class:`ServedModel` whose calls never compile.
+
+    ``plan_dir`` is a ``guardscope analyze`` output after ``guardscope emit-warmup`` (only
+    ``catalog.json``, ``fixes.json``, ``verification.json`` when there is one, and the plan's
+    module with its warmup corpus are read: the analysed corpus need not be deployed).
+    ``plan``: ``"warmup"`` runs ``warmup.py``'s samples, ``"unbacked"`` calls ``unbacked.py``'s
+    ``configure()`` (process-wide: duck sizing), its residual ``warmup()`` and ``mark()`` on
+    every call; ``"auto"`` picks one as :func:`choose_plan` says.
+
+    Compile options are the analysed ones (``catalog.json`` ``compile``: dynamic, fullgraph,
+    mode, device, inference_mode) with ``backend`` (``"inductor"`` in production; the analysis
+    used ``"eager"``, whose guards are the same), ``device`` and ``inference_mode`` overridable.
+    Calls run under ``torch.inference_mode()`` (or ``torch.no_grad()`` when the analysis did not
+    use inference mode): grad mode is part of every guard. ``device`` is where the warmup
+    samples go: by default the device of the model's parameters (the analysed device for a
+    model without any); requests must be on it too.
+
+    With ``fallback_dir``, fallback calls are recorded there as a corpus (see
+    :class:`FallbackRecorder` for ``max_samples``, ``max_bytes``, ``repeat_rate``,
+    ``flush_every``), named ``model_spec`` (default: the catalog's model, re-expressed relative
+    to ``fallback_dir``) with the analysed production compile options, ready for
+    ``guardscope analyze FALLBACK_DIR``. A directory already holding a corpus is refused unless
+    ``overwrite_fallback``.
+
+    ``eager_on_recompile``: hold ``torch.compiler.set_stance("eager_on_recompile")`` during
+    each call (torch 2.6+), so a call the guard check misjudged runs eagerly rather than
+    compiling. The stance is process-wide in torch: while a served call is in flight, other
+    compiled functions in the process do not compile either.
+
+    Raises :class:`~guardscope.errors.ServeError` (or ``CatalogError``) for a plan directory
+    it cannot serve, before anything is compiled.
+    """
+
+    started = time.perf_counter()
+    plan_dir = Path(plan_dir)
+    if isinstance(model, torch.nn.Module) and hasattr(model, "_orig_mod"):
+        raise ServeError("the model is already compiled: pass the model itself, serve() compiles it")
+    catalog = store.read_catalog(plan_dir)
+    fixes = store.read_document(plan_dir, store.FIXES)
+    verification = store.read_document(plan_dir, store.VERIFICATION)
+    chosen, warning = choose_plan(plan, fixes, verification)
+    notes = tuple(w for w in (warning, torch_compat.check_supported_version()) if w)
+    for note in notes:
+        warnings.warn(note, RuntimeWarning, stacklevel=2)
+    if device is None:
+        device = _model_device(model)
+    options = production_options(catalog, backend=backend, device=device, inference_mode=inference_mode)
+    options.validate()
+    module = _import_plan(plan_dir / plans.MODULES[chosen])
+
+    recorder = None
+    if fallback_dir is not None:
+        corpus_dir = plan_dir / catalog["corpus"]["path"]
+        spec = model_spec or respec(catalog["model"], corpus_dir, Path(fallback_dir))
+        production = production_fields(catalog["compile"])
+        recorder = FallbackRecorder(
+            fallback_dir, model=spec, compile=production, max_samples=max_samples,
+            max_bytes=max_bytes, repeat_rate=repeat_rate, flush_every=flush_every,
+            overwrite=overwrite_fallback,
+        )
+    try:
+        if chosen == "unbacked":
+            module.configure()
+        compiled = compile_model(model, options)
+        module.warmup(compiled, device=options.device, inference_mode=options.inference_mode)
+        if torch_compat.cache_entries(torch_compat.code_of(model)) is None:
+            raise ServeError(
+                f"torch {torch_compat.torch_version()} does not expose Dynamo's cache entries "
+                "(torch._dynamo.eval_frame._debug_get_cache_entry_list), which guardscope.runtime "
+                "checks each call against"
+            )
+    except BaseException:
+        if recorder is not None:
+            recorder.close()
+        raise
+    return ServedModel(
+        model=model,
+        compiled=compiled,
+        plan=chosen,
+        plan_dir=plan_dir,
+        options=options,
+        mark=module.mark if chosen == "unbacked" else None,
+        recorder=recorder,
+        eager_on_recompile=eager_on_recompile,
+        setup_seconds=time.perf_counter() - started,
+        warnings=notes,
+    )
+
+
+__all__ = [
+    "FallbackRecorder",
+    "RuntimeStats",
+    "ServedModel",
+    "choose_plan",
+    "input_signature",
+    "serve",
+    "storage_bytes",
+]

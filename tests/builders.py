@@ -1,0 +1,72 @@
+"""Hand-made inputs that tests in more than one folder build from: report documents, an export
+plan refined by torch's suggested fixes, a small corpus of the Elementwise model. Pure: nothing
+here compiles."""
+
+from __future__ import annotations
+
+import torch
+
+from guardscope.corpus.format import CorpusWriter
+from guardscope.fixes.exporting import apply_suggested_fixes, parse_suggested_fixes
+from guardscope.fixes.plan import ExportDim, ExportPlan, OutsideTopology
+
+from .paths import model_spec
+
+# --- report documents: fixes.json and verification.json of a seed-like analysis -----------------
+
+FIXES = {"schema": 1, "artifacts": [
+    {"name": "warmup", "file": "warmup.py", "title": "Warmup set",
+     "summary": "10 samples compile 10 graphs (one per topology would be 11)",
+     "code": 'def warmup(model):\n    """Run the warmup samples."""\n    for sample in SAMPLES:\n        model(*sample)\n',
+     "details": {"samples": 10, "graphs": 10}},
+    {"name": "unbacked", "file": "unbacked.py", "title": "mark_unbacked configuration",
+     "summary": "duck sizing off; 4 dimensions unbacked",
+     "code": "def configure():\n    pass\n", "details": {}},
+    {"name": "export", "file": "export_dims.py", "title": "torch.export dims",
+     "summary": "5 Dims", "code": "DYNAMIC_SHAPES = {}\n", "details": {"dims": 5}},
+]}
+
+VERIFICATION = {"schema": 1, "artifacts": [
+    {"name": "warmup", "status": "passed", "reason": None, "setup_graphs": 10, "setup_seconds": 5.8,
+     "replay_recompiles": 0, "recompile_samples": [], "failures": [], "samples_replayed": 300, "topologies": []},
+    {"name": "unbacked", "status": "failed", "reason": "2 samples still recompiled", "setup_graphs": 1,
+     "setup_seconds": 0.9, "replay_recompiles": 2, "recompile_samples": [1, 4],
+     "failures": [{"sample": 1, "reasons": ["0/0: tensor 'x' stride mismatch at index 0"]},
+                  {"sample": 4, "reasons": ["0/0: tensor 'x' stride mismatch at index 0"]}],
+     "samples_replayed": 300, "topologies": []},
+    {"name": "export", "status": "crashed", "reason": "Segmentation fault", "setup_graphs": None,
+     "setup_seconds": None, "replay_recompiles": None, "recompile_samples": [], "failures": [],
+     "samples_replayed": None, "topologies": [{"id": 0, "passed": True, "error": None},
+                                              {"id": 1, "passed": False, "error": "Constraints violated"}]},
+]}
+
+
+# --- an export plan -------------------------------------------------------------------------------
+
+CATALOG = {"model": "models.py:model", "compile": {"dynamic": True}, "topologies": [{"id": 0}, {"id": 1}, {"id": 2}]}
+
+
+def dim(name: str, low: int, high: int, *members: tuple[str, int]) -> ExportDim:
+    return ExportDim(name=name, min=low, max=high, members=members or ((name.rsplit("_", 1)[0], 0),),
+                     note=f"corpus range {low}..{high}")
+
+
+def refined_plan() -> ExportPlan:
+    dims = apply_suggested_fixes((dim("x_0", 2, 120, ("x", 0), ("y", 0)), dim("z_1", 3, 9, ("z", 1))),
+                                 parse_suggested_fixes("Suggested fixes:\n  _x_0 = Dim('_x_0', min=1, max=60)\n"
+                                                       "  x_0 = 2*_x_0\n  z_1 = 4\n"), 1)
+    return ExportPlan(dims=dims, arguments=("x", "y", "z", "extras"), example_sample=7, margin=0.0,
+                      fixes=("round 1: x_0 = 2*_x_0",), example_topology=1,
+                      outside=(OutsideTopology(2, 9, 3, "z is None (in the exported example: a tensor)"),))
+
+
+# --- corpora ----------------------------------------------------------------------------------------
+
+
+def write_sized_corpus(path, sizes, seed=0):
+    """A corpus of 1-D random tensors of the given sizes for tests/models.py's Elementwise."""
+    generator = torch.Generator().manual_seed(seed)
+    with CorpusWriter(path, model=model_spec("Elementwise"), compile={"dynamic": True, "fullgraph": True}) as writer:
+        for size in sizes:
+            writer.add(torch.randn(size, generator=generator))
+    return path

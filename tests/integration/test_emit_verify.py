@@ -1,0 +1,53 @@
+"""emit-warmup and verify on the seed corpus: fixes generated from the catalog, proven on it.
+
+This file holds the tests that compile in this process; the others are in
+tests/unit/test_emit_verify.py, tests/subprocess/test_emit_verify.py.
+"""
+
+from __future__ import annotations
+
+from guardscope import pipeline
+from guardscope.corpus.format import load_corpus
+
+MARKS = (("x", 0), ("local_edge_index", 1), ("cross_edge_index", 1), ("local_edge_scale", 0),
+         ("cross_edge_scale", 0), ("context", 0))
+
+
+def test_warmup_compiles_fewer_graphs_than_one_per_topology(seed_fixes):
+    out, fixes = seed_fixes
+    plan = fixes.warmup
+    assert plan.topologies == 11 and plan.one_per_topology == 11
+    assert plan.graphs == 10 and [s.sample for s in plan.steps] == [1, 4, 12, 24, 40, 60, 84, 112, 144, 180]
+    assert plan.steps[0].covers == (0,)
+    assert len(load_corpus(out / "warmup")) == 10
+    code = (out / "warmup.py").read_text()
+    assert "also serves T0" in code and "(1, 1, '0/1')" in code
+    assert (out / "warmup.py").read_text() == code  # deterministic: re-emitting below compares
+
+
+def test_unbacked_plan(seed_fixes):
+    out, fixes = seed_fixes
+    plan = fixes.unbacked
+    assert [(d.argument, d.axis) for d in plan.dims] == list(MARKS)
+    assert plan.duck_shape is False and plan.residual == (0,) and plan.graphs == 1
+    code = (out / "unbacked.py").read_text()
+    assert "DUCK_SHAPE = False" in code and "def mark(*args, **kwargs):" in code
+
+
+def test_export_dims_share_equal_dims(seed_fixes):
+    out, fixes = seed_fixes
+    dims = {d.name: d for d in fixes.export.dims}
+    assert sorted(dims) == ["context_0", "cross_edge_index_1", "local_edge_index_1", "x_0"]
+    assert dims["local_edge_index_1"].members == (("local_edge_index", 1), ("local_edge_scale", 0))
+    assert dims["x_0"].min == 0 and dims["x_0"].max == 60
+    # torch.export takes the corpus's Dims as they are, and every topology's call
+    assert fixes.export.feasible and fixes.export.fixes == () and fixes.export.outside == ()
+    code = (out / "export_dims.py").read_text()
+    assert "'local_edge_scale': {0: local_edge_index_1}" in code
+
+
+def test_emitted_files_are_deterministic(seed_fixes, tmp_path):
+    out, _ = seed_fixes
+    before = {name: (out / name).read_bytes() for name in ("warmup.py", "unbacked.py", "export_dims.py", "fixes.json")}
+    pipeline.emit_warmup(out)
+    assert {name: (out / name).read_bytes() for name in before} == before

@@ -1,0 +1,127 @@
+"""guardscope bench: serving latency per strategy, each in a fresh process, with the recommendation.
+
+The statistics, targets, recommendation, table and report section are checked on hand-made
+results; the processes on the CPU with tiny models: a crash and a timeout each become a failed
+row, and one real run of all five strategies with inductor (slow: every strategy compiles from
+empty caches, AOTInductor included).
+
+This file holds the tests that start child processes, compile with inductor or drive the browser;
+the others are in tests/unit/test_bench.py, tests/integration/test_bench.py.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import guardscope
+from guardscope import CorpusWriter, pipeline
+from guardscope.cli import main
+
+from ..conftest import model_spec
+
+
+def _analysed(tmp_path, spec, inputs, name, compile_options):
+    corpus = tmp_path / name
+    with CorpusWriter(corpus, model=spec, compile=compile_options) as writer:
+        for tensor in inputs:
+            writer.add(tensor)
+    out = tmp_path / f"{name}-out"
+    guardscope.analyze(corpus, out)
+    return corpus, out
+
+
+def _large_input_corpus(tmp_path, spec, name):
+    """One request of 8 elements: the models below misbehave above 3."""
+    corpus = tmp_path / name
+    with CorpusWriter(corpus, model=spec, compile={"dynamic": True}) as writer:
+        writer.add(torch.ones(8))
+    return corpus
+
+
+def test_a_crash_and_a_timeout_are_failed_rows(tmp_path):
+    # Segfaults dies on inputs of more than 3 elements: analysed on small ones, benched on a large one
+    spec = model_spec("Segfaults")
+    _, out = _analysed(tmp_path, spec, [torch.ones(2), torch.ones(3)], "crash", {"dynamic": True})
+    large = _large_input_corpus(tmp_path, spec, "crash-large")
+    document = pipeline.bench(out, device="cpu", corpus=large, strategies=("eager", "warmup"))
+    eager, warmup = document["strategies"]
+    assert eager["status"] == "failed" and eager["reason"].startswith("the benchmark process died of SIGSEGV")
+    assert warmup["status"] == "skipped" and "guardscope emit-warmup" in warmup["reason"]
+    assert document["corpus"] == {"path": "../crash-large", "samples": 1}
+    assert json.loads((out / "bench.json").read_text()) == document
+
+    sleeper = tmp_path / "sleeper.py"
+    sleeper.write_text(textwrap.dedent("""
+        import time, torch
+
+        @torch._dynamo.disable
+        def _sleep_on_large(x):
+            if x.numel() > 3:
+                time.sleep(120)
+
+        class Sleeps(torch.nn.Module):
+            def forward(self, x):
+                _sleep_on_large(x)
+                return x.sin()
+    """))
+    spec = f"{sleeper}:Sleeps"
+    _, out = _analysed(tmp_path, spec, [torch.ones(2)], "sleep", {"dynamic": True})
+    large = _large_input_corpus(tmp_path, spec, "sleep-large")
+    document = pipeline.bench(out, device="cpu", corpus=large, strategies=("eager",), timeout=5)
+    assert document["strategies"][0]["status"] == "failed"
+    assert document["strategies"][0]["reason"] == "timed out after 5 s"
+
+
+@pytest.mark.slow
+def test_all_five_strategies_with_inductor_on_the_cpu(tmp_path):
+    # x.sin() * 2 over rows of 8: a row count of 1 recompiles (0/1 specialization)
+    sizes = (3, 1, 4, 5, 1, 6)
+    inputs = [torch.randn(n, 8, generator=torch.Generator().manual_seed(n)) for n in sizes]
+    _, out = _analysed(tmp_path, model_spec("Elementwise"), inputs, "corpus", {"dynamic": True, "fullgraph": True})
+    pipeline.emit_warmup(out)
+    # The bench replays the analysed requests plus one beyond the export bounds (x_0 in 1..6).
+    served = tmp_path / "served"
+    with CorpusWriter(served, model=model_spec("Elementwise"), compile={"dynamic": True, "fullgraph": True}) as writer:
+        for tensor in inputs + [torch.randn(9, 8)]:
+            writer.add(tensor)
+    result = CliRunner().invoke(main, ["bench", str(out), "--device", "cpu", "--corpus", str(served)])
+    assert result.exit_code == 0, result.output
+    document = json.loads((out / "bench.json").read_text())
+    rows = {r["name"]: r for r in document["strategies"]}
+    assert list(rows) == ["eager", "compile", "warmup", "unbacked", "export"]
+    assert all(r["status"] == "ok" and r["requests"] == 7 and r["errors"] == 0 for r in rows.values()), rows
+    assert rows["eager"]["setup_graphs"] == 0 and rows["eager"]["replay_compiles"] == 0
+    assert rows["eager"]["steady"]["count"] == 7 and rows["eager"]["speedup"] == 1.0
+    compiled = rows["compile"]
+    assert compiled["first_compile"]["sample"] == 0 and compiled["recompiles"] == 1
+    assert [e["sample"] for e in compiled["recompile_requests"]] == [1]
+    assert compiled["steady"]["count"] == 5
+    slowest_compile = max(e["latency_s"] for e in [compiled["first_compile"], *compiled["recompile_requests"]])
+    assert compiled["worst_ms"] == pytest.approx(1e3 * slowest_compile, rel=1e-3)
+    assert rows["warmup"]["setup_graphs"] == 2 and rows["warmup"]["recompiles"] == 0
+    assert rows["unbacked"]["setup_graphs"] == 1 and rows["unbacked"]["recompiles"] == 0
+    export = rows["export"]
+    assert export["setup_graphs"] == 1 and export["recompiles"] == 0
+    assert export["fallbacks"] == 1 and export["fallback_requests"][0]["sample"] == 6
+    for row in rows.values():
+        assert row["setup_seconds"] >= 0 and row["speedup"] > 0 and row["worst_ms"] >= row["steady"]["max_ms"]
+    # No bundle was made: the plans' warmups found none to load
+    assert rows["warmup"]["bundle"]["status"] == rows["unbacked"]["bundle"]["status"] == "absent"
+    assert rows["eager"]["bundle"] is None and rows["export"]["bundle"] is None
+    # Every compiled strategy timed eager beside it on the same 7 requests (one paired pass)
+    assert rows["eager"]["paired"] is None
+    for name in ("compile", "warmup", "unbacked", "export"):
+        assert rows[name]["paired"]["requests"] == 7 and rows[name]["paired"]["speedup"] > 0, name
+        assert rows[name]["targets"]["speedup"]["basis"] == "paired"
+    assert document["compile"] == {"backend": "inductor", "dynamic": True, "fullgraph": True, "mode": None,
+                                   "inference_mode": True}
+    assert document["recommendation"]["strategy"] in ("warmup", "unbacked", "export")
+    lines = result.output.splitlines()
+    assert "strategy set-up graphs recompiles mean p50 p99 max worst speedup paired".split() in [line.split() for line in lines]
+    assert lines[-2].startswith("recommended ") and lines[-1] == f"wrote       {out / 'bench.json'}, {out / 'report.html'}"
+    assert 'id="bench-export"' in (out / "report.html").read_text()

@@ -1,0 +1,127 @@
+"""emit-warmup and verify on the seed corpus: fixes generated from the catalog, proven on it.
+
+This file holds the tests that start child processes, compile with inductor or drive the browser;
+the others are in tests/unit/test_emit_verify.py, tests/integration/test_emit_verify.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import guardscope
+from guardscope import pipeline
+from guardscope.corpus.format import CorpusWriter, load_corpus
+from samples.gnn import generate
+
+from ..conftest import REPO, SEED_CORPUS
+
+
+def test_verify_passes_all_three(seed_fixes):
+    out, _ = seed_fixes
+    document = pipeline.verify(out)
+    results = {r["name"]: r for r in document["artifacts"]}
+    assert document["passed"], results
+    assert results["warmup"]["setup_graphs"] == 10 and results["warmup"]["replay_recompiles"] == 0
+    assert results["warmup"]["samples_replayed"] == 300
+    assert results["unbacked"]["setup_graphs"] == 1 and results["unbacked"]["replay_recompiles"] == 0
+    assert [t["passed"] for t in results["export"]["topologies"]] == [True] * 11
+    saved = json.loads((out / "verification.json").read_text())
+    assert saved["passed"] is True
+    assert "verification" in (out / "report.html").read_text().lower()
+
+
+def test_verify_holdout_replays_the_last_part(seed_fixes, tmp_path):
+    source, _ = seed_fixes
+    out = tmp_path / "holdout"
+    shutil.copytree(source, out)
+    document = pipeline.verify(out, artifacts=("warmup",), holdout=0.5)
+    (result,) = [r for r in document["artifacts"] if r["name"] == "warmup"]
+    assert result["status"] == "passed" and result["samples_replayed"] == 150
+    assert document["holdout"] == 0.5
+
+
+def test_verify_reports_a_dropped_warmup_sample(seed_fixes, tmp_path):
+    source, _ = seed_fixes
+    out = tmp_path / "broken"
+    shutil.copytree(source, out)
+    # Rewrite the warmup corpus without its third sample (corpus sample 12: no cross edges).
+    warmup = load_corpus(out / "warmup")
+    kept = [s for s in warmup if s.index != 2]
+    shutil.rmtree(out / "warmup")
+    with CorpusWriter(out / "warmup", model=warmup.manifest.model, compile=warmup.manifest.compile) as writer:
+        for sample in kept:
+            writer.add(*sample.args, **sample.kwargs)
+    document = pipeline.verify(out, artifacts=("warmup",))
+    (result,) = [r for r in document["artifacts"] if r["name"] == "warmup"]
+    assert result["status"] == "failed" and not document["passed"]
+    assert result["recompile_samples"] == [12]
+    assert any(r.startswith("zero_one_specialization") for r in result["failures"][0]["reasons"])
+
+
+def test_artifacts_work_from_a_plain_script(seed_fixes, tmp_path):
+    """The modules do what their docstrings say for a script that only knows torch."""
+    out, _ = seed_fixes
+    script = tmp_path / "serve.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, torch
+        sys.path.insert(0, {str(out)!r}); sys.path.insert(0, {str(REPO)!r})
+        import warmup, unbacked, export_dims
+        from guardscope import load_corpus
+        from samples.gnn.model import small
+        counters = torch._dynamo.utils.counters
+        corpus = list(load_corpus({str(SEED_CORPUS)!r}))
+
+        model = small().eval()
+        compiled = torch.compile(model, dynamic=True, fullgraph=True)
+        warmup.warmup(compiled)
+        graphs = counters["stats"]["unique_graphs"]
+        with torch.inference_mode():
+            for s in corpus:
+                compiled(*s.args, **s.kwargs)
+        print("warmup", graphs, counters["stats"]["unique_graphs"] - graphs)
+
+        torch._dynamo.reset(); counters.clear()
+        unbacked.configure()
+        compiled = torch.compile(model, dynamic=True, fullgraph=True)
+        unbacked.warmup(compiled)
+        graphs = counters["stats"]["unique_graphs"]
+        with torch.inference_mode():
+            for s in corpus:
+                unbacked.mark(*s.args, **s.kwargs)
+                compiled(*s.args, **s.kwargs)
+        print("unbacked", graphs, counters["stats"]["unique_graphs"] - graphs)
+
+        program = export_dims.export(model, **corpus[1].kwargs)
+        ok = all(torch.allclose(program.module()(**corpus[i].kwargs), model(**corpus[i].kwargs), atol=1e-4)
+                 for i in (0, 4, 180))
+        print("export", ok)
+    """))
+    completed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    lines = completed.stdout.split("\n")
+    assert "warmup 10 0" in lines and "unbacked 1 0" in lines and "export True" in lines
+
+
+@pytest.mark.slow
+def test_swapped_catalog_unbacked_plan_verifies(tmp_path):
+    """The article's Option 3 counter-example: marks on every sample + duck sizing off +
+    residual warmup give 0 recompiles where marking sample 0 alone recompiled 6 times."""
+    corpus = generate.write_corpus(
+        tmp_path / "swapped", model=generate.model_spec(tmp_path / "swapped", "small"),
+        min_size=generate.SMALL_MIN_SIZE, max_size=generate.SMALL_MAX_SIZE, swap=(0, 3),
+    )
+    out = tmp_path / "out"
+    guardscope.analyze(corpus, out, strict=True)
+    fixes = pipeline.emit_warmup(out)
+    assert fixes.unbacked.residual == (0, 1)  # sample 0's zero-stride edges, then strided ones
+    assert fixes.unbacked.graphs == 2 and fixes.warmup.graphs == 10
+    document = pipeline.verify(out, artifacts=("unbacked", "warmup"))
+    results = {r["name"]: r for r in document["artifacts"]}
+    assert results["unbacked"]["status"] == "passed", results["unbacked"]
+    assert results["warmup"]["status"] == "passed", results["warmup"]

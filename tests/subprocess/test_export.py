@@ -1,0 +1,89 @@
+"""torch.export Dims: torch's suggested fixes read into guardscope's spec, the module rendered from
+it, refinement and the corpus check with real torch.export, and real models end to end (analyze,
+emit-warmup, verify): BERT, a CNN, GPT-2 (infeasible), and models with data-dependent code.
+
+This file holds the tests that start child processes, compile with inductor or drive the browser;
+the others are in tests/unit/test_export.py, tests/integration/test_export.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from guardscope import pipeline
+from guardscope.fixes.plan import ExportDim
+
+from ..pages import parse, words
+
+# Messages as torch 2.13 wrote them (tests below export the models that produce them).
+
+
+def dim(name: str, low: int, high: int, *members: tuple[str, int]) -> ExportDim:
+    return ExportDim(name=name, min=low, max=high, members=members or ((name.rsplit("_", 1)[0], 0),),
+                     note=f"corpus range {low}..{high}")
+
+
+# --- real models, end to end ---------------------------------------------------------------------
+
+
+def export_artifact(out):
+    fixes = json.loads((out / "fixes.json").read_text())
+    return next(a for a in fixes["artifacts"] if a["name"] == "export")
+
+
+@pytest.mark.slow
+def test_bert_shares_one_dim_for_ids_and_mask_and_passes(emitted):
+    out, plan = emitted("bert")
+    assert plan.feasible
+    length = next(d for d in plan.dims if ("input_ids", 1) in d.members)
+    assert ("attention_mask", 1) in length.members and length.kind == "dim"
+    # calls without the mask, or with token types, are structured unlike the example's
+    reasons = {o.reason for o in plan.outside}
+    assert reasons <= {"does not pass attention_mask, which the exported example passes",
+                       "passes token_type_ids, which the exported example does not"}
+    code = (out / "export_dims.py").read_text()
+    assert "'attention_mask': {0: input_ids_0, 1: input_ids_1}" in code
+    document = pipeline.verify(out, artifacts=("export",))
+    (result,) = document["artifacts"]
+    assert result["status"] == "passed", result["reason"]
+    statuses = {t["id"]: t["status"] for t in result["topologies"]}
+    assert {t for t, s in statuses.items() if s == "outside"} == {o.topology for o in plan.outside}
+    assert {s for t, s in statuses.items() if t not in {o.topology for o in plan.outside}} == {"passed"}
+    # the report shows them as outside, with the reason
+    page = parse((out / "report.html").read_text())
+    rows = page.find("article", id="fix-export").find("tbody").find_all("tr")
+    outside = [[words(td) for td in row.find_all("td")] for row in rows if "outside" in row.attrs.get("class", "")]
+    assert len(outside) == len(plan.outside) and all(cells[1] == "outside" for cells in outside)
+    assert any("does not pass attention_mask" in cells[2] for cells in outside)
+
+
+@pytest.mark.slow
+def test_cnn_exports_with_dims_torch_accepts_and_passes(emitted):
+    out, plan = emitted("cnn")
+    assert plan.feasible, plan.reason
+    assert {member for d in plan.dims for member in d.members} == {("images", 0), ("images", 2), ("images", 3)}
+    # a uint8 or half image is structured unlike the float32 example
+    assert all("tensor on cpu (in the exported example: a 4-d float32 tensor on cpu)" in o.reason for o in plan.outside)
+    document = pipeline.verify(out, artifacts=("export",))
+    (result,) = document["artifacts"]
+    assert result["status"] == "passed", result["reason"]
+    ran = [t for t in result["topologies"] if t["status"] != "outside"]
+    assert ran and all(t["passed"] for t in ran)
+
+
+@pytest.mark.slow
+def test_gpt2_dynamic_cache_is_infeasible_with_a_remedy(emitted):
+    out, plan = emitted("gpt2")
+    assert plan.status == "infeasible"
+    assert "DynamicCache" in plan.reason and "use_cache=False" in plan.reason
+    assert not (out / "export_dims.py").exists()
+    artifact = export_artifact(out)
+    assert artifact["status"] == "infeasible" and artifact["reason"] == plan.reason and artifact["file"] is None
+    message = artifact["details"]["torch_message"]
+    assert "DynamicCache" in message and "register a pytree" in message  # torch's whole message
+    document = pipeline.verify(out, artifacts=("warmup", "export"), bundle=False)
+    results = {r["name"]: r for r in document["artifacts"]}
+    assert results["export"]["status"] == "infeasible" and results["export"]["reason"] == plan.reason
+    assert results["warmup"]["status"] == "passed" and document["passed"]

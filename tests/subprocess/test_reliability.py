@@ -1,0 +1,82 @@
+"""Bad input gets a clear answer, crashes stay contained, nothing finished is lost.
+
+This file holds the tests that start child processes, compile with inductor or drive the browser;
+the others are in tests/unit/test_reliability.py, tests/integration/test_reliability.py.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+# --- 7: interruption and resume -----------------------------------------------------------------
+
+
+def _analyze_command(corpus: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "guardscope.cli", "analyze", str(corpus), "--out", str(out), "-q",
+            "--checkpoint-every", "0", *extra]
+
+
+def test_killed_analysis_resumes_to_the_same_catalog(sharded_seed, tmp_path):
+    reference = tmp_path / "reference"
+    subprocess.run(_analyze_command(sharded_seed, reference), check=True, capture_output=True, timeout=600)
+
+    out = tmp_path / "interrupted"
+    process = subprocess.Popen(_analyze_command(sharded_seed, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    checkpoint = out / ".guardscope-checkpoint.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and process.poll() is None:
+        if checkpoint.is_file() and json.loads(checkpoint.read_text())["next_sample"] >= 3 * 40:
+            break
+        time.sleep(0.05)
+    assert process.poll() is None, "the analysis finished before it could be interrupted"
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=60)
+    assert not (out / "catalog.json").exists()
+    kept = json.loads(checkpoint.read_text())["next_sample"]
+    assert 3 * 40 <= kept < 300
+
+    refused = subprocess.run(_analyze_command(sharded_seed, out), capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and "--resume" in refused.stderr
+
+    subprocess.run(_analyze_command(sharded_seed, out, "--resume"), check=True, capture_output=True, timeout=600)
+    assert (out / "catalog.json").read_bytes() == (reference / "catalog.json").read_bytes()
+    assert not checkpoint.exists()
+    # The trace on disk holds each compile once: what the killed run wrote after its checkpoint
+    # was cut, and the warm-up that rebuilt the finished shards' graphs wrote nothing.
+    def compiles(path):
+        return (path / "trace" / "torch_trace.log").read_text().count('"compilation_metrics"')
+
+    assert compiles(out) == compiles(reference) == 11
+
+
+def test_sigterm_keeps_finished_shards_and_says_how_to_resume(sharded_seed, tmp_path):
+    out = tmp_path / "out"
+    process = subprocess.Popen(_analyze_command(sharded_seed, out), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    checkpoint = out / ".guardscope-checkpoint.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and process.poll() is None and not checkpoint.is_file():
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    if process.returncode == 0:
+        pytest.skip("the analysis finished before SIGTERM arrived")
+    assert process.returncode == 130
+    assert "--resume" in stderr and checkpoint.is_file()
+
+
+def test_a_crash_in_the_replay_is_reported_not_fatal(make_corpus, tmp_path):
+    corpus = make_corpus("Segfaults", [((torch.randn(3),), {}), ((torch.randn(4),), {})],
+                         compile_options={"dynamic": True, "fullgraph": False})
+    completed = subprocess.run(_analyze_command(corpus, tmp_path / "out", "--isolate"),
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 3, completed.stderr[-2000:]
+    assert "crashed (SIGSEGV)" in completed.stderr and "--backend eager" in completed.stderr

@@ -1,0 +1,90 @@
+"""Rendering the generated modules is pure (plan and catalog in, text out): byte-stable, valid
+Python, and every corpus-controlled string reaches the module as a literal or a flattened comment.
+No torch.compile here: the plans are written by hand against the golden seed catalog."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+
+import pytest
+
+from guardscope.fixes.emit.unbacked import render_unbacked
+from guardscope.fixes.emit.warmup import render_warmup
+from guardscope.fixes.plan import UnbackedDim, UnbackedPlan, WarmupPlan, WarmupStep
+
+from ..paths import REPO
+
+CATALOG = json.loads((REPO / "tests" / "golden" / "seed_catalog.json").read_text())
+WARMUP = WarmupPlan(steps=(WarmupStep(0, 0, "0/0", ()), WarmupStep(1, 1, "0/1", (3,))), graphs=2,
+                    one_per_topology=11, topologies=11)
+UNBACKED = UnbackedPlan(dims=(UnbackedDim("x", 0, "T1: x.size()[0] == 1"), UnbackedDim("context", 0, "corpus range 1..9")),
+                        duck_shape=False, duck_reason="duck sizing tied cross and local edge counts", graphs=1)
+
+
+def render_both(catalog: dict) -> dict[str, str]:
+    return {
+        "warmup": render_warmup(catalog, WARMUP),
+        "unbacked": render_unbacked(catalog, UNBACKED, plain_graphs=10, supports_unbacked_sources=True),
+    }
+
+
+def constants(text: str) -> dict:
+    """The module's top-level constants, evaluated as literals (nothing runs)."""
+    found = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            try:
+                found[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:  # built from other constants: keep its literal entries
+                if isinstance(node.value, ast.Dict):
+                    found[node.targets[0].id] = {
+                        ast.literal_eval(k): ast.literal_eval(v) for k, v in zip(node.value.keys, node.value.values)
+                        if isinstance(v, ast.Constant)}
+    return found
+
+
+def test_rendering_is_byte_stable_and_valid_python():
+    first, second = render_both(CATALOG), render_both(copy.deepcopy(CATALOG))
+    assert first == second
+    for name, text in first.items():
+        compile(text, f"{name}.py", "exec")
+        assert text.endswith("\n") and "\r" not in text
+
+
+def test_the_warmup_module_holds_the_plan():
+    values = constants(render_both(CATALOG)["warmup"])
+    assert values["STEPS"] == ((0, 0, "0/0"), (1, 1, "0/1"))
+    assert values["GRAPHS"] == 2
+    assert values["COMPILE"] == {"dynamic": True, "fullgraph": True, "mode": None}
+    assert values["PLAN"]["artifact"] == "warmup" and values["PLAN"]["model"] == CATALOG["model"]
+
+
+def test_the_unbacked_module_holds_the_plan():
+    text = render_both(CATALOG)["unbacked"]
+    values = constants(text)
+    assert values["UNBACKED_DIMS"] == (("x", 0), ("context", 0))
+    assert values["DUCK_SHAPE"] is False and values["GRAPHS"] == 1 and values["RESIDUAL"] == []
+    assert values["ENVIRONMENT"] == {"TORCH_COMPILE_UNBACKED_SOURCES": "L['x']:0,L['context']:0"}
+    assert "1 graph(s) in all\nagainst 10 for the plain warmup set" in text
+
+
+def test_torch_without_unbacked_sources_gets_no_environment_line():
+    text = render_unbacked(CATALOG, UNBACKED, plain_graphs=10, supports_unbacked_sources=False)
+    assert "TORCH_COMPILE_UNBACKED_SOURCES" not in text
+    compile(text, "unbacked.py", "exec")
+
+
+@pytest.mark.parametrize("model", ['m.py:x"""\nimport os; os.system("id")\n"""',
+                                   "m.py:x'\n__import__('os')\n#",
+                                   "m.py:x\\\n\x00\x1b[31m"])
+def test_hostile_model_names_stay_text(model):
+    catalog = copy.deepcopy(CATALOG)
+    catalog["model"] = model
+    for name, text in render_both(catalog).items():
+        tree = ast.parse(text)  # still one valid module
+        top = [type(node).__name__ for node in tree.body]
+        assert top[0] == "Expr" and "os" not in {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}, name
+        assert constants(text)["PLAN"]["model"] == model  # the literal is the exact string
+        assert "\x00" not in text and "\x1b" not in text

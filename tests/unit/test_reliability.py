@@ -1,0 +1,131 @@
+"""Bad input gets a clear answer, crashes stay contained, nothing finished is lost.
+
+This file holds the pure tests (no torch.compile, no child process); the others are in
+tests/integration/test_reliability.py, tests/subprocess/test_reliability.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from guardscope.cli import main
+from guardscope.corpus.format import load_corpus
+from guardscope.errors import CatalogError, ShardError
+from guardscope.fixes.plan import check_identifier
+
+from ..conftest import SEED_CORPUS
+
+
+def run_cli(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+# --- 1, 4: bad paths, manifests and model specs -------------------------------------------------
+
+
+@pytest.mark.parametrize("option, value", [("--mark-unbacked", "x"), ("--mark-unbacked", "x:first"),
+                                           ("--paddable", ":0")])
+def test_a_bad_arg_dim_option_names_the_value_and_the_form(tmp_path, option, value):
+    result = run_cli("analyze", str(SEED_CORPUS), "--out", str(tmp_path / "out"), option, value)
+    assert result.exit_code == 2
+    assert f"{value!r} is not ARG:DIM (e.g. x:0)" in result.output and option in result.output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("make", ["missing", "empty", "not_a_corpus"])
+def test_bad_corpus_path_names_it_and_says_what_a_corpus_is(tmp_path, make):
+    path = tmp_path / "c"
+    if make != "missing":
+        path.mkdir()
+    if make == "not_a_corpus":
+        (path / "notes.txt").write_text("hello")
+    result = run_cli("analyze", str(path), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 2
+    assert str(path) in result.output and "corpus.json" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_unknown_manifest_version_names_the_field(tmp_path):
+    shutil.copytree(SEED_CORPUS, tmp_path / "c")
+    manifest = json.loads((tmp_path / "c" / "corpus.json").read_text())
+    manifest["format_version"] = 99
+    (tmp_path / "c" / "corpus.json").write_text(json.dumps(manifest))
+    result = run_cli("analyze", str(tmp_path / "c"), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 2 and "format_version" in result.output
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("no_such_module_xyz:build", ["no_such_module_xyz", "not found"]),
+        (f"{Path(__file__).parents[1] / 'models.py'}:Missing", ["has no attribute", "Missing"]),
+        (f"{Path(__file__).parents[1] / 'models.py'}:__doc__", ["not a class or factory"]),
+        ("/nonexistent/dir/model.py:build", ["file not found"]),
+        ("torch.nn:Linear", ["raised TypeError"]),  # Linear() needs arguments: the factory raises
+    ],
+)
+def test_bad_model_spec_gives_the_spec_and_the_cause(tmp_path, spec, words):
+    result = run_cli("analyze", str(SEED_CORPUS), "--out", str(tmp_path / "out"), "--model", spec)
+    assert result.exit_code == 2, result.output
+    assert spec in result.output and "Traceback" not in result.output
+    for word in words:
+        assert word in result.output
+
+
+def test_pickle_that_would_run_code_is_refused(tmp_path):
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    shutil.copytree(SEED_CORPUS, tmp_path / "c")
+    shard = tmp_path / "c" / "shard-00001.pt"
+    torch.save({"format": "guardscope-corpus", "samples": [Payload()]}, shard)
+    manifest = json.loads((tmp_path / "c" / "corpus.json").read_text())
+    import hashlib
+
+    manifest["shards"][1]["sha256"] = hashlib.sha256(shard.read_bytes()).hexdigest()
+    (tmp_path / "c" / "corpus.json").write_text(json.dumps(manifest))
+    with pytest.raises(ShardError, match="shard-00001.pt"):
+        list(load_corpus(tmp_path / "c"))
+    assert not marker.exists()
+
+
+# --- 7: interruption and resume -----------------------------------------------------------------
+
+
+def test_resume_with_other_options_is_refused(sharded_seed, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".guardscope-checkpoint.json").write_text(json.dumps({"version": 1, "fingerprint": {}}))
+    result = run_cli("analyze", str(sharded_seed), "--out", str(out), "--resume")
+    assert result.exit_code == 2 and "--force" in result.output
+
+
+# --- 10: generated code never embeds corpus-controlled strings -------------------------------------
+
+
+@pytest.mark.parametrize("name", ["x; import os", "__import__('os')", "class", "a b", ""])
+def test_argument_names_must_be_identifiers(name):
+    with pytest.raises(CatalogError):
+        check_identifier(name)
+
+
+# --- 9: torch outside the tested range ------------------------------------------------------------
+
+
+def test_torch_outside_the_tested_range_warns(monkeypatch):
+    from guardscope import torch_compat
+
+    assert torch_compat.check_supported_version() is None  # 2.11 and 2.13 are in range
+    monkeypatch.setattr(torch_compat, "torch_version", lambda: "2.16.0")
+    warning = torch_compat.check_supported_version()
+    assert "2.16.0" in warning and "other" in warning
