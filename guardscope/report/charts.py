@@ -1,4 +1,5 @@
-"""SVG geometry (pure): the compile timeline and the CUDA-graph strip and histograms, as coordinates the template draws."""
+"""SVG geometry (pure): the compile timeline and the CUDA-graph strip and histograms, as coordinates
+the template draws."""
 
 from __future__ import annotations
 
@@ -7,11 +8,7 @@ import re
 from collections import Counter, defaultdict
 
 from ..catalog.buckets import skip_effect
-from ..text import (
-    format_samples,
-    format_seconds,
-    format_tick,
-)
+from ..text import format_samples, format_seconds, format_tick
 from .common import LIST_SHOWN, compile_seconds, topology_of_compile
 
 # Size limits that keep the page readable (and under 2 MB) for corpora of 10,000+ samples.

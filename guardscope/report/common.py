@@ -1,4 +1,5 @@
-"""What every section shares: size limits that keep the page readable, the explanation of each failure kind, and small formatters (also jinja filters)."""
+"""What every section shares: size limits that keep the page readable, the explanation of each
+failure kind, and small formatters (also jinja filters)."""
 
 from __future__ import annotations
 

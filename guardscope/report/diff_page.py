@@ -1,4 +1,5 @@
-"""The diff of two analyses as a page (``guardscope diff --html``) and as a partial the report embeds (backend fidelity)."""
+"""The diff of two analyses as a page (``guardscope diff --html``) and as a partial the report
+embeds (backend fidelity)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,12 @@ from typing import TYPE_CHECKING
 
 from .. import store
 from ..catalog import diff as words
-from ..text import (
-    format_samples,
-    guard_text,
-)
+from ..text import format_samples, guard_text
+from .common import DIFF_FAILURES_SHOWN, KIND_EXPLANATIONS, LIST_SHOWN, number_text
+from .environment import ENVIRONMENT
 
 if TYPE_CHECKING:
     from ..catalog.diff import CatalogDiff
-
-from .common import DIFF_FAILURES_SHOWN, KIND_EXPLANATIONS, LIST_SHOWN, number_text
-from .environment import ENVIRONMENT
 
 # --- the diff of two analyses ----------------------------------------------------------------
 

@@ -1,14 +1,12 @@
-"""The one jinja Environment of the HTML pages (autoescape, strict undefined), with the filters the templates use."""
+"""The one jinja Environment of the HTML pages (autoescape, strict undefined), with the filters the
+templates use."""
 
 from __future__ import annotations
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from ..resources import templates_dir
-from ..text import (
-    format_samples,
-    format_seconds,
-)
+from ..text import format_samples, format_seconds
 from .common import number_text
 
 TEMPLATES = templates_dir()

@@ -1,4 +1,5 @@
-"""The recommendation box at the top of the report: which fix to use, its proof, and the lines that apply it."""
+"""The recommendation box at the top of the report: which fix to use, its proof, and the lines that
+apply it."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ from typing import Any
 
 from .. import plans
 from ..options import compile_arguments
-from ..text import (
-    format_seconds,
-)
+from ..text import format_seconds
 from .common import count_text, verification_by_name
 from .sections import bench_context
 

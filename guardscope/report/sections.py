@@ -7,15 +7,7 @@ from collections import Counter, defaultdict
 from .. import store
 from ..catalog.diff import diff_catalogs
 from ..corpus.spec import model_label
-from ..text import (
-    format_duration,
-    format_ms,
-    format_samples,
-    format_seconds,
-    guard_text,
-    missed_targets,
-    sample_runs,
-)
+from ..text import format_duration, format_ms, format_samples, format_seconds, guard_text, missed_targets, sample_runs
 from .common import (
     GUARD_TEXTS_SHOWN,
     KIND_EXPLANATIONS,
