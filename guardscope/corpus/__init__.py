@@ -2,7 +2,7 @@
 read safely by :func:`load_corpus`) and model specs (``"pkg.mod:attr"`` or ``"path/file.py:attr"``).
 
 Stage order: ``format`` (the directory, its writer and reader; imports torch), ``spec`` (resolving
-a model spec; no torch). Names are imported on first use, so ``guardscope --help`` imports no torch.
+a model spec; no torch), ``signature`` (what a frame-0 guard can read of a call, without its data). Names are imported on first use, so ``guardscope --help`` imports no torch.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ _EXPORTS = {
     "load_corpus": "format",
     "read_manifest": "format",
     "snapshot": "format",
+    "signature": "signature",
+    "signature_digest": "signature",
     "load_model": "spec",
     "model_label": "spec",
     "split_spec": "spec",
