@@ -2,7 +2,8 @@
 read safely by :func:`load_corpus`) and model specs (``"pkg.mod:attr"`` or ``"path/file.py:attr"``).
 
 Stage order: ``format`` (the directory, its writer and reader; imports torch), ``spec`` (resolving
-a model spec; no torch), ``signature`` (what a frame-0 guard can read of a call, without its data). Names are imported on first use, so ``guardscope --help`` imports no torch.
+a model spec; no torch), ``signature`` (what a frame-0 guard can read of a call, without its
+data). Names are imported on first use, so ``guardscope --help`` imports no torch.
 """
 
 from __future__ import annotations
