@@ -14,6 +14,7 @@ Streaming: samples are generated one at a time and ``CorpusWriter`` holds at mos
 
     python -m bench.scale_corpus /tmp/gnn-scale-100k                  # 100,000 samples
     python -m bench.scale_corpus /tmp/gnn-scale-10k --samples 10000
+    python -m bench.scale_corpus /tmp/gnn-sigs-10k --samples 10000 --keep signatures
 """
 
 from __future__ import annotations
@@ -88,15 +89,20 @@ def write_scale_corpus(
     recurrences: int = RECURRENCES,
     shard_size: int = SHARD_SIZE,
     overwrite: bool = False,
+    keep: str = "all",
+    full_per_signature: int = 1,
 ) -> pathlib.Path:
     """Write the corpus with ``CorpusWriter`` (model ``model.py:small`` relative to
-    ``directory``); returns the directory."""
+    ``directory``; ``keep`` and ``full_per_signature`` as CorpusWriter takes them); returns the
+    directory."""
     with CorpusWriter(
         directory,
         model=model_spec(directory, "small"),
         compile=COMPILE_OPTIONS,
         shard_size=shard_size,
         overwrite=overwrite,
+        keep=keep,
+        full_per_signature=full_per_signature,
     ) as writer:
         for request in iter_scale_samples(samples, seed, recurrences):
             writer.add(**request)
@@ -118,6 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--shard-size", type=int, default=SHARD_SIZE, help="samples per shard (default %(default)s)")
     parser.add_argument("--overwrite", action="store_true", help="replace a corpus already in OUT")
+    parser.add_argument(
+        "--keep", choices=("all", "signatures"), default="all",
+        help="'signatures': record repeated signatures without tensor data (format 3; default %(default)s)",
+    )
+    parser.add_argument(
+        "--full-per-signature", type=int, default=1,
+        help="with --keep signatures: calls of each signature recorded in full (0: none; default %(default)s)",
+    )
     options = parser.parse_args(argv)
     if options.samples < 1:
         parser.error("--samples must be at least 1")
@@ -130,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             recurrences=options.recurrences,
             shard_size=options.shard_size,
             overwrite=options.overwrite,
+            keep=options.keep,
+            full_per_signature=options.full_per_signature,
         )
     except (GuardscopeError, ValueError) as exc:
         parser.exit(2, f"error: {exc}\n")
@@ -139,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     by_pattern: dict[int, list[int]] = {}
     for index, pattern in sorted(schedule.items()):
         by_pattern.setdefault(pattern, []).append(index)
-    print(f"wrote       {options.samples} samples to {directory} "
-          f"({-(-options.samples // options.shard_size)} shards, {size / 1e6:.1f} MB)")
+    shards = len(list(directory.glob("shard-*.pt")))
+    print(f"wrote       {options.samples} samples to {directory} ({shards} shards, {size / 1e6:.1f} MB)")
     print(f"took        {seconds:.1f} s ({options.samples / seconds:,.0f} samples/s)")
     print(f"patterns    {len(schedule)} injected requests:")
     for pattern, positions in sorted(by_pattern.items()):

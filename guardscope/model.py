@@ -41,11 +41,20 @@ class FailureKind(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Sample:
-    """The arguments of one recorded forward call, with its position in the corpus."""
+    """The arguments of one recorded forward call, with its position in the corpus.
+
+    A sample recorded as its signature only (corpus format 3, ``recorded == "signature"``)
+    carries that ``signature`` and arguments materialised from it (zero-filled tensors of the
+    recorded sizes, strides, offsets, dtypes and aliasing); ``data_of`` names the corpus sample
+    recorded in full with the same signature, when there is one.
+    """
 
     index: int
     args: tuple
     kwargs: dict
+    recorded: str = "full"  # "full" or "signature"
+    signature: tuple | None = None
+    data_of: int | None = None
 
 
 # The fields of one guard failure in catalog.json (GuardFailure.to_json), all compared by
@@ -185,6 +194,12 @@ class SampleMeta:
     # The graphs the call ran through in frames after the first (graph breaks), each the
     # earliest-compiled accepting one of its frame, oldest first; empty for a one-frame model.
     graphs: tuple[str, ...] = ()
+    # How the sample was recorded (Sample.recorded): "full", or "signature" (its signature
+    # only); for a signature sample whose forward ran, "ran_on" says on what: "full" (the data of
+    # the full sample of its signature, Sample.data_of) or "materialised" (zero-filled tensors
+    # built from the signature); None when it did not run (a graph's guards accepted it).
+    recorded: str = "full"
+    ran_on: str | None = None
 
 
 @dataclass(frozen=True)
@@ -304,6 +319,10 @@ class Catalog:
     graph_breaks: tuple[dict[str, Any], ...] = ()
     # How a wrapped forward's frame names the arguments (None for a plain forward).
     frame_arguments: Any = None
+    # Samples recorded as their signature only (corpus format 3), a plain JSON dict built by
+    # catalog.CatalogBuilder: how many, and what those that ran were run on; None when every
+    # sample was recorded in full.
+    signatures: dict[str, Any] | None = None
 
     SCHEMA = 1
 
@@ -368,7 +387,8 @@ class Catalog:
         return {
             "schema": self.SCHEMA,
             "torch_version": self.torch_version,
-            "corpus": {"path": self.corpus_path, "samples": self.samples},
+            "corpus": {"path": self.corpus_path, "samples": self.samples,
+                       **({"signatures": self.signatures} if self.signatures is not None else {})},
             "model": self.model,
             "arguments": list(self.arguments),
             "compile": dict(sorted(self.compile.items())),

@@ -64,3 +64,14 @@ class MaskedRows(torch.nn.Module):
         for extra in extras:
             x = torch.cat([x, extra], dim=1)
         return x.sum(0)
+
+
+class DataBranch(torch.nn.Module):
+    """A branch on tensor data (``.item()``): a graph break, so the frame after it sees a value
+    computed from the data."""
+
+    def forward(self, x):
+        y = x.sin()
+        if y.sum().item() > 0:
+            return y * 2
+        return y - 1

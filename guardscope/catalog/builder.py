@@ -282,6 +282,10 @@ def frame_label(co_name: str | None, location: str | None) -> str:
     return f"{name} ({location})" if location else name
 
 
+# How many samples that ran on tensors materialised from their signature catalog.json lists.
+MATERIALISED_LISTED = 20
+
+
 @dataclass
 class _DimAccumulator:
     input: str
@@ -322,9 +326,19 @@ class CatalogBuilder:
     shapes: dict[tuple[str | None, int, tuple[int, ...]], int] = field(default_factory=dict)
     layouts: list[tuple[str, ...]] = field(default_factory=list)
     cudagraph_events: list[tuple[int, str, str, str | None, float | None]] = field(default_factory=list)
+    # Samples recorded as signatures only: their count, and what those that ran were run on.
+    signature_samples: int = 0
+    ran_on: dict[str, int] = field(default_factory=dict)
+    materialised: list[int] = field(default_factory=list)  # the first MATERIALISED_LISTED
 
     def add_sample(self, meta: SampleMeta) -> None:
         self.samples += 1
+        if meta.recorded == "signature":
+            self.signature_samples += 1
+            if meta.ran_on is not None:
+                self.ran_on[meta.ran_on] = self.ran_on.get(meta.ran_on, 0) + 1
+                if meta.ran_on == "materialised" and len(self.materialised) < MATERIALISED_LISTED:
+                    self.materialised.append(meta.index)
         for event in meta.cudagraph:
             self.cudagraph_events.append((meta.index, event.kind.value, event.detail, event.compile_id, event.seconds))
         if meta.error is not None:
@@ -401,6 +415,9 @@ class CatalogBuilder:
             "not_analysed": list(self.not_analysed),
             "samples": self.samples,
             "described": self.described,
+            "signature_samples": self.signature_samples,
+            "ran_on": dict(self.ran_on),
+            "materialised": list(self.materialised),
         }
 
     @classmethod
@@ -416,6 +433,9 @@ class CatalogBuilder:
         builder.not_analysed = list(state["not_analysed"])
         builder.samples = int(state["samples"])
         builder.described = int(state["described"])
+        builder.signature_samples = int(state.get("signature_samples", 0))
+        builder.ran_on = {str(k): int(v) for k, v in state.get("ran_on", {}).items()}
+        builder.materialised = [int(i) for i in state.get("materialised", [])]
         builder.track_shapes = bool(state.get("track_shapes", False))
         builder.layouts = [tuple(dims) for dims in state.get("layouts", [])]
         builder.shapes = {(graph, layout, tuple(values)): count for graph, layout, values, count in state.get("shapes", [])}
@@ -594,7 +614,26 @@ class CatalogBuilder:
             frames=frame_summaries(ordered),
             graph_breaks=break_summaries(graph_breaks, ordered),
             frame_arguments=frame_arguments if frame_arguments is not None and frame_arguments.wrapped else None,
+            signatures=self.signature_section(len(frame_summaries(ordered))),
         )
+
+    def signature_section(self, frames: int) -> dict[str, Any] | None:
+        """catalog.json's ``corpus.signatures``: None when every sample was recorded in full.
+
+        A signature-only sample is exact for the first frame's guards. Where the model breaks
+        into several frames, later frames see values computed from tensor data: those samples
+        ran on the data of a full sample of their signature, or on zero-filled tensors when the
+        corpus has none, so ``later_frames_exact`` is false.
+        """
+        if not self.signature_samples:
+            return None
+        return {
+            "samples": self.signature_samples,
+            "ran_on_full": self.ran_on.get("full", 0),
+            "ran_on_materialised": self.ran_on.get("materialised", 0),
+            "materialised_samples": list(self.materialised),
+            "later_frames_exact": frames <= 1,
+        }
 
     def _first_sizes(self) -> dict[int, dict[str, int]]:
         """The sizes of each topology's first sample, by dim (``"x.size()[0]"``). A compile's

@@ -26,7 +26,31 @@ def caveats(catalog: Catalog, *, recompile_limit: int, frames_followed: bool, to
             f"breaks): where a graph breaks, the {catalog.compile.get('backend')} backend's guards can differ "
             f"from inductor's; run 'guardscope fidelity {out}' on the production machine to check"
         )
+    if catalog.signatures is not None:
+        warnings.extend(signature_warnings(catalog))
     return warnings
+
+
+def signature_warnings(catalog: Catalog) -> list[str]:
+    """What signature-only samples (corpus format 3) mean for this catalog."""
+    section = catalog.signatures or {}
+    found = []
+    if not section.get("later_frames_exact", True):
+        found.append(
+            f"{section['samples']} of {catalog.samples} samples were recorded as their signature only: the first "
+            f"frame's guards are checked exactly, but the model breaks into {len(catalog.frames)} frames and later "
+            "frames see values computed from tensor data, which these samples do not carry (they ran on the data "
+            f"of a full sample of the same signature: {section['ran_on_full']}, or on zero-filled tensors: "
+            f"{section['ran_on_materialised']}); record with keep=\"all\" for an exact catalog of later frames"
+        )
+    elif section.get("ran_on_materialised"):
+        listed = ", ".join(map(str, section["materialised_samples"][:5]))
+        found.append(
+            f"{section['ran_on_materialised']} signature-only samples had no full sample of their signature in "
+            f"the corpus and compiled on zero-filled tensors built from the signature (first: {listed}); the "
+            "first frame's guards do not read tensor data, so the catalog is exact"
+        )
+    return found
 
 
 def not_analysed_warning(catalog: Catalog, recompile_limit: int) -> str:

@@ -34,7 +34,7 @@ A shard (``format_version`` 2) is one ``torch.save`` archive holding a single te
      "blob": <1-D uint8 tensor: the bytes of every distinct storage the shard's tensors use>,
      "index": '{"segments": [[byte_start, byte_length], ...], "samples": [[args, kwargs], ...]}'}
 
-``index`` is JSON text. ``segments`` lists one byte range of the blob per recorded storage, in
+``index`` is JSON text (format 3: that text deflated with zlib, as a 1-D uint8 tensor). ``segments`` lists one byte range of the blob per recorded storage, in
 first-use order; ``samples`` holds each call's ``args`` and ``kwargs`` with every value tagged:
 ``None``, ``bool``, ``int``, ``float`` and ``str`` are JSON values, everything else an array
 whose first item says what it is: ``["t", item, ...]`` a tuple, ``["l", item, ...]`` a list,
@@ -48,6 +48,30 @@ share one storage again when loaded; each segment becomes its own storage of exa
 recorded size. Every record is validated (types, tags, dtype names, segments within the blob,
 every element of a tensor within its segment) before a tensor is built on it, so a malformed
 shard gives a ``ShardError``, never a read outside the blob.
+
+A format 3 corpus (written by ``CorpusWriter(..., keep="signatures")``; ``format_version`` 3 in
+the manifest and in each shard) is format 2 plus *signature records*. Its ``samples`` list holds
+either full samples, the ``[args, kwargs]`` pairs above, or records such as::
+
+    {"full": 0, "repeat": 49, "signature": ["call", ["tuple", 1, ["tensor", "Tensor", [64, 4],
+     [4, 1], 0, "float32", "cpu", "torch.strided", false, false, null]], ["dict"]]}
+
+which stand for ``repeat`` consecutive samples (the manifest's counts are of samples, not
+records) that were recorded as their signature only: no tensor data. ``signature`` is the
+call's signature (:func:`guardscope.corpus.signature.signature`, taken with ``inference=False``)
+with tuples written as arrays: ``["call", args, kwargs]``, where a value is ``["none"]``,
+``["bool", v]``, ``["int", v]``, ``["str", v]``, ``["float", repr]``, ``["complex", repr]``,
+``["dtype", name]``, ``["device", name]``, ``["list"|"tuple", length, item, ...]``,
+``["dict", [repr(key), value], ...]`` or ``["tensor", "Tensor", shape, stride, storage_offset,
+dtype, device, layout, requires_grad, inference, alias]`` (``alias``: the walk position of the
+first tensor of the call sharing its storage, or null). ``full`` is the index of the earlier
+sample recorded in full with the same signature, or null when the corpus holds none
+(``full_per_signature=0``). Loading gives each such sample as a :class:`~guardscope.model.Sample`
+with ``recorded == "signature"``, its ``signature`` and ``data_of`` (``full``), and arguments
+materialised from the signature: zero-filled tensors of the recorded sizes, strides, offsets,
+dtypes, devices (``map_location`` applies) and aliasing. Equal signatures pass the same
+frame-0 guards, so an analysis is exact for them; the replay runs a signature sample that must
+run on the data of its ``full`` sample when there is one.
 
 Format 1 shards (still read) pickled every tensor: ``torch.save({"format": ...,
 "samples": [{"args": (...), "kwargs": {...}}, ...]})``; rebuilding each one through torch's
@@ -88,6 +112,10 @@ Recording::
         for request in requests:
             writer.add(**request)
 
+    # Every request, but tensor data only for the first of each signature (format 3):
+    with CorpusWriter("corpus", model="myapp.model:build", keep="signatures") as writer:
+        ...
+
 Reading::
 
     from guardscope.corpus import load_corpus
@@ -110,6 +138,7 @@ import pathlib
 import pickle
 import re
 import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -121,12 +150,21 @@ from ..files import write_atomic
 from ..model import Sample
 from ..text import message_line
 from ..torch_compat import DTYPES, dtype_name
+from .signature import materialise, signature, signature_digest, signature_from_json, signature_to_json
 from .spec import anchored, split_spec
 
 FORMAT = "guardscope-corpus"
 FORMAT_VERSION = 2
-# The versions this guardscope reads; it writes FORMAT_VERSION.
-READ_VERSIONS = (1, 2)
+# Written when a corpus keeps signature records (CorpusWriter(keep="signatures")); a corpus of
+# full samples stays format 2, so that older guardscope versions read it.
+SIGNATURE_FORMAT_VERSION = 3
+# The versions this guardscope reads.
+READ_VERSIONS = (1, 2, 3)
+KEEP_CHOICES = ("all", "signatures")
+# The largest shard index (format 3: inflated) a reader accepts.
+MAX_INDEX_BYTES = 1 << 30
+# Shards Corpus.full_sample keeps decoded.
+FULL_SHARDS_KEPT = 4
 MANIFEST_NAME = "corpus.json"
 
 # What a corpus directory holds, for error messages that say what was expected.
@@ -201,7 +239,11 @@ class CorpusWriter:
     """Records forward calls into a corpus directory, one shard file per ``shard_size`` samples.
 
     ``model`` is the model spec written into the manifest (its shape is checked, nothing is
-    imported); ``compile`` the production ``torch.compile`` options (JSON values). The
+    imported); ``compile`` the production ``torch.compile`` options (JSON values).
+    ``keep="all"`` (the default) records every call in full (format 2); ``keep="signatures"``
+    records the first ``full_per_signature`` calls of each signature in full and every other
+    one as its signature only, without tensor data (format 3; ``full_per_signature=0`` keeps no
+    tensor data at all, for traffic whose contents may not be stored). The
     directory is created if needed; one that already holds a corpus is refused unless
     ``overwrite=True``, which deletes that corpus's manifest and shard files (nothing else).
 
@@ -226,6 +268,8 @@ class CorpusWriter:
         *,
         shard_size: int = 256,
         overwrite: bool = False,
+        keep: str = "all",
+        full_per_signature: int = 1,
     ) -> None:
         self.directory = pathlib.Path(directory)
         # A relative file spec is stored relative to the corpus folder, where it is resolved first:
@@ -243,6 +287,17 @@ class CorpusWriter:
         if type(shard_size) is not int or shard_size < 1:
             raise CorpusError(f"shard_size must be a positive int, got {shard_size!r}")
         self.shard_size = shard_size
+        if keep not in KEEP_CHOICES:
+            raise CorpusError(f"keep must be one of {', '.join(map(repr, KEEP_CHOICES))}, got {keep!r}")
+        if type(full_per_signature) is not int or full_per_signature < 0:
+            raise CorpusError(
+                f"full_per_signature must be an int >= 0 (0: no tensor data at all), got {full_per_signature!r}"
+            )
+        self.keep = keep
+        self.full_per_signature = full_per_signature
+        # keep="signatures": signature digest -> [first full sample's index, full samples kept]
+        self._signatures: dict[str, list[int]] = {}
+        self._records = 0  # the signature records written so far
         self._pending: list[dict[str, Any]] = []
         self._shards: list[ShardInfo] = []
         self._devices: set[str] = set()
@@ -281,22 +336,57 @@ class CorpusWriter:
     def __len__(self) -> int:
         return self._count
 
+    @property
+    def signature_samples(self) -> int:
+        """Samples recorded as their signature only so far (always 0 with ``keep="all"``)."""
+        return self._records
+
     def add(self, *args: Any, **kwargs: Any) -> int:
         """Record one forward call's arguments; returns the sample's index.
+
+        With ``keep="signatures"`` the first ``full_per_signature`` calls of each signature
+        are recorded in full and every later one as its signature only (no tensor data is
+        copied or kept), consecutive calls of one signature as one record with a repeat count.
 
         Raises ``SampleError`` (nothing recorded) if an argument holds a value the format cannot
         store, naming where: ``args[1]``, ``kwargs['d'][2]``.
         """
         if self._closed:
             raise CorpusError(f"the writer for {self.directory} is closed; open a new CorpusWriter")
-        args, kwargs, devices = _snapshot(args, kwargs)
-        self._pending.append({"args": args, "kwargs": kwargs})
-        self._devices |= devices
         index = self._count
+        if self.keep == "signatures":
+            self._add_by_signature(index, args, kwargs)
+        else:
+            args, kwargs, devices = _snapshot(args, kwargs)
+            self._pending.append({"args": args, "kwargs": kwargs})
+            self._devices |= devices
         self._count += 1
         if len(self._pending) == self.shard_size:
             self._flush()
         return index
+
+    def _add_by_signature(self, index: int, args: tuple, kwargs: dict) -> None:
+        devices: set[str] = set()
+        _check_value(args, "args", devices, set())
+        _check_value(kwargs, "kwargs", devices, set())
+        self._devices |= devices
+        # As the corpus will give it back: a loaded tensor is never an inference tensor.
+        sig = signature(args, kwargs, inference=False)
+        digest = signature_digest(sig)
+        seen = self._signatures.setdefault(digest, [None, 0])  # type: ignore[list-item]
+        if seen[1] < self.full_per_signature:
+            copied_args, copied_kwargs, _ = _snapshot(args, kwargs)
+            self._pending.append({"args": copied_args, "kwargs": copied_kwargs})
+            if seen[1] == 0:
+                seen[0] = index
+            seen[1] += 1
+            return
+        self._records += 1
+        last = self._pending[-1] if self._pending else None
+        if last is not None and last.get("digest") == digest:
+            last["repeat"] += 1
+        else:
+            self._pending.append({"signature": sig, "digest": digest, "repeat": 1, "full": seen[0]})
 
     def flush(self) -> None:
         """Write the samples added since the last shard as a shard of their own now, so they are
@@ -315,20 +405,23 @@ class CorpusWriter:
 
     def _flush(self) -> None:
         buffer = io.BytesIO()
-        torch.save(_encode_shard(self._pending), buffer)
+        torch.save(_encode_shard(self._pending, self._version), buffer)
         data = buffer.getvalue()
         name = f"shard-{len(self._shards):05d}.pt"
         _atomic_write(self.directory / name, data)
         first = self._shards[-1].first + self._shards[-1].samples if self._shards else 0
-        self._shards.append(
-            ShardInfo(name, first, len(self._pending), hashlib.sha256(data).hexdigest())
-        )
+        samples = sum(record.get("repeat", 1) for record in self._pending)
+        self._shards.append(ShardInfo(name, first, samples, hashlib.sha256(data).hexdigest()))
         self._pending = []
         self._write_manifest()
 
+    @property
+    def _version(self) -> int:
+        return SIGNATURE_FORMAT_VERSION if self.keep == "signatures" else FORMAT_VERSION
+
     def _write_manifest(self) -> None:
         manifest = Manifest(
-            format_version=FORMAT_VERSION,
+            format_version=self._version,
             model=self.model,
             compile=self.compile,
             torch_version=str(torch.__version__),
@@ -437,8 +530,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _encode_shard(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """A format 2 shard: one blob of storage bytes, and the samples as tagged JSON text.
+def _encode_shard(samples: list[dict[str, Any]], version: int = FORMAT_VERSION) -> dict[str, Any]:
+    """A format 2 (or 3) shard: one blob of storage bytes, and the samples as tagged JSON text;
+    format 3 also holds signature records.
 
     Storages are grouped by identity, numbered in first-use order, and their bytes laid end to
     end in the blob, so the same samples always give the same shard.
@@ -487,10 +581,19 @@ def _encode_shard(samples: list[dict[str, Any]]) -> dict[str, Any]:
             return ["v", str(value)]
         return value  # None, bool, int, float, str: JSON values
 
-    encoded = [[encode(s["args"]), encode(s["kwargs"])] for s in samples]
-    index = json.dumps({"segments": segments, "samples": encoded}, separators=(",", ":"))
+    encoded = [
+        {"signature": signature_to_json(s["signature"]), "repeat": s["repeat"], "full": s["full"]}
+        if "signature" in s
+        else [encode(s["args"]), encode(s["kwargs"])]
+        for s in samples
+    ]
+    index: Any = json.dumps({"segments": segments, "samples": encoded}, separators=(",", ":"))
+    if version >= 3:
+        # Signature records repeat their words ("tensor", "float32", ...): deflated, a record
+        # of six tensors takes about a tenth of its JSON text.
+        index = torch.frombuffer(bytearray(zlib.compress(index.encode(), 6)), dtype=torch.uint8)
     blob = torch.cat(parts) if parts else torch.empty(0, dtype=torch.uint8)
-    return {"format": FORMAT, "format_version": 2, "blob": blob, "index": index}
+    return {"format": FORMAT, "format_version": version, "blob": blob, "index": index}
 
 
 def _atomic_write(path: pathlib.Path, data: bytes) -> None:
@@ -529,6 +632,7 @@ class Corpus:
         self.manifest = manifest
         self._map_location = map_location
         self._firsts = [shard.first for shard in manifest.shards]
+        self._full_shards: dict[str, list[Sample]] = {}
 
     def __len__(self) -> int:
         return self.manifest.samples
@@ -554,6 +658,21 @@ class Corpus:
             raise IndexError(f"sample {index} is out of range: the corpus has {len(self)} samples")
         shard = self.manifest.shards[bisect.bisect_right(self._firsts, position) - 1]
         return self.load_shard(shard)[position - shard.first]
+
+    def full_sample(self, index: int) -> Sample:
+        """Sample ``index``, a fresh copy, for a replay that runs signature-only samples on
+        the data of the full sample of their signature: the last few shards read this way are
+        kept, so a run of such samples does not load a shard each."""
+        cache = self._full_shards
+        position = index + len(self) if index < 0 else index
+        shard = self.manifest.shards[bisect.bisect_right(self._firsts, position) - 1]
+        if shard.file not in cache:
+            if len(cache) >= FULL_SHARDS_KEPT:
+                del cache[next(iter(cache))]
+            cache[shard.file] = self.load_shard(shard)
+        kept = cache[shard.file][position - shard.first]
+        args, kwargs = copy.deepcopy((kept.args, kept.kwargs))
+        return Sample(kept.index, args, kwargs, kept.recorded, kept.signature, kept.data_of)
 
     def load_shard(self, shard: ShardInfo) -> list[Sample]:
         path = self.path / shard.file
@@ -593,7 +712,8 @@ class Corpus:
             raise ShardError(f"shard {path} cannot be loaded: {message_line(exc)}") from None
         if version == 1:
             return _samples_from_shard(path, shard, content)
-        return _samples_from_shard(path, shard, _decode_shard(path, content, self._map_location))
+        decoded = _decode_shard(path, content, self._map_location, version)
+        return _samples_from_shard(path, shard, decoded, self._map_location)
 
 
 def _weights_only_reason(exc: BaseException) -> str:
@@ -608,51 +728,86 @@ def _weights_only_reason(exc: BaseException) -> str:
     return " ".join(" ".join(reasons).split()) or "unsupported content"
 
 
-def _samples_from_shard(path: pathlib.Path, shard: ShardInfo, content: Any) -> list[Sample]:
+def _samples_from_shard(
+    path: pathlib.Path, shard: ShardInfo, content: Any, map_location: Any = None
+) -> list[Sample]:
     if not isinstance(content, dict) or content.get("format") != FORMAT:
         raise ShardError(f"shard {path} is not a {FORMAT} shard (no 'format': {FORMAT!r} entry)")
     entries = content.get("samples")
     if not isinstance(entries, list):
         raise ShardError(f"shard {path} has no 'samples' list")
-    if len(entries) != shard.samples:
+    held = sum(entry.get("repeat", 1) if isinstance(entry, dict) and "signature" in entry else 1
+               for entry in entries)
+    if held != shard.samples:
         raise ShardError(
-            f"shard {path} holds {len(entries)} samples but the manifest lists {shard.samples}; "
+            f"shard {path} holds {held} samples but the manifest lists {shard.samples}; "
             "the corpus is inconsistent: re-record it"
         )
     samples = []
-    for offset, entry in enumerate(entries):
+    index = shard.first
+    for entry in entries:
+        if isinstance(entry, dict) and "signature" in entry:
+            full = entry["full"]
+            if full is not None and not full < index:
+                raise ShardError(
+                    f"shard {path}: sample {index} names sample {full} as its full recording, "
+                    "which does not come before it; re-record the corpus"
+                )
+            for _ in range(entry["repeat"]):
+                try:
+                    args, kwargs = materialise(entry["signature"], _placement(map_location))
+                except (ValueError, RuntimeError) as exc:
+                    raise ShardError(
+                        f"shard {path}: sample {index}'s signature cannot be rebuilt "
+                        f"({message_line(exc)}); re-record the corpus"
+                    ) from None
+                samples.append(Sample(index, args, kwargs, recorded="signature",
+                                      signature=entry["signature"], data_of=full))
+                index += 1
+            continue
         if (
             not isinstance(entry, dict)
             or type(entry.get("args")) is not tuple
             or type(entry.get("kwargs")) is not dict
         ):
             raise ShardError(
-                f"shard {path}: sample {shard.first + offset} is not an args/kwargs pair"
+                f"shard {path}: sample {index} is not an args/kwargs pair"
             )
-        samples.append(Sample(shard.first + offset, entry["args"], entry["kwargs"]))
+        samples.append(Sample(index, entry["args"], entry["kwargs"]))
+        index += 1
     return samples
 
 
-def _decode_shard(path: pathlib.Path, content: Any, map_location: Any) -> dict[str, Any]:
-    """A format 2 shard's samples, decoded and with their tensors built (ShardError if any part
-    is malformed: nothing is read outside the blob, no storage is resized)."""
+def _placement(map_location: Any) -> Any:
+    """For :func:`materialise`: where a tensor recorded on a device goes, as ``torch.load``'s
+    ``map_location`` would put it (None: on its recorded device)."""
+    if map_location is None:
+        return None
+    restore = torch.serialization._get_restore_location(map_location)
+    return lambda recorded: restore(torch.UntypedStorage(0), recorded).device
+
+
+def _decode_shard(path: pathlib.Path, content: Any, map_location: Any, version: int = 2) -> dict[str, Any]:
+    """A format 2 (or 3) shard's samples, decoded and with their tensors built (ShardError if
+    any part is malformed: nothing is read outside the blob, no storage is resized); a format 3
+    signature record stays a ``{"signature", "repeat", "full"}`` dict."""
     # Decoding allocates tens of thousands of acyclic objects per shard, and the cyclic garbage
     # collector's passes over them cost about as much as the decoding itself: pause it.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _decode_shard_unpaused(path, content, map_location)
+        return _decode_shard_unpaused(path, content, map_location, version)
     finally:
         if enabled:
             gc.enable()
 
 
-def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any) -> dict[str, Any]:
+def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, version: int) -> dict[str, Any]:
     if not isinstance(content, dict) or content.get("format") != FORMAT:
         raise ShardError(f"shard {path} is not a {FORMAT} shard (no 'format': {FORMAT!r} entry)")
-    if content.get("format_version") != 2:
+    if content.get("format_version") != version:
         raise ShardError(
-            f"shard {path} is not a format 2 shard, as the manifest says; re-record the corpus"
+            f"shard {path} is not a format {version} shard, as the manifest says; re-record the corpus"
         )
     blob = content.get("blob")
     if (
@@ -663,12 +818,17 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any) 
     ):
         raise ShardError(f"shard {path} has no 'blob' (a 1-D uint8 tensor)")
     index = content.get("index")
+    if version >= 3:
+        index = _inflate(index)
     try:
         index = json.loads(index) if type(index) is str else None
     except (ValueError, RecursionError):
         index = None
     if type(index) is not dict:
-        raise ShardError(f"shard {path} has no 'index' (JSON text holding segments and samples)")
+        raise ShardError(
+            f"shard {path} has no 'index' (JSON text holding segments and samples"
+            + (", deflated into a uint8 tensor)" if version >= 3 else ")")
+        )
     segments = index.get("segments")
     size = blob.numel()
     if type(segments) is not list or not all(
@@ -748,6 +908,20 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any) 
             raise bad(record, message_line(exc)) from None
         return result
 
+    def signature_record(entry: dict) -> dict[str, Any]:
+        if sorted(entry) != ["full", "repeat", "signature"]:
+            raise bad(entry, "a signature record holds signature, repeat and full")
+        repeat, full = entry["repeat"], entry["full"]
+        if type(repeat) is not int or not 1 <= repeat < _MAX_INDEX:
+            raise bad(entry, "repeat is a positive int")
+        if full is not None and (type(full) is not int or full < 0):
+            raise bad(entry, "full is a sample index or null")
+        try:
+            sig = signature_from_json(entry["signature"])
+        except (ValueError, RecursionError) as exc:
+            raise bad(entry, f"not a signature: {message_line(exc)}") from None
+        return {"signature": sig, "repeat": repeat, "full": full}
+
     def decode(value: Any) -> Any:
         if type(value) is not list:
             if type(value) is dict:
@@ -785,8 +959,11 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any) 
                 raise bad(value, "not a device") from None
         raise bad(value, f"unknown tag {tag!r}")
 
-    samples = []
+    samples: list[dict[str, Any]] = []
     for entry in entries:
+        if version >= 3 and type(entry) is dict:
+            samples.append(signature_record(entry))
+            continue
         if type(entry) is not list or len(entry) != 2:
             raise bad(entry, "a sample is an [args, kwargs] pair")
         try:
@@ -795,6 +972,21 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any) 
             raise bad(entry, "nested too deeply") from None
         samples.append({"args": args, "kwargs": kwargs})
     return {"format": FORMAT, "samples": samples}
+
+
+def _inflate(index: Any) -> str | None:
+    """A format 3 shard's index: JSON text deflated into a 1-D uint8 tensor (None when it is
+    not one, or would inflate past MAX_INDEX_BYTES)."""
+    if type(index) is not torch.Tensor or index.dtype != torch.uint8 or index.dim() != 1:
+        return None
+    inflater = zlib.decompressobj()
+    try:
+        text = inflater.decompress(index.contiguous().numpy().tobytes(), MAX_INDEX_BYTES)
+        if inflater.unconsumed_tail or not inflater.eof:
+            return None
+        return text.decode()
+    except (zlib.error, UnicodeDecodeError):
+        return None
 
 
 def _corpus_directory(directory: str | os.PathLike[str]) -> pathlib.Path:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from .. import store, torch_compat
 from ..errors import ShardError
 from ..options import ReplayOptions
-from .session import ReplayResult, ReplaySession
+from .session import SIGNATURE_CACHE, ReplayResult, ReplaySession
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,9 @@ def replay_corpus(
             cudagraph_stream=cudagraph_stream,
             track_lookup=track_lookup,
             after_sample=finished,
+            full_sample=corpus.full_sample,
+            # Signatures recur where the corpus records them (format 3): check each once.
+            signature_cache=SIGNATURE_CACHE if corpus.manifest.format_version >= 3 else 0,
         ) as session:
             if state:
                 # Rebuild the graphs the finished samples compiled; Dynamo's lookup order is the

@@ -20,6 +20,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, NamedTuple
 import torch
 
 from .. import torch_compat
+from ..corpus.signature import signature
 from ..errors import CompileOptionsError
 from ..model import CompileEvent, Sample, SampleMeta, compile_order
 from ..options import ReplayOptions
@@ -27,6 +28,11 @@ from ..sources import FrameArguments
 from ..text import error_text
 from .arguments import CallBinder, describe, lookup
 from .capture import CudagraphCapture, TraceCapture, events_from_records
+
+
+# The signatures whose descriptions a guard-only replay of a corpus with signature records
+# keeps (ReplaySession's signature_cache; each takes a few kB).
+SIGNATURE_CACHE = 16384
 
 
 @dataclass
@@ -229,8 +235,13 @@ class ReplaySession:
         cudagraph_stream: IO[str] | None = None,
         track_lookup: bool = False,
         after_sample: Callable[[int], None] | None = None,
+        full_sample: Callable[[int], Sample] | None = None,
+        signature_cache: int = 0,
     ) -> None:
         self.model = model
+        # A signature-only sample that must run (it compiles, or a later frame needs data) runs
+        # on the data of the full sample of its signature, from here, when there is one.
+        self.full_sample = full_sample
         self.after_sample = after_sample  # called with each finished sample's index (checkpoints)
         self.track_lookup = track_lookup
         self.options = options
@@ -246,6 +257,17 @@ class ReplaySession:
         # Frames after graph breaks see values computed in the forward, so every sample runs
         # (no guard-only skipping) and each call's graphs in those frames are recorded.
         self.frames = None if self.skip_served else torch_compat.FrameRecorder()
+        # Guard-only replay without lookup tracking: equal signatures pass the same frame-0
+        # guards, and the earliest-compiled graph accepting a signature stays the same as graphs
+        # are added, so with ``signature_cache`` > 0 each signature's description is kept (the
+        # newest ``signature_cache`` ones) and reused for later samples of that signature
+        # without preparing or checking them. Worth it where signatures recur (a corpus with
+        # signature records); where nearly every sample's signature is new, taking it costs more
+        # than it saves.
+        cacheable = self.skip_served and not track_lookup and signature_cache > 0
+        self._by_signature: dict[tuple, SampleMeta] | None = {} if cacheable else None
+        self._signature_cache = signature_cache
+        self.signature_hits = 0
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> ReplaySession:
@@ -297,13 +319,42 @@ class ReplaySession:
         return meta
 
     def _forward(self, sample: Sample) -> SampleMeta:
+        mark = self._mark()
+        key = None
+        if self._by_signature is not None and not (mark and self.options.mark_samples != "all"):
+            key = sample.signature if sample.signature is not None else signature(sample.args, sample.kwargs)
+            known = self._by_signature.get(key)
+            if known is not None:
+                self.signature_hits += 1
+                return dataclasses.replace(known, index=sample.index, recorded=sample.recorded)
+        meta = self._forward_call(sample, mark)
+        if key is not None and meta.serving is not None and meta.error is None:
+            if len(self._by_signature) >= self._signature_cache:
+                del self._by_signature[next(iter(self._by_signature))]  # the oldest
+            self._by_signature[key] = dataclasses.replace(meta, ran_on=None)
+        return meta
+
+    def _stand_in(self, sample: Sample) -> Sample | None:
+        """The full sample whose data a signature-only ``sample`` runs on (None: its own,
+        materialised from the signature)."""
+        if sample.recorded != "signature" or sample.data_of is None or self.full_sample is None:
+            return None
+        return self.full_sample(sample.data_of)
+
+    def _forward_call(self, sample: Sample, mark: bool) -> SampleMeta:
         runner = self.runner
-        call = runner.prepare(sample, self._mark())
+        call = runner.prepare(sample, mark)
         error = None
         graphs: tuple[str, ...] = ()
+        ran_on = None
         with runner.grad_context():
             serving = runner.serving_locals(call.frame) if self.skip_served else None
             if serving is None:
+                if sample.recorded == "signature":
+                    stand_in = self._stand_in(sample)
+                    if stand_in is not None:
+                        call = runner.prepare(stand_in, mark)
+                    ran_on = "full" if stand_in is not None else "materialised"
                 runner.forget_entries()
                 recording = self.frames.recording() if self.frames is not None else contextlib.nullcontext([])
                 try:
@@ -313,7 +364,8 @@ class ReplaySession:
                     if torch_compat.is_recompile_limit_error(exc):
                         # fullgraph turns "recompile limit reached" into an error; the sample
                         # is not analysed (no graph serves it), not broken.
-                        return describe(call.named, sample.index, None, None)
+                        meta = describe(call.named, sample.index, None, None)
+                        return dataclasses.replace(meta, recorded=sample.recorded, ran_on=ran_on)
                     error = error_text(exc)
                 serving = None if error else runner.serving_locals(call.frame)
                 graphs = self._later_frames(ran)
@@ -322,6 +374,8 @@ class ReplaySession:
         meta = describe(call.named, sample.index, serving, error)
         if graphs:
             meta = dataclasses.replace(meta, graphs=graphs)
+        if sample.recorded != "full":
+            meta = dataclasses.replace(meta, recorded=sample.recorded, ran_on=ran_on)
         return dataclasses.replace(meta, ran=ran_first) if ran_first is not None else meta
 
     def _later_frames(self, ran: list[tuple[Any, str]]) -> tuple[str, ...]:

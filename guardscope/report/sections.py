@@ -83,6 +83,7 @@ def summary_context(catalog: dict, timings: dict | None, verification: dict | No
         "not_analysed": format_samples(catalog.get("not_analysed", [])) if catalog.get("not_analysed") else None,
         "not_analysed_count": len(catalog.get("not_analysed", [])),
         "verdict": verdict_context(verification),
+        "signatures": catalog["corpus"].get("signatures"),
     }
 
 

@@ -1,0 +1,136 @@
+"""Analysis of corpora holding signature records (format 3): the same catalog as the all-full
+twin of the same requests, signature-only samples that must compile run on a full sample's data
+or on materialised tensors, and a model with a graph break says its later frames are approximate."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+import guardscope
+from guardscope.corpus import load_model
+from guardscope.corpus.format import CorpusWriter, load_corpus
+from guardscope.options import ReplayOptions
+from guardscope.replay.session import SIGNATURE_CACHE, ReplaySession
+
+from ..paths import SEED_CORPUS, model_spec
+
+SEED_SAMPLES = 90  # the seed corpus's first 90 requests hold 6 of its 11 compiles
+
+
+def seed_requests() -> list[dict]:
+    """The seed's first requests, each followed now and then by re-sends of an earlier request's
+    shapes with new data (the same signature), once or twice in a row."""
+    rng = random.Random(3)
+    made: list[dict] = []
+    for sample in list(load_corpus(SEED_CORPUS))[:SEED_SAMPLES]:
+        made.append(sample.kwargs)
+        if rng.random() < 0.5:
+            shapes = rng.choice(made)
+            for _ in range(rng.choice([1, 2])):
+                made.append({k: torch.randint_like(v, 0, 3) if v.dtype == torch.long else torch.randn_like(v)
+                             for k, v in shapes.items()})
+    return made
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory):
+    """The same requests recorded in full, by signature, and by signature without any data;
+    each analysed."""
+    root = tmp_path_factory.mktemp("twins")
+    manifest = load_corpus(SEED_CORPUS).manifest
+    spec = str((SEED_CORPUS / manifest.model.split(":")[0]).resolve()) + ":" + manifest.model.split(":")[1]
+    requests = seed_requests()
+    made = {}
+    for name, options in {"full": {}, "signatures": {"keep": "signatures"},
+                          "no-data": {"keep": "signatures", "full_per_signature": 0}}.items():
+        with CorpusWriter(root / name, model=spec, compile=manifest.compile, **options) as writer:
+            for kwargs in requests:
+                writer.add(**kwargs)
+        analysis = guardscope.analyze(root / name, root / f"out-{name}", strict=True)
+        made[name] = (analysis, json.loads(analysis.catalog_path.read_text()), writer.signature_samples)
+    return made
+
+
+def without_corpus(catalog: dict) -> dict:
+    return {key: value for key, value in catalog.items() if key != "corpus"}
+
+
+def test_signature_records_give_the_catalog_of_the_full_twin(twins):
+    _, full, _ = twins["full"]
+    assert len(full["summary"]["compile_samples"]) >= 6  # the seed's 0/1 and duck-sizing compiles
+    for name in ("signatures", "no-data"):
+        _, catalog, signature_samples = twins[name]
+        assert without_corpus(catalog) == without_corpus(full), name
+        assert catalog["corpus"]["samples"] == full["corpus"]["samples"]
+        assert catalog["corpus"]["signatures"]["samples"] == signature_samples > 0
+    assert "signatures" not in full["corpus"]
+    assert twins["signatures"][2] < twins["no-data"][2] == full["corpus"]["samples"]
+
+
+def test_signature_samples_that_compile_say_what_they_ran_on(twins):
+    section = twins["signatures"][1]["corpus"]["signatures"]
+    # Every signature's first request is full, and its graph accepts the re-sends.
+    assert (section["ran_on_full"], section["ran_on_materialised"]) == (0, 0)
+    analysis, catalog, _ = twins["no-data"]
+    section = catalog["corpus"]["signatures"]
+    compiles = catalog["summary"]["compile_samples"]
+    assert (section["ran_on_full"], section["ran_on_materialised"]) == (0, len(compiles))
+    assert section["materialised_samples"] == compiles and section["later_frames_exact"] is True
+    assert any("compiled on zero-filled tensors" in w for w in analysis.warnings)
+
+
+def test_a_signature_sample_that_compiles_runs_on_its_full_samples_data(tmp_path):
+    """A signature whose full sample raised: no graph accepts it, so the re-send runs again, on the
+    full sample's data (not on zeros, which pass the model's check)."""
+    with CorpusWriter(tmp_path / "c", model=model_spec("Fails"), compile={"dynamic": True, "fullgraph": False},
+                      keep="signatures") as writer:
+        writer.add(torch.ones(3))
+        writer.add(-torch.ones(4))   # raises: no graph accepts its signature
+        writer.add(torch.ones(4))    # its signature only: runs on sample 1's data, raises again
+    samples = list(load_corpus(tmp_path / "c"))
+    assert [(s.recorded, s.data_of) for s in samples] == [("full", None), ("full", None), ("signature", 1)]
+    analysis = guardscope.analyze(tmp_path / "c", tmp_path / "out")
+    catalog = json.loads(analysis.catalog_path.read_text())
+    assert [f["sample"] for f in catalog["failed_samples"]] == [1, 2]
+    assert catalog["corpus"]["signatures"]["ran_on_full"] == 1
+
+
+def test_a_guard_only_replay_checks_each_signature_once():
+    corpus = load_corpus(SEED_CORPUS)
+    samples = list(corpus)[:40]
+    repeated = samples + samples  # the second half repeats the first half's signatures
+    metas = []
+    options = ReplayOptions(dynamic=True, fullgraph=True)
+    with ReplaySession(corpus_model(), options, on_sample=metas.append, guard_only=True,
+                       signature_cache=SIGNATURE_CACHE) as session:
+        session.replay(type(s)(40 + s.index, s.args, s.kwargs) if n >= 40 else s for n, s in enumerate(repeated))
+    assert session.signature_hits >= 40
+    first, second = metas[:40], metas[40:]
+    assert [m.serving for m in first] == [m.serving for m in second]
+    assert [m.index for m in second] == list(range(40, 80))
+
+
+def corpus_model():
+    return load_model(load_corpus(SEED_CORPUS).manifest.model, SEED_CORPUS)
+
+
+def test_a_graph_break_model_says_later_frames_are_approximate(tmp_path):
+    with CorpusWriter(tmp_path / "c", model=model_spec("DataBranch"), compile={"dynamic": True},
+                      keep="signatures") as writer:
+        for rows in (4, 4, 4, 6, 6):
+            writer.add(torch.randn(rows, 3))
+    analysis = guardscope.analyze(tmp_path / "c", tmp_path / "out")
+    catalog = json.loads(analysis.catalog_path.read_text())
+    assert catalog["summary"]["frames"] > 1
+    section = catalog["corpus"]["signatures"]
+    # Every sample runs (later frames need data): each re-send ran on its signature's full sample.
+    assert section == {"samples": 3, "ran_on_full": 3, "ran_on_materialised": 0, "materialised_samples": [],
+                       "later_frames_exact": False}
+    (warning,) = [w for w in analysis.warnings if "signature only" in w]
+    assert "later frames see values computed from tensor data" in warning
+    report = (tmp_path / "out" / "report.html").read_text()
+    assert 'id="signature-samples"' in report and "approximate" in report
