@@ -15,8 +15,8 @@ its ``repr`` (hence :func:`signature_digest`) is the same in every process and o
 from __future__ import annotations
 
 import ast
-import contextlib
 import dataclasses
+import functools
 import hashlib
 from typing import Any
 
@@ -141,80 +141,100 @@ def materialise(sig: tuple, device: Any = None) -> tuple[tuple, dict[str, Any]]:
 
         def place_of(_recorded: str) -> torch.device:
             return fixed
+
     records: list[tuple] = []
-
-    def tensors(node: Any) -> None:  # first pass: every tensor record in walk order
-        if type(node) is not tuple or not node:
-            return
-        if node[0] == "tensor":
-            records.append(node)
-            return
-        for item in node[1:]:
-            tensors(item)
-
-    tensors(sig)
+    _tensor_records(sig, records)
     # One storage per alias group (a tensor and the later ones naming its position), as many
     # bytes as its furthest element needs.
-    group = [position if record[-1] is None else record[-1] for position, record in enumerate(records)]
-    for position, owner in enumerate(group):
-        if type(owner) is not int or not 0 <= owner <= position or group[owner] != owner:
-            raise ValueError(f"tensor {position} aliases {owner!r}, not an earlier unaliased tensor")
     needed: dict[int, int] = {}
     for position, record in enumerate(records):
-        _, kind, shape, stride, offset, dtype, device, layout, _grad, _inference, _alias = _checked_tensor(record)
-        itemsize = _dtype(dtype).itemsize
+        _, _, shape, stride, offset, dtype, _, _, _, _, owner = _checked_tensor(record)
+        if owner is None:
+            owner = position
+        elif not 0 <= owner < position or records[owner][10] is not None:
+            raise ValueError(f"tensor {position} aliases {owner!r}, not an earlier unaliased tensor")
         extent = 0 if 0 in shape else offset + 1 + sum((n - 1) * s for n, s in zip(shape, stride))
-        needed[group[position]] = max(needed.get(group[position], 0), extent * itemsize)
-    storages: dict[int, torch.UntypedStorage] = {}
+        needed[owner] = max(needed.get(owner, 0), extent * DTYPES[dtype].itemsize)
+    storages: dict[int, Any] = {}
     built: list[torch.Tensor] = []
     for position, record in enumerate(records):
-        _, _, shape, stride, offset, dtype, device, _, requires_grad, inference, _ = record
-        owner = group[position]
-        if owner not in storages:
-            place = device if place_of is None else place_of(device)
-            storages[owner] = torch.zeros(needed[owner], dtype=torch.uint8, device=place).untyped_storage()
-        context = torch.inference_mode() if inference else contextlib.nullcontext()
-        with context:
-            storage = storages[owner]
-            tensor = torch.empty(0, dtype=_dtype(dtype), device=storage.device).set_(storage, offset, shape, stride)
+        _, _, shape, stride, offset, dtype, place, _, requires_grad, inference, owner = record
+        owner = position if owner is None else owner
+        storage = storages.get(owner)
+        if storage is None:
+            if place_of is not None:
+                place = place_of(place)
+            storage = storages[owner] = torch.zeros(needed[owner], dtype=torch.uint8, device=place).untyped_storage()
+        if inference:
+            with torch.inference_mode():
+                tensor = torch.empty(0, dtype=DTYPES[dtype], device=storage.device).set_(storage, offset, shape, stride)
+        else:
+            tensor = torch.empty(0, dtype=DTYPES[dtype], device=storage.device).set_(storage, offset, shape, stride)
         built.append(tensor.requires_grad_() if requires_grad else tensor)
     made = iter(built)
-
-    def build(node: Any) -> Any:
-        if type(node) is not tuple or not node or type(node[0]) is not str:
-            raise ValueError(f"not a signature node: {node!r}")
-        kind = node[0]
-        if kind == "none":
-            return None
-        if kind == "tensor":
-            return next(made)
-        if kind in ("bool", "int", "str") and len(node) == 2 and type(node[1]).__name__ == kind:
-            return node[1]
-        if kind in ("float", "complex") and len(node) == 2 and type(node[1]) is str:
-            return float(node[1]) if kind == "float" else complex(node[1])
-        if kind == "dtype" and len(node) == 2:
-            return _dtype(node[1])
-        if kind == "device" and len(node) == 2:
-            return torch.device(node[1])
-        if kind in ("list", "tuple") and len(node) >= 2 and node[1] == len(node) - 2:
-            items = [build(item) for item in node[2:]]
-            return items if kind == "list" else tuple(items)
-        if kind == "dict":
-            result = {}
-            for pair in node[1:]:
-                if type(pair) is not tuple or len(pair) != 2 or type(pair[0]) is not str:
-                    raise ValueError(f"not a dict entry: {pair!r}")
-                key = ast.literal_eval(pair[0])
-                if type(key) not in (str, int):
-                    raise ValueError(f"a dict key is a str or int, not {pair[0]}")
-                result[key] = build(pair[1])
-            return result
-        raise ValueError(f"a {kind!r} value cannot be rebuilt from its signature")
-
-    args, kwargs = build(sig[1]), build(sig[2])
+    args, kwargs = _build(sig[1], made), _build(sig[2], made)
     if type(args) is not tuple or type(kwargs) is not dict:
         raise ValueError("a call signature holds a tuple and a dict")
     return args, kwargs
+
+
+def _tensor_records(node: Any, found: list[tuple]) -> None:
+    """Every tensor record of a signature, in walk order."""
+    if type(node) is tuple and node:
+        kind = node[0]
+        if kind == "tensor":
+            found.append(node)
+        elif kind == "dict":
+            for pair in node[1:]:
+                if type(pair) is tuple and len(pair) == 2:
+                    _tensor_records(pair[1], found)
+        elif kind in ("call", "list", "tuple"):
+            for item in node[1:]:
+                _tensor_records(item, found)
+
+
+def _build(node: Any, made: Any) -> Any:
+    """The value a signature node stands for, taking tensors from ``made`` in walk order."""
+    if type(node) is not tuple or not node or type(node[0]) is not str:
+        raise ValueError(f"not a signature node: {node!r}")
+    kind = node[0]
+    if kind == "tensor":
+        return next(made)
+    if kind == "none":
+        return None
+    if kind == "dict":
+        result = {}
+        for pair in node[1:]:
+            if type(pair) is not tuple or len(pair) != 2 or type(pair[0]) is not str:
+                raise ValueError(f"not a dict entry: {pair!r}")
+            result[_key(pair[0])] = _build(pair[1], made)
+        return result
+    if kind in ("list", "tuple") and len(node) >= 2 and node[1] == len(node) - 2:
+        items = [_build(item, made) for item in node[2:]]
+        return items if kind == "list" else tuple(items)
+    if len(node) == 2:
+        value = node[1]
+        if kind in ("bool", "int", "str") and type(value).__name__ == kind:
+            return value
+        if kind in ("float", "complex") and type(value) is str:
+            return float(value) if kind == "float" else complex(value)
+        if kind == "dtype":
+            return _dtype(value)
+        if kind == "device":
+            return torch.device(value)
+    raise ValueError(f"a {kind!r} value cannot be rebuilt from its signature")
+
+
+@functools.lru_cache(maxsize=4096)
+def _key(text: str) -> str | int:
+    """A dict key from its ``repr`` (str or int only)."""
+    try:
+        key = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        key = None
+    if type(key) not in (str, int):
+        raise ValueError(f"a dict key is a str or int, not {text}")
+    return key
 
 
 def _dtype(name: Any) -> torch.dtype:
