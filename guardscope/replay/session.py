@@ -20,7 +20,6 @@ from typing import IO, Any, Callable, Iterable, Iterator, NamedTuple
 import torch
 
 from .. import torch_compat
-from ..corpus.signature import signature
 from ..errors import CompileOptionsError
 from ..model import CompileEvent, Sample, SampleMeta, compile_order
 from ..options import ReplayOptions
@@ -261,9 +260,8 @@ class ReplaySession:
         # guards, and the earliest-compiled graph accepting a signature stays the same as graphs
         # are added, so with ``signature_cache`` > 0 each signature's description is kept (the
         # newest ``signature_cache`` ones) and reused for later samples of that signature
-        # without preparing or checking them. Worth it where signatures recur (a corpus with
-        # signature records); where nearly every sample's signature is new, taking it costs more
-        # than it saves.
+        # without preparing or checking them: samples recorded as their signature (corpus
+        # format 3), whose signature comes with them.
         cacheable = self.skip_served and not track_lookup and signature_cache > 0
         self._by_signature: dict[tuple, SampleMeta] | None = {} if cacheable else None
         self._signature_cache = signature_cache
@@ -321,8 +319,11 @@ class ReplaySession:
     def _forward(self, sample: Sample) -> SampleMeta:
         mark = self._mark()
         key = None
-        if self._by_signature is not None and not (mark and self.options.mark_samples != "all"):
-            key = sample.signature if sample.signature is not None else signature(sample.args, sample.kwargs)
+        # Only samples that carry their signature (recorded as one) are looked up and kept:
+        # taking a full sample's signature costs about as much as checking its guards.
+        if (self._by_signature is not None and sample.signature is not None
+                and not (mark and self.options.mark_samples != "all")):
+            key = sample.signature
             known = self._by_signature.get(key)
             if known is not None:
                 self.signature_hits += 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ import torch
 import guardscope
 from guardscope.corpus import load_model
 from guardscope.corpus.format import CorpusWriter, load_corpus
+from guardscope.corpus.signature import signature
 from guardscope.options import ReplayOptions
 from guardscope.replay.session import SIGNATURE_CACHE, ReplaySession
 
@@ -102,16 +104,19 @@ def test_a_signature_sample_that_compiles_runs_on_its_full_samples_data(tmp_path
 def test_a_guard_only_replay_checks_each_signature_once():
     corpus = load_corpus(SEED_CORPUS)
     samples = list(corpus)[:40]
-    repeated = samples + samples  # the second half repeats the first half's signatures
+    # Then the first 10 requests' signatures, 4 times each, recorded as signatures.
+    resent = [replace(samples[n % 10], index=40 + n, recorded="signature",
+                      signature=signature(samples[n % 10].args, samples[n % 10].kwargs)) for n in range(40)]
+    assert len({s.signature for s in resent}) == 10
     metas = []
     options = ReplayOptions(dynamic=True, fullgraph=True)
     with ReplaySession(corpus_model(), options, on_sample=metas.append, guard_only=True,
                        signature_cache=SIGNATURE_CACHE) as session:
-        session.replay(type(s)(40 + s.index, s.args, s.kwargs) if n >= 40 else s for n, s in enumerate(repeated))
-    assert session.signature_hits >= 40
-    first, second = metas[:40], metas[40:]
-    assert [m.serving for m in first] == [m.serving for m in second]
-    assert [m.index for m in second] == list(range(40, 80))
+        session.replay(samples + resent)
+    assert session.signature_hits == 30  # each signature's first re-send is checked, not the 3 after it
+    assert [m.serving for m in metas[40:]] == [metas[n % 10].serving for n in range(40)]
+    assert [m.index for m in metas[40:]] == list(range(40, 80))
+    assert {m.recorded for m in metas[40:]} == {"signature"} and {m.ran_on for m in metas[40:]} == {None}
 
 
 def corpus_model():
