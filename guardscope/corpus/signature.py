@@ -109,15 +109,18 @@ def signature_from_json(value: Any) -> tuple:
     not one (a leaf that is not an int, str, bool or None; a float; a JSON object)."""
     if type(value) is not list:
         raise ValueError("a signature is a JSON array")
-    items = []
-    for item in value:
-        if type(item) is list:
-            items.append(signature_from_json(item))
-        elif item is None or type(item) in (int, str, bool):
-            items.append(item)
-        else:
+    return _tuples(value)
+
+
+_LEAVES = frozenset({int, str, bool, type(None)})
+
+
+def _tuples(items: list) -> tuple:
+    converted = tuple([_tuples(item) if type(item) is list else item for item in items])
+    for item in converted:
+        if type(item) not in _LEAVES and type(item) is not tuple:
             raise ValueError(f"a signature holds arrays, ints, strings, bools and null, not {item!r}")
-    return tuple(items)
+    return converted
 
 
 def materialise(sig: tuple, device: Any = None) -> tuple[tuple, dict[str, Any]]:
