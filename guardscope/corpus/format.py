@@ -243,7 +243,8 @@ class CorpusWriter:
     ``keep="all"`` (the default) records every call in full (format 2); ``keep="signatures"``
     records the first ``full_per_signature`` calls of each signature in full and every other
     one as its signature only, without tensor data (format 3; ``full_per_signature=0`` keeps no
-    tensor data at all, for traffic whose contents may not be stored). The
+    tensor data at all, for traffic whose contents may not be stored); ``max_signatures`` bounds
+    the signatures it remembers (None: all). The
     directory is created if needed; one that already holds a corpus is refused unless
     ``overwrite=True``, which deletes that corpus's manifest and shard files (nothing else).
 
@@ -270,6 +271,7 @@ class CorpusWriter:
         overwrite: bool = False,
         keep: str = "all",
         full_per_signature: int = 1,
+        max_signatures: int | None = None,
     ) -> None:
         self.directory = pathlib.Path(directory)
         # A relative file spec is stored relative to the corpus folder, where it is resolved first:
@@ -293,10 +295,15 @@ class CorpusWriter:
             raise CorpusError(
                 f"full_per_signature must be an int >= 0 (0: no tensor data at all), got {full_per_signature!r}"
             )
+        if max_signatures is not None and (type(max_signatures) is not int or max_signatures < 0):
+            raise CorpusError(f"max_signatures must be an int >= 0 or None, got {max_signatures!r}")
         self.keep = keep
         self.full_per_signature = full_per_signature
-        # keep="signatures": signature digest -> [first full sample's index, full samples kept]
-        self._signatures: dict[str, list[int]] = {}
+        self.max_signatures = max_signatures
+        # keep="signatures": signature digest -> [first full sample's index, full samples kept],
+        # for at most max_signatures signatures (later new ones are not remembered: each of
+        # their calls counts as the first of its signature).
+        self._signatures: dict[str, list] = {}
         self._records = 0  # the signature records written so far
         self._pending: list[dict[str, Any]] = []
         self._shards: list[ShardInfo] = []
@@ -365,6 +372,50 @@ class CorpusWriter:
             self._flush()
         return index
 
+    def add_signature(self, sig: tuple, devices: frozenset[str] | set[str] = frozenset()) -> int:
+        """Record one call known by its signature only (``signature(args, kwargs,
+        inference=False)``, taken where the call was served); returns the sample's index.
+
+        Only with ``keep="signatures"``. The record names the first full sample of that
+        signature, when one was added. ``devices`` are the device types of its tensors (for the
+        manifest's ``device``). ``CorpusError`` when the writer is closed or keeps everything in
+        full, ``SampleError`` when ``sig`` is not a call signature this format can rebuild.
+        """
+        if self._closed:
+            raise CorpusError(f"the writer for {self.directory} is closed; open a new CorpusWriter")
+        if self.keep != "signatures":
+            raise CorpusError('add_signature() records signatures: open the CorpusWriter with keep="signatures"')
+        try:
+            materialise(sig, device="meta")  # the check loading makes, without allocating
+        except (ValueError, RuntimeError, TypeError) as exc:
+            raise SampleError(f"not a call signature this corpus format can store: {message_line(exc)}") from None
+        index = self._count
+        self._devices |= set(devices)
+        self._add_signature_record(sig, signature_digest(sig))
+        self._count += 1
+        if len(self._pending) == self.shard_size:
+            self._flush()
+        return index
+
+    def _seen(self, digest: str) -> list:
+        """[first full sample's index, full samples kept] of a signature; a fresh one, not kept,
+        past ``max_signatures``."""
+        seen = self._signatures.get(digest)
+        if seen is None:
+            seen = [None, 0]
+            if self.max_signatures is None or len(self._signatures) < self.max_signatures:
+                self._signatures[digest] = seen
+        return seen
+
+    def _add_signature_record(self, sig: tuple, digest: str) -> None:
+        seen = self._seen(digest)
+        self._records += 1
+        last = self._pending[-1] if self._pending else None
+        if last is not None and last.get("digest") == digest:
+            last["repeat"] += 1
+        else:
+            self._pending.append({"signature": sig, "digest": digest, "repeat": 1, "full": seen[0]})
+
     def _add_by_signature(self, index: int, args: tuple, kwargs: dict) -> None:
         devices: set[str] = set()
         _check_value(args, "args", devices, set())
@@ -373,7 +424,7 @@ class CorpusWriter:
         # As the corpus will give it back: a loaded tensor is never an inference tensor.
         sig = signature(args, kwargs, inference=False)
         digest = signature_digest(sig)
-        seen = self._signatures.setdefault(digest, [None, 0])  # type: ignore[list-item]
+        seen = self._seen(digest)
         if seen[1] < self.full_per_signature:
             copied_args, copied_kwargs, _ = _snapshot(args, kwargs)
             self._pending.append({"args": copied_args, "kwargs": copied_kwargs})
@@ -381,12 +432,7 @@ class CorpusWriter:
                 seen[0] = index
             seen[1] += 1
             return
-        self._records += 1
-        last = self._pending[-1] if self._pending else None
-        if last is not None and last.get("digest") == digest:
-            last["repeat"] += 1
-        else:
-            self._pending.append({"signature": sig, "digest": digest, "repeat": 1, "full": seen[0]})
+        self._add_signature_record(sig, digest)
 
     def flush(self) -> None:
         """Write the samples added since the last shard as a shard of their own now, so they are
@@ -431,6 +477,16 @@ class CorpusWriter:
         )
         text = json.dumps(manifest.to_json(), sort_keys=True, indent=2) + "\n"
         _atomic_write(self.directory / MANIFEST_NAME, text.encode())
+
+
+def check_sample(args: tuple, kwargs: dict) -> set[str]:
+    """Raise ``SampleError`` unless a corpus can store this call's arguments (naming the first
+    value it cannot, e.g. ``kwargs['d'][2]``); returns the device types of its tensors. Copies
+    nothing."""
+    devices: set[str] = set()
+    _check_value(tuple(args), "args", devices, set())
+    _check_value(dict(kwargs), "kwargs", devices, set())
+    return devices
 
 
 def snapshot(args: tuple, kwargs: dict) -> tuple[tuple, dict]:

@@ -12,6 +12,7 @@ and restores Dynamo's lookup order, so the catalog equals an uninterrupted run's
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,34 @@ class CorpusReplay:
     seconds: float
     skipped_shards: tuple[dict[str, str], ...]
     warnings: tuple[str, ...]
+
+
+class ShardCollector:
+    """Python's cyclic garbage collection, paced by shards during a replay.
+
+    A replay allocates tens of container objects a sample (descriptions, signatures, built
+    arguments) that live a shard or, kept by the catalog builder and the signature cache, the
+    whole analysis; the collector's automatic full passes over that growing heap cost a quarter
+    of a signature corpus's analysis. Automatic collection is paused instead: after each shard
+    the young generations are collected, and the whole heap every ``FULL_EVERY`` shards (a
+    full pass over a large heap costs tens of milliseconds), so cyclic garbage is still freed.
+    ``close()`` restores the collector as it was.
+    """
+
+    FULL_EVERY = 512
+
+    def __init__(self) -> None:
+        self._enabled = gc.isenabled()
+        self._shards = 0
+        gc.disable()
+
+    def shard_done(self) -> None:
+        self._shards += 1
+        gc.collect(2 if self._shards % self.FULL_EVERY == 0 else 1)
+
+    def close(self) -> None:
+        if self._enabled:
+            gc.enable()
 
 
 def fingerprint(corpus: Any, spec: str, options: ReplayOptions, replay_mode: str) -> dict[str, Any]:
@@ -117,6 +146,7 @@ def replay_corpus(
                 session.warm(corpus.sample(index) for index in state["compile_samples"])
                 session.restore_lookup_order(state.get("lookup_order", session.lookup_order))
             started = done["next"]
+            collector = ShardCollector()
             try:
                 for shard in corpus.manifest.shards:
                     if shard.first + shard.samples <= done["next"]:
@@ -131,10 +161,13 @@ def replay_corpus(
                         done["next"] = shard.first + shard.samples
                         continue
                     session.replay(sample for sample in samples if sample.index >= done["next"])
+                    collector.shard_done()
             except (KeyboardInterrupt, SystemExit):
                 if done["next"] > started:
                     checkpoint()  # keep what finished since the last checkpoint
                 raise
+            finally:
+                collector.close()
             # Every sample is done: an interruption from here on resumes straight to the catalog.
             checkpoint()
         result = session.result()

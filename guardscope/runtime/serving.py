@@ -46,7 +46,8 @@ from typing import Any, Callable
 import torch
 
 from .. import plans, store, torch_compat
-from ..corpus.format import MANIFEST_NAME, CorpusWriter, check_model_spec, snapshot
+from ..corpus.format import MANIFEST_NAME, CorpusWriter, check_model_spec, check_sample, snapshot
+from ..corpus.signature import signature
 from ..corpus.spec import respec
 from ..errors import SampleError, ServeError
 from ..options import production_fields, production_options
@@ -92,6 +93,12 @@ class RuntimeStats:
     dropped_by_reason: tuple[tuple[str, int], ...] = ()
     signatures: int = 0  # distinct input signatures among the recorded fallbacks
     errors: int = 0
+    # With a traffic directory (every call recorded by signature, TrafficRecorder): calls
+    # written, waiting, dropped (queue_full, unstorable, error, closed), and written in full.
+    traffic_recorded: int = 0
+    traffic_pending: int = 0
+    traffic_dropped: int = 0
+    traffic_full: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -104,6 +111,8 @@ class RuntimeStats:
             "dropped_by_reason": dict(self.dropped_by_reason),
             "signatures": self.signatures,
             "errors": self.errors,
+            "traffic": {"recorded": self.traffic_recorded, "pending": self.traffic_pending,
+                        "dropped": self.traffic_dropped, "full": self.traffic_full},
         }
 
 
@@ -246,6 +255,8 @@ class FallbackRecorder:
     never raises.
     """
 
+    _KIND = "fallback"  # in messages: what the recorded calls are
+
     def __init__(
         self,
         directory: str | Path,
@@ -271,12 +282,12 @@ class FallbackRecorder:
             raise ServeError(f"flush_every must be a number of seconds >= 0, got {flush_every!r}")
         self.directory = Path(directory)
         if self.directory.exists() and not self.directory.is_dir():
-            raise ServeError(f"fallback directory {self.directory} exists and is not a directory")
+            raise ServeError(f"{self._KIND} directory {self.directory} exists and is not a directory")
         if (self.directory / MANIFEST_NAME).exists() and not overwrite:
             raise ServeError(
-                f"fallback directory {self.directory} already holds a corpus; pass a fresh "
+                f"{self._KIND} directory {self.directory} already holds a corpus; pass a fresh "
                 "directory (one per process, e.g. with the host name and pid in it) or "
-                "overwrite_fallback=True to replace it"
+                f"overwrite_{self._KIND}=True to replace it"
             )
         self.model = check_model_spec(model)
         self.compile = dict(compile or {})
@@ -298,7 +309,7 @@ class FallbackRecorder:
         self._dropped: dict[str, int] = {}
         self._closed = False
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
-        self._thread = threading.Thread(target=self._write_loop, name="guardscope-fallback-recorder", daemon=True)
+        self._thread = threading.Thread(target=self._write_loop, name=f"guardscope-{self._KIND}-recorder", daemon=True)
         self._thread.start()
 
     # -- serving thread --
@@ -408,7 +419,7 @@ class FallbackRecorder:
                     try:
                         writer.flush()
                     except Exception as exc:
-                        self.error(f"writing the fallback corpus {self.directory}", exc)
+                        self.error(f"writing the {self._KIND} corpus {self.directory}", exc)
                     last_flush = time.monotonic()
                 item.set()
                 continue
@@ -417,17 +428,16 @@ class FallbackRecorder:
                 if item is not None:
                     if writer is None and not broken:
                         broken = True
-                        writer = CorpusWriter(self.directory, model=self.model, compile=self.compile,
-                                              overwrite=self.overwrite)
+                        writer = self._open_writer()
                         broken = False
                     if writer is not None:
-                        writer.add(*item[0], **item[1])
+                        self._write(writer, item)
                         written = True
                 if writer is not None and time.monotonic() - last_flush >= self.flush_every:
                     last_flush = time.monotonic()
                     writer.flush()
             except Exception as exc:
-                self.error(f"writing the fallback corpus {self.directory}", exc)
+                self.error(f"writing the {self._KIND} corpus {self.directory}", exc)
             if item is not None:
                 with self._lock:
                     self._pending -= 1
@@ -439,7 +449,7 @@ class FallbackRecorder:
             try:
                 writer.close()
             except Exception as exc:
-                self.error(f"closing the fallback corpus {self.directory}", exc)
+                self.error(f"closing the {self._KIND} corpus {self.directory}", exc)
         while True:  # a flush() that raced with close(): its samples are written now
             try:
                 item = self._queue.get_nowait()
@@ -447,6 +457,12 @@ class FallbackRecorder:
                 break
             if isinstance(item, threading.Event):
                 item.set()
+
+    def _open_writer(self) -> CorpusWriter:
+        return CorpusWriter(self.directory, model=self.model, compile=self.compile, overwrite=self.overwrite)
+
+    def _write(self, writer: CorpusWriter, item: Any) -> None:
+        writer.add(*item[0], **item[1])
 
     def _send(self, item: object) -> bool:
         """Queue a control item for the writer, waiting while it drains a full queue."""
@@ -489,6 +505,125 @@ class FallbackRecorder:
 _STOP = object()
 
 
+class TrafficRecorder(FallbackRecorder):
+    """Records every call it is offered into a corpus by signature (format 3,
+    ``CorpusWriter(keep="signatures")``): the first ``full_per_signature`` calls of each
+    signature with their tensors, every other call as its signature only (sizes, strides,
+    dtypes, aliasing, scalars: no tensor data), consecutive calls of one signature as one record.
+
+    On the serving thread a call costs its signature (tens of microseconds for a few tensors)
+    and, for a call recorded in full, a copy of its arguments; the background thread writes.
+    Bounded: at most ``max_bytes`` bytes of tensor storage are recorded in full (after that,
+    new signatures are recorded as signatures only), ``max_signatures`` signatures are counted
+    towards ``full_per_signature`` (later new ones are recorded as signatures only), and at most
+    ``max_pending`` calls wait for the writer (beyond that a call is dropped, ``queue_full``).
+    A signature-only record takes a few dozen bytes on disk. ``full_per_signature=0`` records
+    no tensor data at all. Never raises into the call; see :class:`FallbackRecorder` for
+    ``flush_every``, ``overwrite``, :meth:`flush` and :meth:`close`.
+
+    Example::
+
+        traffic = TrafficRecorder("traffic/", model="myapp/model.py:build", compile={"dynamic": True})
+        for request in requests:
+            traffic.offer(request.args, request.kwargs)
+            reply(model(*request.args, **request.kwargs))
+        traffic.close()          # then: guardscope analyze traffic/
+    """
+
+    _KIND = "traffic"
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        model: str,
+        compile: dict[str, Any] | None = None,
+        full_per_signature: int = 1,
+        max_bytes: int = 256 * 2**20,
+        max_pending: int = 4096,
+        max_signatures: int = 1 << 20,
+        flush_every: float = 30.0,
+        overwrite: bool = False,
+    ) -> None:
+        if type(full_per_signature) is not int or full_per_signature < 0:
+            raise ServeError(f"full_per_signature must be an int >= 0, got {full_per_signature!r}")
+        self.full_per_signature = full_per_signature
+        self._full_counts: dict[int, int] = {}  # hash of a signature -> calls recorded in full
+        self._full = 0
+        super().__init__(directory, model=model, compile=compile, max_samples=0, max_bytes=max_bytes,
+                         repeat_rate=1.0, max_pending=max_pending, max_signatures=max_signatures,
+                         flush_every=flush_every, overwrite=overwrite)
+
+    def offer(self, args: tuple, kwargs: dict, arguments: dict[str, Any] | None = None) -> str | None:
+        """Record one call (``arguments`` is not needed here). Returns None when it is queued,
+        else why not (a ``dropped_by_reason`` key). Never raises."""
+        return super().offer(tuple(args), dict(kwargs), arguments or {})
+
+    def _offer(self, args: tuple, kwargs: dict, arguments: dict[str, Any]) -> str | None:
+        try:
+            devices = check_sample(args, kwargs)
+        except SampleError as exc:
+            logger.debug("call not recorded: %s", exc)
+            with self._lock:
+                return self._drop(UNSTORABLE)
+        sig = signature(args, kwargs, inference=False)
+        key = hash(sig)
+        with self._lock:
+            if self._closed:
+                return self._drop(CLOSED)
+            count = self._full_counts.get(key, 0)
+            full = count < self.full_per_signature
+            size = storage_bytes((args, kwargs)) if full else 0
+            if full and self._reserved_bytes + size > self.max_bytes:
+                full = False  # the data budget is spent: its signature only
+            if full and key not in self._full_counts and len(self._full_counts) >= self.max_signatures:
+                full = False  # too many signatures to count: its signature only
+            if full:
+                self._full_counts[key] = count + 1
+                self._reserved_bytes += size
+            self._pending += 1
+        item: Any = ("signature", sig, devices)
+        if full:
+            try:
+                # Copied on this thread: the caller may reuse its buffers once the call returns.
+                item = ("full", *snapshot(args, kwargs))
+            except Exception as exc:
+                self.error("copying a call's arguments", exc)
+        with self._lock:
+            if not self._closed:
+                try:
+                    self._queue.put_nowait(item)
+                    self._full += item[0] == "full"
+                    return None
+                except queue.Full:
+                    reason = QUEUE_FULL
+            else:
+                reason = CLOSED
+            self._pending -= 1
+            if full:
+                self._reserved_bytes -= size
+                self._full_counts[key] -= 1
+            return self._drop(reason)
+
+    def counts(self) -> dict[str, Any]:
+        counted = super().counts()
+        with self._lock:
+            counted["signatures"] = len(self._full_counts)
+            counted["full"] = self._full
+        return counted
+
+    def _open_writer(self) -> CorpusWriter:
+        return CorpusWriter(self.directory, model=self.model, compile=self.compile, overwrite=self.overwrite,
+                            keep="signatures", full_per_signature=self.full_per_signature,
+                            max_signatures=self.max_signatures)
+
+    def _write(self, writer: CorpusWriter, item: Any) -> None:
+        if item[0] == "full":
+            writer.add(*item[1], **item[2])
+        else:
+            writer.add_signature(item[1], item[2])
+
+
 # --- the served model ----------------------------------------------------------------------------
 
 
@@ -512,6 +647,7 @@ class ServedModel:
         mark: Callable[..., None] | None,
         recorder: FallbackRecorder | None,
         eager_on_recompile: bool,
+        traffic: TrafficRecorder | None = None,
         setup_seconds: float,
         warnings: tuple[str, ...],
     ) -> None:
@@ -522,6 +658,8 @@ class ServedModel:
         self.options = options
         self.recorder = recorder
         self.fallback_dir = recorder.directory if recorder is not None else None
+        self.traffic = traffic
+        self.traffic_dir = traffic.directory if traffic is not None else None
         self.eager_on_recompile = eager_on_recompile and torch_compat.supports_eager_on_recompile()
         self.setup_seconds = setup_seconds
         self.warnings = warnings
@@ -562,6 +700,8 @@ class ServedModel:
                 self._mark(*args, **kwargs)
             except Exception as exc:
                 self._error("the plan's mark()", exc)
+        if self.traffic is not None:
+            self.traffic.offer(args, kwargs)
         with self._stance(), self._grad():
             arguments = self._binder.arguments(args, kwargs)
             frame = self._binder.frame_locals(args, kwargs) if arguments is not None else {}
@@ -596,11 +736,18 @@ class ServedModel:
     def stats(self) -> RuntimeStats:
         with self._lock:
             calls, compiled, fallbacks, errors = self._calls, self._compiled_calls, self._fallbacks, self._errors
+        traffic = {}
+        if self.traffic is not None:
+            counted = self.traffic.counts()
+            errors += counted["errors"]
+            traffic = {"traffic_recorded": counted["recorded"], "traffic_pending": counted["pending"],
+                       "traffic_dropped": counted["dropped"], "traffic_full": counted["full"]}
         recorded = self.recorder.counts() if self.recorder is not None else None
         if recorded is None:
             return RuntimeStats(calls=calls, compiled=compiled, fallbacks=fallbacks,
-                                dropped=0, errors=errors)
+                                dropped=0, errors=errors, **traffic)
         return RuntimeStats(
+            **traffic,
             calls=calls,
             compiled=compiled,
             fallbacks=fallbacks,
@@ -616,7 +763,8 @@ class ServedModel:
         """Write the fallback samples recorded so far to disk now, while serving goes on (e.g.
         before a planned restart); True once they are. The recorder also flushes by itself
         every ``flush_every`` seconds."""
-        return self.recorder.flush(timeout) if self.recorder is not None else True
+        flushed = self.recorder.flush(timeout) if self.recorder is not None else True
+        return (self.traffic.flush(timeout) if self.traffic is not None else True) and flushed
 
     def close(self) -> None:
         """Write the pending fallback samples and the corpus manifest; idempotent."""
@@ -627,6 +775,8 @@ class ServedModel:
         atexit.unregister(self.close)
         if self.recorder is not None:
             self.recorder.close()
+        if self.traffic is not None:
+            self.traffic.close()
 
     def __enter__(self) -> ServedModel:
         return self
@@ -669,6 +819,10 @@ def serve(
     overwrite_fallback: bool = False,
     model_spec: str | None = None,
     eager_on_recompile: bool = True,
+    traffic_dir: str | Path | None = None,
+    traffic_full_per_signature: int = 1,
+    traffic_max_bytes: int = 256 * 2**20,
+    overwrite_traffic: bool = False,
 ) -> ServedModel:
     """Compile ``model`` as analysed in ``plan_dir``, apply a plan, and return a
     :class:`ServedModel` whose calls never compile.
@@ -694,6 +848,11 @@ def serve(
     to ``fallback_dir``) with the analysed production compile options, ready for
     ``guardscope analyze FALLBACK_DIR``. A directory already holding a corpus is refused unless
     ``overwrite_fallback``.
+
+    With ``traffic_dir``, every call is recorded there by signature (a
+    :class:`TrafficRecorder` with ``traffic_full_per_signature`` and ``traffic_max_bytes``;
+    ``overwrite_traffic`` replaces a corpus already there): ``guardscope analyze TRAFFIC_DIR``
+    audits the whole traffic, for a few dozen bytes a call on disk.
 
     ``eager_on_recompile``: hold ``torch.compiler.set_stance("eager_on_recompile")`` during
     each call (torch 2.6+), so a call the guard check misjudged runs eagerly rather than
@@ -721,16 +880,27 @@ def serve(
     options.validate()
     module = _import_plan(plan_dir / plans.MODULES[chosen])
 
-    recorder = None
+    recorder = traffic = None
+    corpus_dir = plan_dir / catalog["corpus"]["path"]
+    production = production_fields(catalog["compile"])
     if fallback_dir is not None:
-        corpus_dir = plan_dir / catalog["corpus"]["path"]
         spec = model_spec or respec(catalog["model"], corpus_dir, Path(fallback_dir))
-        production = production_fields(catalog["compile"])
         recorder = FallbackRecorder(
             fallback_dir, model=spec, compile=production, max_samples=max_samples,
             max_bytes=max_bytes, repeat_rate=repeat_rate, flush_every=flush_every,
             overwrite=overwrite_fallback,
         )
+    if traffic_dir is not None:
+        try:
+            traffic = TrafficRecorder(
+                traffic_dir, model=model_spec or respec(catalog["model"], corpus_dir, Path(traffic_dir)),
+                compile=production, full_per_signature=traffic_full_per_signature,
+                max_bytes=traffic_max_bytes, flush_every=flush_every, overwrite=overwrite_traffic,
+            )
+        except BaseException:
+            if recorder is not None:
+                recorder.close()
+            raise
     try:
         if chosen == "unbacked":
             module.configure()
@@ -743,8 +913,9 @@ def serve(
                 "checks each call against"
             )
     except BaseException:
-        if recorder is not None:
-            recorder.close()
+        for made in (recorder, traffic):
+            if made is not None:
+                made.close()
         raise
     return ServedModel(
         model=model,
@@ -754,6 +925,7 @@ def serve(
         options=options,
         mark=module.mark if chosen == "unbacked" else None,
         recorder=recorder,
+        traffic=traffic,
         eager_on_recompile=eager_on_recompile,
         setup_seconds=time.perf_counter() - started,
         warnings=notes,

@@ -17,6 +17,7 @@ import torch.fx.experimental._config as fx_config
 import guardscope
 from guardscope import CorpusWriter, load_corpus, pipeline, runtime, torch_compat
 from guardscope.errors import ServeError
+from guardscope.model import Catalog
 from samples.gnn.model import small
 
 from ..conftest import REPO, SEED_CORPUS, model_spec
@@ -306,3 +307,26 @@ def test_concurrent_calls_from_several_threads(tiny_plan, tmp_path):
     assert stats.recorded == 3 and stats.signatures == 3 and stats.pending == 0
     assert stats.fallbacks == stats.recorded + stats.dropped
     assert len({tuple(s.args[0].shape) + (s.args[0].dtype,) for s in load_corpus(fallbacks)}) == 3
+
+
+def test_traffic_dir_records_every_call_by_signature_for_an_audit(seed_plan, seed_samples, tmp_path):
+    """serve(traffic_dir=...) records all calls, the first of each signature in full; analysing
+    that corpus finds what analysing the calls themselves finds."""
+    calls = seed_samples[:60] + seed_samples[:20]  # the first 20 requests' signatures again
+    with runtime.serve(small(), seed_plan, plan="warmup", backend="eager", traffic_dir=tmp_path / "traffic") as served:
+        for sample in calls:
+            served(*sample.args, **sample.kwargs)
+    stats = served.stats
+    assert (stats.calls, stats.traffic_recorded, stats.traffic_pending, stats.traffic_dropped) == (80, 80, 0, 0)
+    assert stats.traffic_full == 60 and stats.to_json()["traffic"]["full"] == 60
+    corpus = load_corpus(tmp_path / "traffic")
+    assert corpus.manifest.format_version == 3 and len(corpus) == 80
+    assert [s.data_of for s in corpus][60:] == list(range(20))
+    with CorpusWriter(tmp_path / "plain", model=f"{REPO / 'samples' / 'gnn' / 'model.py'}:small",
+                      compile=corpus.manifest.compile) as writer:
+        for sample in calls:
+            writer.add(*sample.args, **sample.kwargs)
+    audit = guardscope.analyze(tmp_path / "traffic", tmp_path / "audit", strict=True).catalog
+    plain = guardscope.analyze(tmp_path / "plain", tmp_path / "plain-out", strict=True).catalog
+    assert Catalog.samples_of(audit.graphs) == Catalog.samples_of(plain.graphs)
+    assert [t.samples for t in audit.topologies] == [t.samples for t in plain.topologies]

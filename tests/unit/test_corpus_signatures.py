@@ -16,7 +16,7 @@ from guardscope.catalog.builder import CatalogBuilder
 from guardscope.catalog.caveats import signature_warnings
 from guardscope.corpus.format import FORMAT, CorpusWriter, load_corpus, read_manifest
 from guardscope.corpus.signature import materialise, signature, signature_from_json, signature_to_json
-from guardscope.errors import CorpusError, ShardError
+from guardscope.errors import CorpusError, SampleError, ShardError
 from guardscope.model import Catalog, SampleMeta
 
 MODEL = "pkg.models:build"
@@ -280,3 +280,27 @@ def test_the_catalog_counts_signature_samples_and_what_they_ran_on():
     full_only.add_sample(meta(0))
     assert full_only.signature_section(1) is None
     assert "signatures" not in catalog_of(full_only, 1).to_json()["corpus"]
+
+
+def test_add_signature_records_a_call_known_by_its_signature(tmp_path):
+    args, kwargs = request(3)
+    sig = signature(args, kwargs, inference=False)
+    with CorpusWriter(tmp_path / "c", model=MODEL, keep="signatures") as writer:
+        assert writer.add_signature(sig, {"cpu"}) == 0      # no full sample of it yet
+        assert writer.add(*args, **kwargs) == 1             # the first one in full
+        assert writer.add_signature(sig) == 2
+        with pytest.raises(SampleError, match="not a call signature this corpus format can store"):
+            writer.add_signature(("call", ("tuple", 1, ("object", "builtins.set")), ("dict",)))
+    assert [(s.recorded, s.data_of) for s in load_corpus(tmp_path / "c")] == [
+        ("signature", None), ("full", None), ("signature", 1)]
+    with CorpusWriter(tmp_path / "d", model=MODEL) as writer:
+        with pytest.raises(CorpusError, match='keep="signatures"'):
+            writer.add_signature(sig)
+
+
+def test_max_signatures_bounds_what_the_writer_remembers(tmp_path):
+    record(tmp_path / "c", [3, 4, 5, 3, 5], max_signatures=2)
+    # 3 and 4 are remembered; 5 is not, so its second call is recorded in full again.
+    assert [s.recorded for s in load_corpus(tmp_path / "c")] == ["full", "full", "full", "signature", "full"]
+    with pytest.raises(CorpusError, match="max_signatures must be an int >= 0 or None"):
+        CorpusWriter(tmp_path / "d", model=MODEL, max_signatures=-1)

@@ -1,0 +1,97 @@
+"""guardscope.runtime.TrafficRecorder: every call recorded by signature (corpus format 3), bounded,
+off the caller's buffers; no compile."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from guardscope.corpus.format import load_corpus, read_manifest
+from guardscope.corpus.signature import signature
+from guardscope.errors import ServeError
+from guardscope.runtime import TrafficRecorder
+
+MODEL = "pkg.models:build"
+
+
+def call(rows: int, seed: int) -> tuple[tuple, dict]:
+    x = torch.randn(rows, 4, generator=torch.Generator().manual_seed(seed))
+    return (x, x[1:]), {"k": rows % 2}
+
+
+def recorded(directory, calls, **options):
+    recorder = TrafficRecorder(directory, model=MODEL, compile={"dynamic": True}, **options)
+    for args, kwargs in calls:
+        assert recorder.offer(args, kwargs) is None
+    recorder.close()
+    return recorder
+
+
+def test_every_call_is_recorded_and_only_the_first_of_each_signature_in_full(tmp_path):
+    rows = [3, 3, 5, 3, 5, 5, 5, 7, 3, 3]
+    calls = [call(n, seed) for seed, n in enumerate(rows)]
+    recorder = recorded(tmp_path / "t", calls)
+    counts = recorder.counts()
+    assert (counts["recorded"], counts["pending"], counts["dropped"], counts["full"]) == (10, 0, 0, 3)
+    assert counts["signatures"] == 3
+    assert read_manifest(tmp_path / "t").format_version == 3
+    samples = list(load_corpus(tmp_path / "t"))
+    assert [s.recorded for s in samples] == ["full", "signature", "full", "signature", "signature",
+                                             "signature", "signature", "full", "signature", "signature"]
+    assert [s.data_of for s in samples] == [None, 0, None, 0, 2, 2, 2, None, 0, 0]
+    for sample, (args, kwargs) in zip(samples, calls):
+        assert signature(sample.args, sample.kwargs) == signature(args, kwargs)
+    for sample in (samples[0], samples[2], samples[7]):  # full: the tensors themselves
+        assert torch.equal(sample.args[0], calls[sample.index][0][0])
+        assert sample.args[1].untyped_storage().data_ptr() == sample.args[0].untyped_storage().data_ptr()
+
+
+def test_full_samples_are_copies_taken_at_the_call(tmp_path):
+    args, kwargs = call(4, 0)
+    expected = args[0].clone()
+    recorder = TrafficRecorder(tmp_path / "t", model=MODEL)
+    recorder.offer(args, kwargs)
+    args[0].fill_(7.0)  # the caller reuses its buffer
+    recorder.close()
+    (sample,) = load_corpus(tmp_path / "t")
+    assert torch.equal(sample.args[0], expected)
+
+
+def test_no_tensor_data_with_full_per_signature_0(tmp_path):
+    recorder = recorded(tmp_path / "t", [call(64, seed) for seed in range(40)], full_per_signature=0)
+    assert recorder.counts()["full"] == 0
+    samples = list(load_corpus(tmp_path / "t"))
+    assert len(samples) == 40 and {(s.recorded, s.data_of) for s in samples} == {("signature", None)}
+    assert sum(p.stat().st_size for p in (tmp_path / "t").glob("shard-*.pt")) < 4096
+
+
+def test_the_data_budget_turns_new_signatures_into_signature_records(tmp_path):
+    # Each call holds 5x4 float32 = 80 bytes of storage; the budget takes two.
+    recorder = recorded(tmp_path / "t", [call(5 + n, n) for n in range(4)] + [call(5, 9)], max_bytes=220)
+    # 5x4 and 6x4 (80 + 96 bytes) fit, 7x4 does not: it and 8x4 are signatures only.
+    samples = list(load_corpus(tmp_path / "t"))
+    assert [(s.recorded, s.data_of) for s in samples] == [
+        ("full", None), ("full", None), ("signature", None), ("signature", None), ("signature", 0)]
+    assert recorder.counts()["full"] == 2
+
+
+def test_what_cannot_be_stored_is_dropped_never_raised(tmp_path):
+    recorder = TrafficRecorder(tmp_path / "t", model=MODEL)
+    assert recorder.offer((torch.ones(2), {1, 2}), {}) == "unstorable"
+    assert recorder.offer(*call(3, 0)) is None
+    recorder.close()
+    assert recorder.offer(*call(3, 1)) == "closed"
+    counts = recorder.counts()
+    assert (counts["recorded"], counts["dropped"], dict(counts["dropped_by_reason"])) == (
+        1, 2, {"unstorable": 1, "closed": 1})
+    assert len(load_corpus(tmp_path / "t")) == 1
+
+
+def test_a_directory_holding_a_corpus_is_refused_with_traffic_words(tmp_path):
+    recorded(tmp_path / "t", [call(3, 0)])
+    with pytest.raises(ServeError, match="traffic directory .* already holds a corpus.*overwrite_traffic=True"):
+        TrafficRecorder(tmp_path / "t", model=MODEL)
+    with pytest.raises(ServeError, match="full_per_signature must be an int >= 0"):
+        TrafficRecorder(tmp_path / "u", model=MODEL, full_per_signature=-1)
+    recorded(tmp_path / "t", [call(3, 0), call(3, 1)], overwrite=True)
+    assert len(load_corpus(tmp_path / "t")) == 2
