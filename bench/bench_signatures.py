@@ -97,6 +97,36 @@ def check_sample_corpus(corpus: pathlib.Path) -> str:
     return f"first {len(committed)} requests match the committed sample corpus ({full} of them in full)"
 
 
+def offer_cost(work: pathlib.Path, calls: int = 2000) -> dict[str, float]:
+    """Microseconds ``TrafficRecorder.offer`` takes on the calling thread for one seed request:
+    one signature over and over (signature records), then every request a new signature
+    (recorded in full: the copy); the writer thread runs meanwhile, as in serving."""
+    import shutil
+
+    import torch
+
+    from guardscope.runtime import TrafficRecorder
+    from samples.gnn.generate import _request
+
+    generator = torch.Generator().manual_seed(0)
+    cases = {
+        "repeated_signature_us": [_request(30, 40, 50, 20, generator) for _ in range(calls)],
+        "new_signature_us": [_request(20 + n % 40, 20 + n // 40 % 40, 20 + n // 1600, 20, generator)
+                             for n in range(calls)],
+    }
+    costs = {}
+    for name, requests in cases.items():
+        directory = work / f"offer-{name}"
+        shutil.rmtree(directory, ignore_errors=True)
+        recorder = TrafficRecorder(directory, model="model.py:build", max_pending=calls + 1)
+        started = time.perf_counter()
+        for request in requests:
+            recorder.offer((), request)
+        costs[name] = round((time.perf_counter() - started) / calls * 1e6, 1)
+        recorder.close()
+    return costs
+
+
 def topologies(catalog: dict) -> list[tuple]:
     return [(t["compile_id"], tuple(t["samples"])) for t in catalog["topologies"]]
 
@@ -173,12 +203,15 @@ def main(argv: list[str] | None = None) -> int:
         written[name] = write_corpus(directory, options.samples, keep, options.full_per_signature)
         common.ensure_model_resolves(directory)
     print(f"check       {check_sample_corpus(corpora['signatures'])}")
+    offer = offer_cost(work)
+    print(f"offer       TrafficRecorder.offer on the calling thread: {offer['repeated_signature_us']:.0f} us a "
+          f"request of a recorded signature, {offer['new_signature_us']:.0f} us a new one (copied)")
     startup = common.run_child([sys.executable, "-c", STARTUP], work / "startup.log",
                                shown=f"python -c {STARTUP!r}").check()
     print(f"startup     {startup.wall_seconds:.1f} s wall (import torch, guardscope.cli)")
     results: dict = {"benchmark": "bench_signatures", "machine": info, "samples": options.samples,
                      "full_per_signature": options.full_per_signature, "startup": startup.to_json(),
-                     "write_seconds": written, "corpora": {}}
+                     "write_seconds": written, "offer": offer, "corpora": {}}
     for name, directory in corpora.items():
         results["corpora"][name] = measure(name, directory, work, startup)
     if options.full:
