@@ -43,18 +43,22 @@ class FailureKind(str, enum.Enum):
 class Sample:
     """The arguments of one recorded forward call, with its position in the corpus.
 
-    A sample recorded as its signature only (corpus format 3, ``recorded == "signature"``)
-    carries that ``signature`` and arguments materialised from it (zero-filled tensors of the
-    recorded sizes, strides, offsets, dtypes and aliasing); ``data_of`` names the corpus sample
-    recorded in full with the same signature, when there is one.
+    A sample recorded as its signature only (corpus format 3) carries that ``signature`` and
+    arguments materialised from it (zero-filled tensors of the recorded sizes, strides, offsets,
+    dtypes and aliasing); ``data_of`` names the corpus sample recorded in full with the same
+    signature, when there is one.
     """
 
     index: int
     args: tuple
     kwargs: dict
-    recorded: str = "full"  # "full" or "signature"
     signature: tuple | None = None
     data_of: int | None = None
+
+    @property
+    def recorded(self) -> str:
+        """How it was recorded: ``"full"`` (its tensors) or ``"signature"`` (its signature only)."""
+        return "full" if self.signature is None else "signature"
 
 
 # The fields of one guard failure in catalog.json (GuardFailure.to_json), all compared by

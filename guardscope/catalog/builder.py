@@ -595,6 +595,7 @@ class CatalogBuilder:
         if others:
             counts["unclassified_failures"] = others
         dimensions = self.dimensions()
+        frames = frame_summaries(ordered)
         return Catalog(
             torch_version=torch_version,
             corpus_path=corpus_path,
@@ -611,10 +612,10 @@ class CatalogBuilder:
             replay_mode=replay_mode,
             unparsed=counts,
             cudagraphs=self.cudagraph_section(cudagraphs, dimensions) if cudagraphs else None,
-            frames=frame_summaries(ordered),
+            frames=frames,
             graph_breaks=break_summaries(graph_breaks, ordered),
             frame_arguments=frame_arguments if frame_arguments is not None and frame_arguments.wrapped else None,
-            signatures=self.signature_section(len(frame_summaries(ordered))),
+            signatures=self.signature_section(len(frames)),
         )
 
     def signature_section(self, frames: int) -> dict[str, Any] | None:

@@ -707,28 +707,31 @@ class Corpus:
 
     def sample(self, index: int) -> Sample:
         """Sample ``index`` (negative counts from the end); loads only the shard holding it."""
+        shard, position = self._locate(index)
+        return self.load_shard(shard)[position - shard.first]
+
+    def _locate(self, index: int) -> tuple[ShardInfo, int]:
+        """The shard holding sample ``index`` and the sample's position in the corpus."""
         if type(index) is not int:
             raise TypeError(f"sample index must be an int, got {type(index).__qualname__}")
         position = index + len(self) if index < 0 else index
         if not 0 <= position < len(self):
             raise IndexError(f"sample {index} is out of range: the corpus has {len(self)} samples")
-        shard = self.manifest.shards[bisect.bisect_right(self._firsts, position) - 1]
-        return self.load_shard(shard)[position - shard.first]
+        return self.manifest.shards[bisect.bisect_right(self._firsts, position) - 1], position
 
     def full_sample(self, index: int) -> Sample:
         """Sample ``index``, a fresh copy, for a replay that runs signature-only samples on
         the data of the full sample of their signature: the last few shards read this way are
         kept, so a run of such samples does not load a shard each."""
         cache = self._full_shards
-        position = index + len(self) if index < 0 else index
-        shard = self.manifest.shards[bisect.bisect_right(self._firsts, position) - 1]
+        shard, position = self._locate(index)
         if shard.file not in cache:
             if len(cache) >= FULL_SHARDS_KEPT:
                 del cache[next(iter(cache))]
             cache[shard.file] = self.load_shard(shard)
         kept = cache[shard.file][position - shard.first]
         args, kwargs = copy.deepcopy((kept.args, kept.kwargs))
-        return Sample(kept.index, args, kwargs, kept.recorded, kept.signature, kept.data_of)
+        return Sample(kept.index, args, kwargs, kept.signature, kept.data_of)
 
     def load_shard(self, shard: ShardInfo) -> list[Sample]:
         path = self.path / shard.file
@@ -801,6 +804,7 @@ def _samples_from_shard(
         )
     samples = []
     index = shard.first
+    placement = _placement(map_location)
     for entry in entries:
         if isinstance(entry, dict) and "signature" in entry:
             full = entry["full"]
@@ -811,14 +815,13 @@ def _samples_from_shard(
                 )
             for _ in range(entry["repeat"]):
                 try:
-                    args, kwargs = materialise(entry["signature"], _placement(map_location))
+                    args, kwargs = materialise(entry["signature"], placement)
                 except (ValueError, RuntimeError) as exc:
                     raise ShardError(
                         f"shard {path}: sample {index}'s signature cannot be rebuilt "
                         f"({message_line(exc)}); re-record the corpus"
                     ) from None
-                samples.append(Sample(index, args, kwargs, recorded="signature",
-                                      signature=entry["signature"], data_of=full))
+                samples.append(Sample(index, args, kwargs, signature=entry["signature"], data_of=full))
                 index += 1
             continue
         if (

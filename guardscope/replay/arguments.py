@@ -209,8 +209,9 @@ def _walk(path: str, value: Any, tensors: list, lengths: list, scalars: list) ->
         scalars.append((path, f"{type(value).__name__}:{value!r}"))
 
 
-def describe(bound: dict[str, Any], index: int, serving: str | None, error: str | None) -> SampleMeta:
-    """The guard-relevant description of one call, by argument path."""
+def describe(bound: dict[str, Any], index: int, serving: str | None, error: str | None, **fields: Any) -> SampleMeta:
+    """The guard-relevant description of one call, by argument path; ``fields`` are further
+    :class:`SampleMeta` fields (``graphs``, ``ran``, ``recorded``, ``ran_on``)."""
     tensors: list = []
     lengths: list = []
     scalars: list = []
@@ -223,6 +224,7 @@ def describe(bound: dict[str, Any], index: int, serving: str | None, error: str 
         scalars=tuple(scalars),
         serving=serving,
         error=error,
+        **fields,
     )
 
 

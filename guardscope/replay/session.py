@@ -327,7 +327,7 @@ class ReplaySession:
             known = self._by_signature.get(key)
             if known is not None:
                 self.signature_hits += 1
-                return dataclasses.replace(known, index=sample.index, recorded=sample.recorded)
+                return dataclasses.replace(known, index=sample.index)
         meta = self._forward_call(sample, mark)
         if key is not None and meta.serving is not None and meta.error is None:
             if len(self._by_signature) >= self._signature_cache:
@@ -335,27 +335,24 @@ class ReplaySession:
             self._by_signature[key] = dataclasses.replace(meta, ran_on=None)
         return meta
 
-    def _stand_in(self, sample: Sample) -> Sample | None:
-        """The full sample whose data a signature-only ``sample`` runs on (None: its own,
-        materialised from the signature)."""
-        if sample.recorded != "signature" or sample.data_of is None or self.full_sample is None:
-            return None
-        return self.full_sample(sample.data_of)
-
     def _forward_call(self, sample: Sample, mark: bool) -> SampleMeta:
         runner = self.runner
         call = runner.prepare(sample, mark)
         error = None
         graphs: tuple[str, ...] = ()
-        ran_on = None
+        # A signature-only sample: its description says so, and what it ran on if it runs.
+        fields: dict[str, Any] = {} if sample.signature is None else {"recorded": "signature"}
         with runner.grad_context():
             serving = runner.serving_locals(call.frame) if self.skip_served else None
             if serving is None:
-                if sample.recorded == "signature":
-                    stand_in = self._stand_in(sample)
-                    if stand_in is not None:
-                        call = runner.prepare(stand_in, mark)
-                    ran_on = "full" if stand_in is not None else "materialised"
+                if fields:
+                    # On the data of the full sample of its signature when there is one, else on
+                    # the tensors materialised from the signature.
+                    if sample.data_of is not None and self.full_sample is not None:
+                        call = runner.prepare(self.full_sample(sample.data_of), mark)
+                        fields["ran_on"] = "full"
+                    else:
+                        fields["ran_on"] = "materialised"
                 runner.forget_entries()
                 recording = self.frames.recording() if self.frames is not None else contextlib.nullcontext([])
                 try:
@@ -365,19 +362,14 @@ class ReplaySession:
                     if torch_compat.is_recompile_limit_error(exc):
                         # fullgraph turns "recompile limit reached" into an error; the sample
                         # is not analysed (no graph serves it), not broken.
-                        meta = describe(call.named, sample.index, None, None)
-                        return dataclasses.replace(meta, recorded=sample.recorded, ran_on=ran_on)
+                        return describe(call.named, sample.index, None, None, **fields)
                     error = error_text(exc)
                 serving = None if error else runner.serving_locals(call.frame)
                 graphs = self._later_frames(ran)
             # A call that raised still moved the graph it ran to the front of Dynamo's order.
-            ran_first = runner.ran_locals(call.frame) if self.track_lookup else None
-        meta = describe(call.named, sample.index, serving, error)
-        if graphs:
-            meta = dataclasses.replace(meta, graphs=graphs)
-        if sample.recorded != "full":
-            meta = dataclasses.replace(meta, recorded=sample.recorded, ran_on=ran_on)
-        return dataclasses.replace(meta, ran=ran_first) if ran_first is not None else meta
+            if self.track_lookup:
+                fields["ran"] = runner.ran_locals(call.frame)
+        return describe(call.named, sample.index, serving, error, graphs=graphs, **fields)
 
     def _later_frames(self, ran: list[tuple[Any, str]]) -> tuple[str, ...]:
         """The graphs a call ran through in frames after the first, each once, oldest first."""

@@ -105,8 +105,8 @@ def test_a_guard_only_replay_checks_each_signature_once():
     corpus = load_corpus(SEED_CORPUS)
     samples = list(corpus)[:40]
     # Then the first 10 requests' signatures, 4 times each, recorded as signatures.
-    resent = [replace(samples[n % 10], index=40 + n, recorded="signature",
-                      signature=signature(samples[n % 10].args, samples[n % 10].kwargs)) for n in range(40)]
+    resent = [replace(samples[n % 10], index=40 + n, signature=signature(samples[n % 10].args, samples[n % 10].kwargs))
+              for n in range(40)]
     assert len({s.signature for s in resent}) == 10
     metas = []
     options = ReplayOptions(dynamic=True, fullgraph=True)
