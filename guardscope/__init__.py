@@ -12,8 +12,7 @@ recompile, why, and how they group into topologies::
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .lazy import lazy_exports
 
 # Imported on first use, so that ``guardscope --help`` (and anything else that needs no torch)
 # does not pay for importing torch.
@@ -29,28 +28,6 @@ _EXPORTS = {
     "load_corpus": "corpus",
 }
 
-__all__ = [
-    "Analysis",
-    "Catalog",
-    "CorpusWriter",
-    "FailureKind",
-    "GuardFailure",
-    "GuardscopeError",
-    "Topology",
-    "analyze",
-    "load_corpus",
-]
+__all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'guardscope' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
