@@ -358,19 +358,12 @@ class CorpusWriter:
         Raises ``SampleError`` (nothing recorded) if an argument holds a value the format cannot
         store, naming where: ``args[1]``, ``kwargs['d'][2]``.
         """
-        if self._closed:
-            raise CorpusError(f"the writer for {self.directory} is closed; open a new CorpusWriter")
-        index = self._count
-        if self.keep == "signatures":
-            self._add_by_signature(index, args, kwargs)
-        else:
-            args, kwargs, devices = _snapshot(args, kwargs)
-            self._pending.append({"args": args, "kwargs": kwargs})
-            self._devices |= devices
-        self._count += 1
-        if len(self._pending) == self.shard_size:
-            self._flush()
-        return index
+        return self._add(args, kwargs, copied=False)
+
+    def add_snapshot(self, args: tuple, kwargs: dict) -> int:
+        """Record a call that :func:`snapshot` copied already (a recorder that copies on the
+        serving thread and writes on another): as :meth:`add`, without copying it again."""
+        return self._add(tuple(args), dict(kwargs), copied=True)
 
     def add_signature(self, sig: tuple, devices: frozenset[str] | set[str] = frozenset()) -> int:
         """Record one call known by its signature only (``signature(args, kwargs,
@@ -381,17 +374,43 @@ class CorpusWriter:
         manifest's ``device``). ``CorpusError`` when the writer is closed or keeps everything in
         full, ``SampleError`` when ``sig`` is not a call signature this format can rebuild.
         """
-        if self._closed:
-            raise CorpusError(f"the writer for {self.directory} is closed; open a new CorpusWriter")
+        self._check_open()
         if self.keep != "signatures":
             raise CorpusError('add_signature() records signatures: open the CorpusWriter with keep="signatures"')
         try:
             materialise(sig, device="meta")  # the check loading makes, without allocating
         except (ValueError, RuntimeError, TypeError) as exc:
             raise SampleError(f"not a call signature this corpus format can store: {message_line(exc)}") from None
-        index = self._count
-        self._devices |= set(devices)
         self._add_signature_record(sig, signature_digest(sig))
+        return self._advance(set(devices))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise CorpusError(f"the writer for {self.directory} is closed; open a new CorpusWriter")
+
+    def _add(self, args: tuple, kwargs: dict, *, copied: bool) -> int:
+        self._check_open()
+        devices = check_sample(args, kwargs)  # SampleError before anything is recorded
+        if self.keep == "signatures":
+            # As the corpus will give it back: a loaded tensor is never an inference tensor.
+            sig = signature(args, kwargs, inference=False)
+            digest = signature_digest(sig)
+            seen = self._seen(digest)
+            if seen[1] >= self.full_per_signature:
+                self._add_signature_record(sig, digest)
+                return self._advance(devices)
+            if seen[1] == 0:
+                seen[0] = self._count
+            seen[1] += 1
+        if not copied:
+            args, kwargs = _copy_call(args, kwargs)
+        self._pending.append({"args": args, "kwargs": kwargs})
+        return self._advance(devices)
+
+    def _advance(self, devices: set[str]) -> int:
+        """Count the sample just recorded; write the shard when it is full. Returns its index."""
+        self._devices |= devices
+        index = self._count
         self._count += 1
         if len(self._pending) == self.shard_size:
             self._flush()
@@ -415,24 +434,6 @@ class CorpusWriter:
             last["repeat"] += 1
         else:
             self._pending.append({"signature": sig, "digest": digest, "repeat": 1, "full": seen[0]})
-
-    def _add_by_signature(self, index: int, args: tuple, kwargs: dict) -> None:
-        devices: set[str] = set()
-        _check_value(args, "args", devices, set())
-        _check_value(kwargs, "kwargs", devices, set())
-        self._devices |= devices
-        # As the corpus will give it back: a loaded tensor is never an inference tensor.
-        sig = signature(args, kwargs, inference=False)
-        digest = signature_digest(sig)
-        seen = self._seen(digest)
-        if seen[1] < self.full_per_signature:
-            copied_args, copied_kwargs, _ = _snapshot(args, kwargs)
-            self._pending.append({"args": copied_args, "kwargs": copied_kwargs})
-            if seen[1] == 0:
-                seen[0] = index
-            seen[1] += 1
-            return
-        self._add_signature_record(sig, digest)
 
     def flush(self) -> None:
         """Write the samples added since the last shard as a shard of their own now, so they are
@@ -501,12 +502,14 @@ def snapshot(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 
 def _snapshot(args: tuple, kwargs: dict) -> tuple[tuple, dict, set[str]]:
-    devices: set[str] = set()
-    _check_value(args, "args", devices, set())
-    _check_value(kwargs, "kwargs", devices, set())
-    # One deep copy of the whole call keeps aliasing between its tensors and snapshots them.
-    args, kwargs = copy.deepcopy(_plain((args, kwargs)))
+    devices = check_sample(args, kwargs)
+    args, kwargs = _copy_call(args, kwargs)
     return args, kwargs, devices
+
+
+def _copy_call(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """One deep copy of the whole (checked) call: it keeps aliasing between its tensors."""
+    return copy.deepcopy(_plain((args, kwargs)))
 
 
 def _check_value(value: Any, path: str, devices: set[str], active: set[int]) -> None:

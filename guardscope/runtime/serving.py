@@ -462,7 +462,7 @@ class FallbackRecorder:
         return CorpusWriter(self.directory, model=self.model, compile=self.compile, overwrite=self.overwrite)
 
     def _write(self, writer: CorpusWriter, item: Any) -> None:
-        writer.add(*item[0], **item[1])
+        writer.add_snapshot(item[0], item[1])  # copied on the serving thread already
 
     def _send(self, item: object) -> bool:
         """Queue a control item for the writer, waiting while it drains a full queue."""
@@ -619,7 +619,7 @@ class TrafficRecorder(FallbackRecorder):
 
     def _write(self, writer: CorpusWriter, item: Any) -> None:
         if item[0] == "full":
-            writer.add(*item[1], **item[2])
+            writer.add_snapshot(item[1], item[2])
         else:
             writer.add_signature(item[1], item[2])
 
