@@ -134,7 +134,6 @@ def make_bundles(
 def child_main(argv: list[str]) -> int:
     import argparse
 
-
     parser = argparse.ArgumentParser(prog="python -m guardscope.proving.bundling")
     parser.add_argument("artifact", choices=plans.BUNDLED)
     parser.add_argument("out_dir", type=Path)
