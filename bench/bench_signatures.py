@@ -13,7 +13,7 @@ the committed sample corpus (checked here, tensor by tensor). Two corpora hold t
 * ``full``: ``keep="all"`` — every request's tensors (format 2); skipped with ``--no-full``.
 
 Each measurement is a fresh process from the repository root: ``startup`` (``import torch,
-guardscope.cli``), ``load`` (iterate the corpus with ``guardscope.load_corpus``: the floor any
+guardscope.cli``), ``load`` (read every shard as an analysis does, ``Corpus.load_records``: the floor any
 analysis pays) and ``analyze`` (``guardscope analyze`` with its defaults). The catalogs of the two
 corpora must agree: the same compile samples, and the same topologies with the same members.
 
@@ -38,13 +38,17 @@ TARGETS = {
     "full": {"seconds": 300.0, "rss_bytes": 2_000_000_000, "corpus_bytes": None},
 }
 STARTUP = "import torch, guardscope.cli"
+# Read every shard as an analysis reads it (Corpus.load_records: full samples with their tensors
+# built, signature records checked but not materialised).
 LOAD = (
     "import sys, guardscope\n"
     "corpus = guardscope.load_corpus(sys.argv[1])\n"
     "count = signature = 0\n"
-    "for sample in corpus:\n"
-    "    count += 1\n"
-    "    signature += sample.recorded == 'signature'\n"
+    "for shard in corpus.manifest.shards:\n"
+    "    for item in corpus.load_records(shard):\n"
+    "        repeat = getattr(item, 'repeat', None)\n"
+    "        count += repeat or 1\n"
+    "        signature += repeat or 0\n"
     "print(count, 'samples,', signature, 'recorded as signatures')"
 )
 

@@ -205,6 +205,14 @@ class SampleMeta:
     recorded: str = "full"
     ran_on: str | None = None
 
+    def at(self, index: int) -> SampleMeta:
+        """The same description for sample ``index`` (a copy, without re-checking the fields:
+        a replay gives every sample of a recurring signature its signature's description)."""
+        copied = object.__new__(SampleMeta)
+        copied.__dict__.update(self.__dict__)
+        copied.__dict__["index"] = index
+        return copied
+
 
 @dataclass(frozen=True)
 class DimensionStats:

@@ -317,6 +317,7 @@ class CatalogBuilder:
     not_analysed: list[int] = field(default_factory=list)
     samples: int = 0
     _partitions_seen: set = field(default_factory=set, repr=False)
+    _dim_names: dict[str, list[str]] = field(default_factory=dict, repr=False)  # per path, by axis
     described: int = 0  # samples whose forward ran (failed ones carry no shapes worth trusting)
     # With CUDA graphs (mode="reduce-overhead"): the distinct shapes per graph that ran (Dynamo's
     # lookup, SampleMeta.ran; CUDA Graph Trees are that graph's), for the expected recordings and
@@ -348,17 +349,31 @@ class CatalogBuilder:
         dims: list[str] = []
         values: list[int] = []
         fresh: set[str] = set()
+        names = self._dim_names
+        accumulators = self.dims
         for path, tensor in meta.tensors:
-            for axis, value in enumerate(tensor.shape):
-                dim = f"{path}.size()[{axis}]"
+            shape = tensor.shape
+            known = names.get(path)
+            if known is None or len(known) < len(shape):
+                known = names[path] = [f"{path}.size()[{axis}]" for axis in range(len(shape))]
+            for axis, value in enumerate(shape):
+                dim = known[axis]
                 dims.append(dim)
                 values.append(value)
-                accumulator = self.dims.get(dim)
+                accumulator = accumulators.get(dim)
                 if accumulator is None:
-                    accumulator = self.dims[dim] = _DimAccumulator(path, axis, value, value)
+                    accumulator = accumulators[dim] = _DimAccumulator(path, axis, value, value)
                     self.equal_candidates[dim] = None  # no evidence yet: this sample gives the first
                     fresh.add(dim)
-                accumulator.add(value)
+                # _DimAccumulator.add, inline: this runs for every dim of every sample.
+                if value < accumulator.min:
+                    accumulator.min = value
+                elif value > accumulator.max:
+                    accumulator.max = value
+                if value == 0:
+                    accumulator.ever_zero = True
+                elif value == 1:
+                    accumulator.ever_one = True
         # Equal dims are those equal in every sample where both are present (an optional
         # argument's dims can still equal another input's). Candidates only change when a
         # sample's pattern of equal dims is new: intersecting with one already applied changes

@@ -71,7 +71,10 @@ with ``recorded == "signature"``, its ``signature`` and ``data_of`` (``full``), 
 materialised from the signature: zero-filled tensors of the recorded sizes, strides, offsets,
 dtypes, devices (``map_location`` applies) and aliasing. Equal signatures pass the same
 frame-0 guards, so an analysis is exact for them; the replay runs a signature sample that must
-run on the data of its ``full`` sample when there is one.
+run on the data of its ``full`` sample when there is one. :meth:`Corpus.load_records` gives a
+shard as recorded instead, each signature record one :class:`SignatureRecord` whose arguments
+are built only when asked: an analysis checks a million of them against the guards on
+arguments shared per flat call (:class:`guardscope.corpus.signature.FlatCall`).
 
 Format 1 shards (still read) pickled every tensor: ``torch.save({"format": ...,
 "samples": [{"args": (...), "kwargs": {...}}, ...]})``; rebuilding each one through torch's
@@ -150,7 +153,15 @@ from ..files import write_atomic
 from ..model import Sample
 from ..text import message_line
 from ..torch_compat import DTYPES, dtype_name
-from .signature import materialise, signature, signature_digest, signature_from_json, signature_to_json
+from .signature import (
+    FlatCall,
+    NotFlat,
+    materialise,
+    signature,
+    signature_digest,
+    signature_from_json,
+    signature_to_json,
+)
 from .spec import anchored, split_spec
 
 FORMAT = "guardscope-corpus"
@@ -165,6 +176,8 @@ KEEP_CHOICES = ("all", "signatures")
 MAX_INDEX_BYTES = 1 << 30
 # Shards Corpus.full_sample keeps decoded.
 FULL_SHARDS_KEPT = 4
+# Flat calls (signature structures, corpus.signature.FlatCall) a Corpus keeps.
+FLAT_CALLS_KEPT = 64
 MANIFEST_NAME = "corpus.json"
 
 # What a corpus directory holds, for error messages that say what was expected.
@@ -668,6 +681,54 @@ def _atomic_write(path: pathlib.Path, data: bytes) -> None:
 # Reading
 
 
+class SignatureRecord:
+    """A format 3 signature record as read: ``repeat`` consecutive samples from ``first``,
+    recorded as their signature only (``array``, its JSON form), ``full`` the index of the
+    sample of that signature recorded in full (or None).
+
+    ``call`` and ``key`` (:class:`~guardscope.corpus.signature.FlatCall`) when the signature is
+    a flat call's, else None; :meth:`arguments` then gives shared read-only arguments, built
+    once per argument and size. :meth:`sample` builds one sample afresh, as loading does.
+    """
+
+    __slots__ = ("first", "repeat", "array", "full", "call", "key", "_signature", "_placement")
+
+    def __init__(self, first: int, repeat: int, array: list, full: int | None, call: FlatCall | None,
+                 key: tuple | None, sig: tuple | None, placement: Any) -> None:
+        self.first, self.repeat, self.array, self.full = first, repeat, array, full
+        self.call, self.key, self._signature, self._placement = call, key, sig, placement
+
+    def __repr__(self) -> str:
+        return f"SignatureRecord(first={self.first}, repeat={self.repeat}, full={self.full})"
+
+    @property
+    def signature(self) -> tuple:
+        if self._signature is None:
+            self._signature = signature_from_json(self.array)
+        return self._signature
+
+    def arguments(self) -> tuple[tuple, dict[str, Any], list[torch.Tensor]]:
+        """``(args, kwargs, tensors)`` of a flat call's record, shared: read only."""
+        if self.call is None or self.key is None:
+            raise ValueError("only a flat call's record has shared arguments")
+        return self.call.arguments(self.key)
+
+    def sample(self, offset: int) -> Sample:
+        """Sample ``first + offset``, its arguments materialised afresh."""
+        if not 0 <= offset < self.repeat:
+            raise IndexError(f"a record of {self.repeat} samples has no sample {offset}")
+        args, kwargs = materialise(self.signature, self._placement)
+        return Sample(self.first + offset, args, kwargs, signature=self.signature, data_of=self.full)
+
+    def starting_at(self, index: int) -> SignatureRecord:
+        """The same record from sample ``index`` on (a resumed replay)."""
+        skipped = index - self.first
+        if not 0 <= skipped < self.repeat:
+            raise IndexError(f"sample {index} is not in {self!r}")
+        return SignatureRecord(index, self.repeat - skipped, self.array, self.full, self.call, self.key,
+                               self._signature, self._placement)
+
+
 class Corpus:
     """A corpus directory opened for reading (see :func:`load_corpus`).
 
@@ -692,6 +753,8 @@ class Corpus:
         self._map_location = map_location
         self._firsts = [shard.first for shard in manifest.shards]
         self._full_shards: dict[str, list[Sample]] = {}
+        self._placement = _placement(map_location)
+        self._flat_calls: list[FlatCall] = []  # those of the signature records read, last matched first
 
     def __len__(self) -> int:
         return self.manifest.samples
@@ -737,6 +800,27 @@ class Corpus:
         return Sample(kept.index, args, kwargs, kept.signature, kept.data_of)
 
     def load_shard(self, shard: ShardInfo) -> list[Sample]:
+        """The samples of one shard (every tensor built, signature samples materialised)."""
+        samples: list[Sample] = []
+        for item in self.load_records(shard):
+            if type(item) is Sample:
+                samples.append(item)
+                continue
+            for offset in range(item.repeat):
+                try:
+                    samples.append(item.sample(offset))
+                except (ValueError, RuntimeError) as exc:
+                    raise ShardError(
+                        f"shard {self.path / shard.file}: sample {item.first + offset}'s signature cannot "
+                        f"be rebuilt ({message_line(exc)}); re-record the corpus"
+                    ) from None
+        return samples
+
+    def load_records(self, shard: ShardInfo) -> list[Sample | SignatureRecord]:
+        """One shard as recorded: full samples (tensors built) and, in a format 3 corpus,
+        :class:`SignatureRecord` s, each standing for ``repeat`` samples whose arguments are
+        not built yet (a replay checks most of them against the guards without building
+        them). Everything is checked as :meth:`load_shard` checks it."""
         path = self.path / shard.file
         try:
             data = path.read_bytes()
@@ -772,10 +856,79 @@ class Corpus:
             ) from None
         except Exception as exc:  # torch raises RuntimeError and others for corrupt archives
             raise ShardError(f"shard {path} cannot be loaded: {message_line(exc)}") from None
-        if version == 1:
-            return _samples_from_shard(path, shard, content)
-        decoded = _decode_shard(path, content, self._map_location, version)
-        return _samples_from_shard(path, shard, decoded, self._map_location)
+        if version != 1:
+            content = _decode_shard(path, content, self._map_location, version)
+        return self._records(path, shard, content)
+
+    def _records(self, path: pathlib.Path, shard: ShardInfo, content: Any) -> list[Sample | SignatureRecord]:
+        if not isinstance(content, dict) or content.get("format") != FORMAT:
+            raise ShardError(f"shard {path} is not a {FORMAT} shard (no 'format': {FORMAT!r} entry)")
+        entries = content.get("samples")
+        if not isinstance(entries, list):
+            raise ShardError(f"shard {path} has no 'samples' list")
+        held = sum(entry.get("repeat", 1) if isinstance(entry, dict) and "signature" in entry else 1
+                   for entry in entries)
+        if held != shard.samples:
+            raise ShardError(
+                f"shard {path} holds {held} samples but the manifest lists {shard.samples}; "
+                "the corpus is inconsistent: re-record it"
+            )
+        records: list[Sample | SignatureRecord] = []
+        index = shard.first
+        for entry in entries:
+            if isinstance(entry, dict) and "signature" in entry:
+                full = entry["full"]
+                if full is not None and not full < index:
+                    raise ShardError(
+                        f"shard {path}: sample {index} names sample {full} as its full recording, "
+                        "which does not come before it; re-record the corpus"
+                    )
+                try:
+                    call, key, sig = self._match(entry["signature"])
+                except (ValueError, RuntimeError, RecursionError) as exc:
+                    raise ShardError(
+                        f"shard {path}: sample {index}'s signature cannot be rebuilt "
+                        f"({message_line(exc)}); re-record the corpus"
+                    ) from None
+                records.append(SignatureRecord(index, entry["repeat"], entry["signature"], full, call, key, sig,
+                                               self._placement))
+                index += entry["repeat"]
+                continue
+            if (
+                not isinstance(entry, dict)
+                or type(entry.get("args")) is not tuple
+                or type(entry.get("kwargs")) is not dict
+            ):
+                raise ShardError(
+                    f"shard {path}: sample {index} is not an args/kwargs pair"
+                )
+            records.append(Sample(index, entry["args"], entry["kwargs"]))
+            index += 1
+        return records
+
+    def _match(self, array: Any) -> tuple[FlatCall | None, tuple | None, tuple | None]:
+        """A signature record's flat call and key (the signature unparsed), or, for a
+        signature no flat call holds, ``(None, None, signature)``; ``ValueError`` when it is
+        not a signature this version can rebuild."""
+        calls = self._flat_calls
+        for position, call in enumerate(calls):
+            key = call.match(array)
+            if key is not None:
+                if position:
+                    calls.insert(0, calls.pop(position))  # most recently matched first
+                return call, key, None
+        sig = signature_from_json(array)
+        materialise(sig, device="meta")  # every check loading makes, without allocating
+        try:
+            call = FlatCall(sig, self._placement)
+        except NotFlat:
+            return None, None, sig
+        key = call.match(array)
+        if key is None:  # cannot happen for a signature the call was made from
+            return None, None, sig
+        calls.insert(0, call)
+        del calls[FLAT_CALLS_KEPT:]
+        return call, key, sig
 
 
 def _weights_only_reason(exc: BaseException) -> str:
@@ -788,56 +941,6 @@ def _weights_only_reason(exc: BaseException) -> str:
         if not part.startswith(("Weights only load failed", "Check the documentation"))
     ]
     return " ".join(" ".join(reasons).split()) or "unsupported content"
-
-
-def _samples_from_shard(
-    path: pathlib.Path, shard: ShardInfo, content: Any, map_location: Any = None
-) -> list[Sample]:
-    if not isinstance(content, dict) or content.get("format") != FORMAT:
-        raise ShardError(f"shard {path} is not a {FORMAT} shard (no 'format': {FORMAT!r} entry)")
-    entries = content.get("samples")
-    if not isinstance(entries, list):
-        raise ShardError(f"shard {path} has no 'samples' list")
-    held = sum(entry.get("repeat", 1) if isinstance(entry, dict) and "signature" in entry else 1
-               for entry in entries)
-    if held != shard.samples:
-        raise ShardError(
-            f"shard {path} holds {held} samples but the manifest lists {shard.samples}; "
-            "the corpus is inconsistent: re-record it"
-        )
-    samples = []
-    index = shard.first
-    placement = _placement(map_location)
-    for entry in entries:
-        if isinstance(entry, dict) and "signature" in entry:
-            full = entry["full"]
-            if full is not None and not full < index:
-                raise ShardError(
-                    f"shard {path}: sample {index} names sample {full} as its full recording, "
-                    "which does not come before it; re-record the corpus"
-                )
-            for _ in range(entry["repeat"]):
-                try:
-                    args, kwargs = materialise(entry["signature"], placement)
-                except (ValueError, RuntimeError) as exc:
-                    raise ShardError(
-                        f"shard {path}: sample {index}'s signature cannot be rebuilt "
-                        f"({message_line(exc)}); re-record the corpus"
-                    ) from None
-                samples.append(Sample(index, args, kwargs, signature=entry["signature"], data_of=full))
-                index += 1
-            continue
-        if (
-            not isinstance(entry, dict)
-            or type(entry.get("args")) is not tuple
-            or type(entry.get("kwargs")) is not dict
-        ):
-            raise ShardError(
-                f"shard {path}: sample {index} is not an args/kwargs pair"
-            )
-        samples.append(Sample(index, entry["args"], entry["kwargs"]))
-        index += 1
-    return samples
 
 
 def _placement(map_location: Any) -> Any:
@@ -971,6 +1074,7 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, 
         return result
 
     def signature_record(entry: dict) -> dict[str, Any]:
+        # The signature stays a JSON array here: the reader checks it (Corpus._match).
         if sorted(entry) != ["full", "repeat", "signature"]:
             raise bad(entry, "a signature record holds signature, repeat and full")
         repeat, full = entry["repeat"], entry["full"]
@@ -978,11 +1082,9 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, 
             raise bad(entry, "repeat is a positive int")
         if full is not None and (type(full) is not int or full < 0):
             raise bad(entry, "full is a sample index or null")
-        try:
-            sig = signature_from_json(entry["signature"])
-        except (ValueError, RecursionError) as exc:
-            raise bad(entry, f"not a signature: {message_line(exc)}") from None
-        return {"signature": sig, "repeat": repeat, "full": full}
+        if type(entry["signature"]) is not list:
+            raise bad(entry, "not a signature: a signature is a JSON array")
+        return entry
 
     def decode(value: Any) -> Any:
         if type(value) is not list:

@@ -156,7 +156,7 @@ def materialise(sig: tuple, device: Any = None) -> tuple[tuple, dict[str, Any]]:
             owner = position
         elif not 0 <= owner < position or records[owner][10] is not None:
             raise ValueError(f"tensor {position} aliases {owner!r}, not an earlier unaliased tensor")
-        extent = 0 if 0 in shape else offset + 1 + sum((n - 1) * s for n, s in zip(shape, stride))
+        extent = _extent(shape, stride, offset)
         needed[owner] = max(needed.get(owner, 0), extent * DTYPES[dtype].itemsize)
     storages: dict[int, Any] = {}
     built: list[torch.Tensor] = []
@@ -168,17 +168,27 @@ def materialise(sig: tuple, device: Any = None) -> tuple[tuple, dict[str, Any]]:
             if place_of is not None:
                 place = place_of(place)
             storage = storages[owner] = torch.zeros(needed[owner], dtype=torch.uint8, device=place).untyped_storage()
-        if inference:
-            with torch.inference_mode():
-                tensor = torch.empty(0, dtype=DTYPES[dtype], device=storage.device).set_(storage, offset, shape, stride)
-        else:
-            tensor = torch.empty(0, dtype=DTYPES[dtype], device=storage.device).set_(storage, offset, shape, stride)
-        built.append(tensor.requires_grad_() if requires_grad else tensor)
+        built.append(_on_storage(storage, offset, shape, stride, DTYPES[dtype], requires_grad, inference))
     made = iter(built)
     args, kwargs = _build(sig[1], made), _build(sig[2], made)
     if type(args) is not tuple or type(kwargs) is not dict:
         raise ValueError("a call signature holds a tuple and a dict")
     return args, kwargs
+
+
+def _on_storage(storage: Any, offset: int, shape: Any, stride: Any, dtype: torch.dtype, requires_grad: bool,
+                inference: bool) -> torch.Tensor:
+    if inference:
+        with torch.inference_mode():
+            tensor = torch.empty(0, dtype=dtype, device=storage.device).set_(storage, offset, shape, stride)
+    else:
+        tensor = torch.empty(0, dtype=dtype, device=storage.device).set_(storage, offset, shape, stride)
+    return tensor.requires_grad_() if requires_grad else tensor
+
+
+def _extent(shape: Any, stride: Any, offset: int) -> int:
+    """Elements a storage needs for a tensor of these sizes, strides and offset."""
+    return 0 if 0 in shape else offset + 1 + sum((n - 1) * s for n, s in zip(shape, stride))
 
 
 def _tensor_records(node: Any, found: list[tuple]) -> None:
@@ -261,3 +271,148 @@ def _checked_tensor(record: tuple) -> tuple:
         raise ValueError(f"malformed alias: {record!r}")
     _dtype(dtype)
     return record
+
+
+# --- many signatures of one flat call (a replay's fast path) ----------------------------------
+
+# The tensors a FlatCall keeps built per argument, before it starts afresh.
+FLAT_TENSORS_KEPT = 4096
+_TENSOR, _INT, _CONSTANT = 0, 1, 2
+
+
+class NotFlat(ValueError):
+    """The signature holds a container argument or aliasing tensors: no :class:`FlatCall`."""
+
+
+class FlatCall:
+    """The signatures of one flat call: arguments and keyword arguments that are plain strided
+    tensors (sharing no storage), ints, or constants (None, bool, str, float, complex, dtype,
+    device), with the same keywords, tensor dims, dtypes, devices, requires_grad and inference
+    state, and the same constants. Such signatures differ only in tensor sizes, strides and
+    offsets and in int values: their *key*.
+
+    A replay checking millions of signature records against the compiled graphs' guards uses
+    it so as not to rebuild every call: :meth:`match` takes a signature as its JSON array
+    (:func:`signature_to_json`; as a corpus shard holds it) and gives its key, every number
+    checked, without converting the array; :meth:`arguments` gives arguments with exactly that
+    signature (``signature(*arguments(key)[:2]) == signature_from_json(array)``), whose tensors
+    are built once per argument and key and then shared by every call asking for them: they
+    are zero-filled, and must be read only (a guard check), never run or marked.
+
+    ``NotFlat`` (a ``ValueError``) when ``sig`` is not such a call; ``sig`` must be a valid
+    signature (:func:`materialise` accepts it).
+    """
+
+    def __init__(self, sig: tuple, device: Any = None) -> None:
+        if type(sig) is not tuple or len(sig) != 3 or sig[0] != "call":
+            raise NotFlat("not a call signature")
+        _, args, kwargs = sig
+        self.arity = len(args) - 2
+        self.key_texts = [text for text, _ in kwargs[1:]]
+        self.keywords = [_key(text) for text in self.key_texts]
+        if device is None or callable(device):
+            place_of = device
+        else:
+            fixed = torch.device(device)
+
+            def place_of(_recorded: str) -> torch.device:
+                return fixed
+
+        slots: list[tuple] = []
+        for leaf in (*args[2:], *(value for _, value in kwargs[1:])):
+            kind = leaf[0]
+            if kind == "tensor":
+                _, _, shape, _, _, dtype, place, _, requires_grad, inference, alias = _checked_tensor(leaf)
+                if alias is not None:
+                    raise NotFlat("tensors of the call share storage")
+                device_of = torch.device(place if place_of is None else place_of(place))
+                tail = signature_to_json(leaf[5:])
+                slots.append((_TENSOR, len(shape), tail, DTYPES[dtype], device_of, requires_grad, inference))
+            elif kind == "int":
+                slots.append((_INT,))
+            elif kind in ("none", "bool", "str", "float", "complex", "dtype", "device"):
+                slots.append((_CONSTANT, signature_to_json(leaf), _build(leaf, iter(()))))
+            else:
+                raise NotFlat(f"a {kind} argument")
+        self.slots = slots
+        # Where each tensor's part of a key is, in argument order; whether ints vary.
+        self.tensor_parts = [position for position, slot in enumerate(slots) if slot[0] == _TENSOR]
+        self.has_ints = any(slot[0] == _INT for slot in slots)
+        self._built: list[dict[tuple, torch.Tensor]] = [{} for _ in slots]
+
+    def match(self, array: Any) -> tuple | None:
+        """The key of a signature given as its JSON array, or None when it is not a signature
+        of this call. ``ValueError`` when it is one with impossible sizes, strides or offset."""
+        if type(array) is not list or len(array) != 3 or array[0] != "call":
+            return None
+        args, kwargs = array[1], array[2]
+        if (type(args) is not list or type(kwargs) is not list or len(args) != self.arity + 2
+                or len(kwargs) != len(self.key_texts) + 1 or args[0] != "tuple" or args[1] != self.arity
+                or kwargs[0] != "dict"):
+            return None
+        leaves = args[2:]
+        for pair, text in zip(kwargs[1:], self.key_texts):
+            if type(pair) is not list or len(pair) != 2 or pair[0] != text:
+                return None
+            leaves.append(pair[1])
+        key: list[Any] = []
+        for slot, leaf, built in zip(self.slots, leaves, self._built):
+            kind = slot[0]
+            if type(leaf) is not list:
+                return None
+            if kind == _TENSOR:
+                if len(leaf) != 11 or leaf[0] != "tensor" or leaf[1] != "Tensor" or leaf[5:] != slot[2]:
+                    return None
+                shape, stride = leaf[2], leaf[3]
+                if type(shape) is not list or type(stride) is not list or len(shape) != slot[1] or len(stride) != slot[1]:
+                    return None
+                numbers = (*shape, *stride, leaf[4])
+                if numbers not in built:
+                    _check_numbers(numbers)
+                key.append(numbers)
+            elif kind == _INT:
+                if len(leaf) != 2 or leaf[0] != "int" or type(leaf[1]) is not int:
+                    return None
+                key.append(leaf[1])
+            elif leaf != slot[1] or type(leaf[-1]) is not type(slot[1][-1]):
+                return None
+            else:
+                key.append(None)  # a constant: one part per argument all the same
+        return tuple(key)
+
+    def arguments(self, key: tuple) -> tuple[tuple, dict[str, Any], list[torch.Tensor]]:
+        """``(args, kwargs, tensors)`` of the signature with this key (from :meth:`match`);
+        ``tensors`` in argument order. The tensors are shared: read them only."""
+        values: list[Any] = []
+        tensors: list[torch.Tensor] = []
+        for slot, part, built in zip(self.slots, key, self._built):
+            kind = slot[0]
+            if kind == _TENSOR:
+                tensor = built.get(part)
+                if tensor is None:
+                    if len(built) >= FLAT_TENSORS_KEPT:
+                        built.clear()
+                    tensor = built[part] = self._tensor(slot, part)
+                values.append(tensor)
+                tensors.append(tensor)
+            elif kind == _INT:
+                values.append(part)
+            else:
+                values.append(slot[2])
+        arity = self.arity
+        return tuple(values[:arity]), dict(zip(self.keywords, values[arity:])), tensors
+
+    @staticmethod
+    def _tensor(slot: tuple, numbers: tuple) -> torch.Tensor:
+        _check_numbers(numbers)
+        _, ndim, _, dtype, device, requires_grad, inference = slot
+        shape, stride, offset = numbers[:ndim], numbers[ndim: 2 * ndim], numbers[-1]
+        needed = _extent(shape, stride, offset) * dtype.itemsize
+        storage = torch.zeros(needed, dtype=torch.uint8, device=device).untyped_storage()
+        return _on_storage(storage, offset, shape, stride, dtype, requires_grad, inference)
+
+
+def _check_numbers(numbers: tuple) -> None:
+    for n in numbers:
+        if type(n) is not int or not 0 <= n < 2**62:
+            raise ValueError(f"sizes, strides and offset must be non-negative ints: {list(numbers)}")

@@ -182,21 +182,21 @@ class CallBinder:
 
 
 
-def _walk(path: str, value: Any, tensors: list, lengths: list, scalars: list) -> None:
+def tensor_meta(value: torch.Tensor) -> TensorMeta:
+    """What a description records of one tensor."""
     # Runs for every sample: torch.Size and stride() are tuples of ints already.
+    return TensorMeta(
+        shape=tuple(value.shape),
+        stride=value.stride() if value.layout == torch.strided else (),
+        dtype=torch_compat.dtype_name(value.dtype),
+        device=str(value.device),
+        requires_grad=value.requires_grad,
+    )
+
+
+def _walk(path: str, value: Any, tensors: list, lengths: list, scalars: list) -> None:
     if isinstance(value, torch.Tensor):
-        tensors.append(
-            (
-                path,
-                TensorMeta(
-                    shape=tuple(value.shape),
-                    stride=value.stride() if value.layout == torch.strided else (),
-                    dtype=torch_compat.dtype_name(value.dtype),
-                    device=str(value.device),
-                    requires_grad=value.requires_grad,
-                ),
-            )
-        )
+        tensors.append((path, tensor_meta(value)))
     elif isinstance(value, (list, tuple)):
         lengths.append((path, len(value)))
         for i, item in enumerate(value):

@@ -21,11 +21,12 @@ import torch
 
 from .. import torch_compat
 from ..errors import CompileOptionsError
-from ..model import CompileEvent, Sample, SampleMeta, compile_order
+from ..corpus.format import SignatureRecord
+from ..model import CompileEvent, Sample, SampleMeta, TensorMeta, compile_order
 from ..options import ReplayOptions
 from ..sources import FrameArguments
 from ..text import error_text
-from .arguments import CallBinder, describe, lookup
+from .arguments import CallBinder, describe, lookup, tensor_meta, tensors_of
 from .capture import CudagraphCapture, TraceCapture, events_from_records
 
 
@@ -202,6 +203,53 @@ def _replay_settings(options: ReplayOptions) -> Iterator[None]:
         yield
 
 
+class _RecordPlan:
+    """How the records of one flat call (:class:`~guardscope.corpus.signature.FlatCall`) are
+    described without walking their arguments: each tensor's path among forward's arguments
+    and, since nothing but tensor sizes varies, the constant lengths and scalars."""
+
+    # TensorMeta kept per tensor argument and size, before starting afresh.
+    KEPT = 65536
+
+    def __init__(self, paths: list[tuple[str, int]] | None, parts: list[int], lengths: tuple, scalars: tuple) -> None:
+        self.paths = paths
+        self.parts = parts
+        self.lengths = lengths
+        self.scalars = scalars
+        self.metas: dict[tuple[int, tuple], TensorMeta] = {}
+
+    @classmethod
+    def of(cls, runner: Runner, call: Any, args: tuple, kwargs: dict, tensors: list) -> _RecordPlan | bool:
+        """The plan of ``call`` from one of its argument sets; False when its tensors are
+        not on the replay's device (preparing them would move them: such records run the
+        usual way)."""
+        if any(tensor.device != runner.device for tensor in tensors):
+            return False
+        named = runner.binder.named_or_positional(args, kwargs)
+        example = describe(named, 0, None, None)
+        positions = {id(tensor): position for position, tensor in enumerate(tensors)}
+        found = tensors_of(named)
+        paths: list[tuple[str, int]] | None = [(path, positions.get(id(tensor), -1)) for path, tensor in found]
+        if call.has_ints or len(found) != len(tensors) or any(position < 0 for _, position in paths):
+            paths = None
+        return cls(paths, call.tensor_parts, example.lengths, example.scalars)
+
+    def describe(self, key: tuple, tensors: list, index: int, serving: str) -> SampleMeta:
+        metas = self.metas
+        parts = self.parts
+        described = []
+        for path, position in self.paths:  # type: ignore[union-attr]
+            found = (position, key[parts[position]])
+            meta = metas.get(found)
+            if meta is None:
+                if len(metas) >= self.KEPT:
+                    metas.clear()
+                meta = metas[found] = tensor_meta(tensors[position])
+            described.append((path, meta))
+        return SampleMeta(index=index, tensors=tuple(described), lengths=self.lengths, scalars=self.scalars,
+                          serving=serving, recorded="signature")
+
+
 class ReplaySession:
     """A replay that can be fed shard by shard: settings, trace capture and one compiled model
     live for the whole session, and are restored or reset on exit.
@@ -261,11 +309,15 @@ class ReplaySession:
         # are added, so with ``signature_cache`` > 0 each signature's description is kept (the
         # newest ``signature_cache`` ones) and reused for later samples of that signature
         # without preparing or checking them: samples recorded as their signature (corpus
-        # format 3), whose signature comes with them.
+        # format 3), whose signature comes with them. Given as the corpus's SignatureRecords,
+        # those of a flat call are checked on arguments shared by all its records (FlatCall:
+        # tensors built once per argument and size) and described from their plan
+        # (_RecordPlan), so a new signature costs a guard check, not a rebuilt call.
         cacheable = self.skip_served and not track_lookup and signature_cache > 0
         self._by_signature: dict[tuple, SampleMeta] | None = {} if cacheable else None
         self._signature_cache = signature_cache
         self.signature_hits = 0
+        self._plans: dict[Any, _RecordPlan | bool] = {}  # per flat call of the signature records
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> ReplaySession:
@@ -310,30 +362,81 @@ class ReplaySession:
             if self.cudagraphs is not None:
                 self.cudagraphs.stream = streams[1]
 
-    def _run(self, sample: Sample) -> SampleMeta:
-        meta = self._forward(sample)
+    def _run(self, sample: Sample, mark: bool | None = None, key: Any = None) -> SampleMeta:
+        meta = self._forward(sample, self._mark() if mark is None else mark, key)
         if self.cudagraphs is not None:
             meta = dataclasses.replace(meta, cudagraph=self.cudagraphs.take())
         return meta
 
-    def _forward(self, sample: Sample) -> SampleMeta:
-        mark = self._mark()
-        key = None
+    def _forward(self, sample: Sample, mark: bool, key: Any = None) -> SampleMeta:
         # Only samples that carry their signature (recorded as one) are looked up and kept:
         # taking a full sample's signature costs about as much as checking its guards.
-        if (self._by_signature is not None and sample.signature is not None
-                and not (mark and self.options.mark_samples != "all")):
-            key = sample.signature
-            known = self._by_signature.get(key)
+        if self._cacheable(sample.signature is not None, mark):
+            key = sample.signature if key is None else key
+            known = self._by_signature.get(key)  # type: ignore[union-attr]
             if known is not None:
                 self.signature_hits += 1
-                return dataclasses.replace(known, index=sample.index)
+                return known.at(sample.index)
+        else:
+            key = None
         meta = self._forward_call(sample, mark)
-        if key is not None and meta.serving is not None and meta.error is None:
-            if len(self._by_signature) >= self._signature_cache:
-                del self._by_signature[next(iter(self._by_signature))]  # the oldest
-            self._by_signature[key] = dataclasses.replace(meta, ran_on=None)
+        if key is not None:
+            self._keep(key, meta)
         return meta
+
+    def _cacheable(self, signature: bool, mark: bool) -> bool:
+        return (self._by_signature is not None and signature
+                and not (mark and self.options.mark_samples != "all"))
+
+    def _keep(self, key: Any, meta: SampleMeta) -> None:
+        cache = self._by_signature
+        if cache is not None and meta.serving is not None and meta.error is None:
+            if len(cache) >= self._signature_cache:
+                del cache[next(iter(cache))]  # the oldest
+            cache[key] = meta if meta.ran_on is None else dataclasses.replace(meta, ran_on=None)
+
+    def _record(self, record: SignatureRecord, offset: int) -> SampleMeta:
+        """Sample ``offset`` of a signature record: from the signature cache; else, for a flat
+        call with no mark to apply, checked against the graphs' guards on the record's shared
+        arguments; else run as a sample of its own (materialised, or on its full sample's data)."""
+        index = record.first + offset
+        mark = self._mark()
+        key = None
+        if self._cacheable(True, mark):
+            key = record.signature if record.key is None else (record.call, record.key)
+            known = self._by_signature.get(key)  # type: ignore[union-attr]
+            if known is not None:
+                self.signature_hits += 1
+                return known.at(index)
+            if record.key is not None and not mark:
+                meta = self._check_record(record, index)
+                if meta is not None:
+                    self._keep(key, meta)
+                    return meta
+        self._set_sample(index)
+        meta = self._run(record.sample(offset), mark, key)
+        self._set_sample(None)
+        return meta
+
+    def _check_record(self, record: SignatureRecord, index: int) -> SampleMeta | None:
+        """A flat call's record checked against the graphs' guards without building its
+        arguments anew; None when no graph accepts it (it must run) or its tensors are not on
+        the replay's device."""
+        runner = self.runner
+        args, kwargs, tensors = record.arguments()
+        plan = self._plans.get(record.call)
+        if plan is None:
+            plan = self._plans[record.call] = _RecordPlan.of(runner, record.call, args, kwargs, tensors)
+        if plan is False:
+            return None
+        with runner.grad_context():
+            serving = runner.serving_locals(runner.binder.frame_locals(args, kwargs))
+        if serving is None:
+            return None
+        if plan.paths is None:  # ints among the arguments: describe them as they are
+            return describe(runner.binder.named_or_positional(args, kwargs), index, serving, None,
+                            recorded="signature")
+        return plan.describe(record.key, tensors, index, serving)
 
     def _forward_call(self, sample: Sample, mark: bool) -> SampleMeta:
         runner = self.runner
@@ -386,23 +489,33 @@ class ReplaySession:
         """After :meth:`warm`: the order an uninterrupted replay had reached."""
         self.runner.lookup = torch_compat.LookupOrder(order)
 
-    def replay(self, samples: Iterable[Sample]) -> None:
+    def replay(self, samples: Iterable[Sample | SignatureRecord]) -> None:
+        """Replay samples in order; a :class:`~guardscope.corpus.format.SignatureRecord`
+        (:meth:`guardscope.corpus.format.Corpus.load_records`) stands for its samples."""
         started = time.perf_counter()
         try:
-            for sample in samples:
-                self.current = sample.index
-                self._set_sample(sample.index)
-                meta = self._run(sample)
+            for item in samples:
+                if type(item) is SignatureRecord:
+                    for offset in range(item.repeat):
+                        self.current = item.first + offset
+                        self._done(self._record(item, offset))
+                    continue
+                self.current = item.index
+                self._set_sample(item.index)
+                meta = self._run(item)
                 self._set_sample(None)
-                self.on_sample(meta)
-                if self.after_sample is not None:
-                    self.after_sample(sample.index)
-                self.count += 1
-                if self.progress is not None:
-                    self.progress(self.count)
+                self._done(meta)
             self.current = None
         finally:
             self.seconds += time.perf_counter() - started
+
+    def _done(self, meta: SampleMeta) -> None:
+        self.on_sample(meta)
+        if self.after_sample is not None:
+            self.after_sample(meta.index)
+        self.count += 1
+        if self.progress is not None:
+            self.progress(self.count)
 
     def compile_samples(self, before: int | None = None) -> list[int]:
         """Samples whose call compiled a graph so far (those before sample ``before``), in order:

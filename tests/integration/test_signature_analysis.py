@@ -13,7 +13,7 @@ import torch
 
 import guardscope
 from guardscope.corpus import load_model
-from guardscope.corpus.format import CorpusWriter, load_corpus
+from guardscope.corpus.format import CorpusWriter, SignatureRecord, load_corpus
 from guardscope.corpus.signature import signature
 from guardscope.options import ReplayOptions
 from guardscope.replay.session import SIGNATURE_CACHE, ReplaySession
@@ -139,3 +139,75 @@ def test_a_graph_break_model_says_later_frames_are_approximate(tmp_path):
     assert "later frames see values computed from tensor data" in warning
     report = (tmp_path / "out" / "report.html").read_text()
     assert 'id="signature-samples"' in report and "approximate" in report
+
+
+def test_a_replay_of_records_describes_samples_as_a_replay_of_samples(twins, tmp_path):
+    """Signature records checked on their flat call's shared arguments get the descriptions
+    that the same samples, materialised one by one, get."""
+    corpus = load_corpus(twins["no-data"][0].out_dir.parent / "no-data")
+    records = [item for shard in corpus.manifest.shards for item in corpus.load_records(shard)]
+    assert any(type(r) is SignatureRecord and r.key is not None for r in records)
+    described = {}
+    for name, items in {"records": records, "samples": list(corpus)}.items():
+        metas: list = []
+        options = ReplayOptions(dynamic=True, fullgraph=True)
+        with ReplaySession(corpus_model(), options, on_sample=metas.append, guard_only=True,
+                           signature_cache=SIGNATURE_CACHE) as session:
+            session.replay(items)
+        described[name] = metas
+    assert described["records"] == described["samples"]
+
+
+class Stepped(torch.nn.Module):
+    """A flat call with an int and a str keyword: the replay describes its ints as they are."""
+
+    def forward(self, x, y=None, *, steps: int = 1, mode: str = "sum"):
+        out = x * steps
+        if y is not None:
+            out = out + y.sum()
+        return out.sum() if mode == "sum" else out.mean()
+
+
+def test_records_with_int_arguments_are_described_with_their_values(tmp_path):
+    calls = [((torch.ones(n, 3),), {"steps": steps, "mode": "sum"}) for n, steps in
+             [(4, 1), (5, 1), (5, 1), (6, 2), (7, 2), (4, 1), (8, 3)]]
+    calls.append(((torch.ones(3, 3), torch.ones(2)), {"steps": 2, "mode": "mean"}))
+    with CorpusWriter(tmp_path / "c", model="tests.x:y", keep="signatures", full_per_signature=0) as writer:
+        for args, kwargs in calls:
+            writer.add(*args, **kwargs)
+    corpus = load_corpus(tmp_path / "c")
+    records = corpus.load_records(corpus.manifest.shards[0])
+    described = {}
+    for name, items in {"records": records, "samples": list(corpus)}.items():
+        metas: list = []
+        options = ReplayOptions(dynamic=True, fullgraph=True)
+        with ReplaySession(Stepped(), options, on_sample=metas.append, guard_only=True,
+                           signature_cache=SIGNATURE_CACHE) as session:
+            session.replay(items)
+        described[name] = metas
+    assert described["records"] == described["samples"]
+    assert described["records"][3].scalars == (("y", "NoneType:None"), ("steps", "int:2"), ("mode", "str:'sum'"))
+    assert all(m.serving is not None for m in described["records"])
+
+
+def test_an_analysis_interrupted_inside_a_record_resumes_to_the_same_catalog(twins, tmp_path):
+    source = twins["no-data"][0].out_dir.parent / "no-data"
+    corpus = load_corpus(source)
+    records = [item for shard in corpus.manifest.shards for item in corpus.load_records(shard)]
+    inside = next(r for r in records if type(r) is SignatureRecord and r.repeat > 1 and r.first > 40).first + 1
+    out = tmp_path / "out"
+
+    def interrupt(done, compiles):
+        if done >= inside:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        guardscope.analyze(source, out, strict=True, checkpoint_every=0, progress=interrupt)
+    checkpoint = json.loads((out / ".guardscope-checkpoint.json").read_text())
+    assert checkpoint["next_sample"] == inside
+    guardscope.analyze(source, out, strict=True, checkpoint_every=0, resume=True)
+    expected = json.loads(twins["no-data"][0].catalog_path.read_text())
+    got = json.loads((out / "catalog.json").read_text())
+    for catalog in (expected, got):
+        del catalog["corpus"]["path"]  # relative to the analysis folder
+    assert got == expected

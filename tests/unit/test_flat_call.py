@@ -1,0 +1,166 @@
+"""Flat calls (``corpus.signature.FlatCall``): the signatures a replay checks without rebuilding
+each call, and the signature records a corpus reads for it (``Corpus.load_records``)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zlib
+
+import pytest
+import torch
+
+from guardscope.corpus.format import CorpusWriter, SignatureRecord, load_corpus
+from guardscope.corpus.signature import FlatCall, NotFlat, signature, signature_to_json
+from guardscope.errors import ShardError
+from guardscope.model import Sample
+from guardscope.replay.resumable import _from
+
+
+def array_of(args: tuple, kwargs: dict) -> list:
+    """A call's signature as a corpus shard holds it (a JSON array, parsed)."""
+    return json.loads(json.dumps(signature_to_json(signature(args, kwargs, inference=False))))
+
+
+def call(rows: int, cols: int = 4, *, steps: int = 3, grad: bool = False) -> tuple[tuple, dict]:
+    x = torch.randn(rows, cols, requires_grad=grad)
+    return (x, torch.ones(rows, dtype=torch.int64)[::2]), {"steps": steps, "mode": "sum", "mask": None,
+                                                          "scale": 0.5, "dtype": torch.float16}
+
+
+def test_a_key_gives_arguments_with_exactly_that_signature():
+    flat = FlatCall(signature(*call(5), inference=False))
+    for rows, cols, steps in [(5, 4, 3), (0, 4, 3), (7, 1, -2), (1, 9, 0)]:
+        args, kwargs = call(rows, cols, steps=steps)
+        key = flat.match(array_of(args, kwargs))
+        assert key is not None
+        built_args, built_kwargs, tensors = flat.arguments(key)
+        assert signature(built_args, built_kwargs, inference=False) == signature(args, kwargs, inference=False)
+        assert list(built_kwargs) == ["steps", "mode", "mask", "scale", "dtype"]
+        assert [t.shape for t in tensors] == [a.shape for a in args]
+
+
+def test_tensors_are_built_once_per_argument_and_size():
+    flat = FlatCall(signature(*call(5), inference=False))
+    first = flat.arguments(flat.match(array_of(*call(5))))[2]
+    again = flat.arguments(flat.match(array_of(*call(5, steps=8))))[2]
+    other = flat.arguments(flat.match(array_of(*call(7))))[2]
+    assert all(a is b for a, b in zip(first, again))
+    assert not any(a is b for a, b in zip(first, other))
+    assert first[0] is not first[1] and first[0].untyped_storage().data_ptr() != first[1].untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("change", [
+    lambda: call(5, grad=True),                                             # requires_grad
+    lambda: ((torch.randn(5, 4, 1), torch.ones(5, dtype=torch.int64)[::2]), call(5)[1]),  # dims
+    lambda: ((torch.randn(5, 4).double(), torch.ones(5, dtype=torch.int64)[::2]), call(5)[1]),  # dtype
+    lambda: (call(5)[0], {**call(5)[1], "mode": "mean"}),                   # a constant
+    lambda: (call(5)[0], {**call(5)[1], "scale": 0.25}),                    # a float
+    lambda: (call(5)[0], {**call(5)[1], "mask": torch.ones(1)}),            # None -> tensor
+    lambda: (call(5)[0], {k: v for k, v in reversed(call(5)[1].items())}),  # keyword order
+    lambda: (call(5)[0][:1], call(5)[1]),                                   # fewer arguments
+    lambda: (call(5)[0], {**call(5)[1], "steps": True}),                    # an int becomes a bool
+])
+def test_a_signature_of_another_call_does_not_match(change):
+    flat = FlatCall(signature(*call(5), inference=False))
+    assert flat.match(array_of(*change())) is None
+
+
+@pytest.mark.parametrize("args", [
+    (torch.ones(4), [torch.ones(2)]),                       # a list argument
+    (torch.ones(4), {"a": torch.ones(2)}),                  # a dict argument
+])
+def test_a_call_with_containers_is_not_flat(args):
+    with pytest.raises(NotFlat):
+        FlatCall(signature(args, {}))
+
+
+def test_a_call_whose_tensors_share_storage_is_not_flat():
+    base = torch.ones(4, 4)
+    with pytest.raises(NotFlat, match="share storage"):
+        FlatCall(signature((base, base[1:]), {}))
+
+
+@pytest.mark.parametrize("numbers", [(-1, 4, 4, 1, 0), (5, 4, 4, 1, 2**62), (5.5, 4, 4, 1, 0)])
+def test_impossible_sizes_are_refused(numbers):
+    flat = FlatCall(signature((torch.ones(5, 4),), {}))
+    array = array_of((torch.ones(5, 4),), {})
+    tensor = array[1][2]
+    tensor[2], tensor[3], tensor[4] = list(numbers[:2]), list(numbers[2:4]), numbers[4]
+    with pytest.raises(ValueError, match="non-negative ints"):
+        flat.match(array)
+
+
+def test_built_tensors_go_where_asked():
+    flat = FlatCall(signature((torch.ones(3),), {}), device="meta")
+    args, _, _ = flat.arguments(flat.match(array_of((torch.ones(3),), {})))
+    assert args[0].device.type == "meta"
+
+
+# ---- records as a corpus reads them -----------------------------------------------------------
+
+
+def write(directory, calls, **options):
+    with CorpusWriter(directory, model="pkg.models:build", keep="signatures", shard_size=4, **options) as writer:
+        for args, kwargs in calls:
+            writer.add(*args, **kwargs)
+
+
+def test_records_and_samples_of_a_corpus_agree(tmp_path):
+    calls = [call(5), call(5), call(6), ((torch.ones(2), [torch.ones(1)]), {}), call(5), call(5), call(7)]
+    write(tmp_path / "c", calls, full_per_signature=0)
+    corpus = load_corpus(tmp_path / "c")
+    records = [item for shard in corpus.manifest.shards for item in corpus.load_records(shard)]
+    assert [(r.first, r.repeat) for r in records] == [(0, 2), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1)]
+    assert all(type(r) is SignatureRecord for r in records)
+    assert [r.key is not None for r in records] == [True, True, False, True, True, True]
+    samples = list(corpus)
+    for record in records:
+        for offset in range(record.repeat):
+            sample = samples[record.first + offset]
+            assert record.signature == sample.signature == signature(*calls[sample.index], inference=False)
+            if record.key is not None:
+                args, kwargs, _ = record.arguments()
+                assert signature(args, kwargs, inference=False) == sample.signature
+            rebuilt = record.sample(offset)
+            assert (rebuilt.index, rebuilt.signature, rebuilt.data_of) == (sample.index, sample.signature, None)
+
+
+def test_a_full_sample_stays_a_sample(tmp_path):
+    write(tmp_path / "c", [call(5), call(5)])
+    corpus = load_corpus(tmp_path / "c")
+    first, second = corpus.load_records(corpus.manifest.shards[0])
+    assert type(first) is Sample and type(second) is SignatureRecord and second.full == 0
+
+
+def test_a_signature_record_with_impossible_sizes_is_refused_when_read(tmp_path):
+    write(tmp_path / "c", [call(5), call(6)], full_per_signature=0)
+    shard = tmp_path / "c" / "shard-00000.pt"
+    content = torch.load(shard, weights_only=True)
+    index = json.loads(zlib.decompress(content["index"].numpy().tobytes()))
+    index["samples"][1]["signature"][1][2][2][0] = -6
+    content["index"] = torch.frombuffer(bytearray(zlib.compress(json.dumps(index).encode())), dtype=torch.uint8)
+    buffer = io.BytesIO()
+    torch.save(content, buffer)
+    shard.write_bytes(buffer.getvalue())
+    manifest = json.loads((tmp_path / "c" / "corpus.json").read_text())
+    manifest["shards"][0]["sha256"] = hashlib.sha256(buffer.getvalue()).hexdigest()
+    (tmp_path / "c" / "corpus.json").write_text(json.dumps(manifest))
+    corpus = load_corpus(tmp_path / "c")
+    with pytest.raises(ShardError, match="sample 1's signature cannot be rebuilt.*non-negative"):
+        corpus.load_records(corpus.manifest.shards[0])
+
+
+def test_a_resumed_replay_starts_inside_a_record(tmp_path):
+    write(tmp_path / "c", [call(5)] * 3 + [call(6)], full_per_signature=0)
+    corpus = load_corpus(tmp_path / "c")
+    records = corpus.load_records(corpus.manifest.shards[0])
+    assert [(r.first, r.repeat) for r in _from(records, 0)] == [(0, 3), (3, 1)]
+    assert [(r.first, r.repeat) for r in _from(records, 1)] == [(1, 2), (3, 1)]
+    assert [(r.first, r.repeat) for r in _from(records, 3)] == [(3, 1)]
+    assert _from(records, 4) == []
+    assert _from(records, 2)[0].sample(0).index == 2
+    with pytest.raises(IndexError):
+        records[0].sample(3)
+
