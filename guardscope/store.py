@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import IO, Any
 
@@ -24,7 +25,12 @@ TRACE_DIR = "trace"
 TRACE_FILE = "torch_trace.log"
 CUDAGRAPH_LOG = "cudagraphs.jsonl"  # what the cudagraphs loggers said, per sample (mode="reduce-overhead" on a GPU)
 CHECKPOINT = ".guardscope-checkpoint.json"
-CHECKPOINT_VERSION = 2  # 2: checkpoints within shards (next_sample)
+CHECKPOINT_VERSION = 3  # 2: checkpoints within shards (next_sample); 3: members in MEMBERS
+CHECKPOINT_VERSIONS = (2, 3)  # read: a version 2 checkpoint holds the members itself
+# The topologies' members an interrupted analysis had found, streamed: each checkpoint appends
+# those found since the one before (one JSON line), so a checkpoint's size does not grow with
+# the corpus.
+MEMBERS = ".guardscope-members.jsonl"
 OWNED = ".guardscope-files.json"  # the files guardscope wrote in an analysis folder
 LOCATIONS = "locations.json"  # where the analysed corpus was, absolutely (catalog.json stays machine-free)
 # What analyze writes (and finds in an analysis folder made before OWNED existed).
@@ -249,19 +255,68 @@ def write_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
 
 
 def read_checkpoint(directory: str | Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint to resume from, its builder's members read back from :data:`MEMBERS`
+    (as far as the checkpoint says: what an interrupted run appended after it is not kept)."""
     state = read_json(Path(directory) / CHECKPOINT, "run without --resume")
-    if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
+    if not isinstance(state, dict) or state.get("version") not in CHECKPOINT_VERSIONS:
         raise OutputError(f"{Path(directory) / CHECKPOINT} is not a checkpoint this guardscope reads; use --force")
     if state.get("fingerprint") != fingerprint:
         raise OutputError(
             f"the interrupted analysis in {directory} used another corpus, model, torch or options; "
             "resume with the same command, or pass --force to start over"
         )
+    if "members_bytes" in state:
+        members = read_members(directory, state["members_bytes"])
+        counts = {key: len(found) for key, found in members.items()}
+        if counts != state["builder"].get("member_counts"):
+            raise OutputError(
+                f"{Path(directory) / MEMBERS} does not hold the members {Path(directory) / CHECKPOINT} counts; "
+                "run again with --force to start over"
+            )
+        state["builder"]["members"] = [[key, found] for key, found in members.items()]
     return state
+
+
+def append_members(directory: str | Path, found: dict[str, list[int]], keep_bytes: int) -> int:
+    """Append the members found since the last checkpoint (topology key -> sample indices) to
+    :data:`MEMBERS`, after cutting it back to ``keep_bytes`` (its size at that checkpoint);
+    returns its size, which the next checkpoint records."""
+    path = Path(directory) / MEMBERS
+    try:
+        with open(path, "ab") as stream:
+            stream.truncate(keep_bytes)
+            if found:
+                stream.write((json.dumps(found, separators=(",", ":")) + "\n").encode())
+            stream.flush()
+            os.fsync(stream.fileno())
+            return stream.seek(0, os.SEEK_END)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def read_members(directory: str | Path, size: int) -> dict[str, list[int]]:
+    """The members :func:`append_members` wrote, up to ``size`` bytes, merged in order."""
+    path = Path(directory) / MEMBERS
+    try:
+        with open(path, "rb") as stream:
+            data = stream.read(size)
+    except OSError as exc:
+        raise OutputError(f"cannot read {path}: {exc.strerror or exc}; run again with --force to start over") from exc
+    members: dict[str, list[int]] = {}
+    try:
+        if len(data) != size:
+            raise ValueError(f"{len(data)} bytes, not {size}")
+        for line in data.decode().splitlines():
+            for key, found in json.loads(line).items():
+                members.setdefault(key, []).extend(found)
+    except (ValueError, AttributeError) as exc:
+        raise OutputError(f"{path} is damaged ({exc}); run again with --force to start over") from None
+    return members
 
 
 def clear_checkpoint(directory: str | Path) -> None:
     (Path(directory) / CHECKPOINT).unlink(missing_ok=True)
+    (Path(directory) / MEMBERS).unlink(missing_ok=True)
 
 
 def begin_analysis(directory: Path, fingerprint: dict[str, Any], *, resume: bool) -> dict[str, Any] | None:

@@ -414,8 +414,19 @@ class CatalogBuilder:
         key = (graph, layout, values)
         self.shapes[key] = self.shapes.get(key, 0) + 1
 
-    def to_state(self) -> dict[str, Any]:
-        """Everything accumulated so far, as JSON values (for checkpoints)."""
+    def members_after(self, counts: dict[str, int]) -> dict[str, list[int]]:
+        """Each topology's members after the first ``counts[key]`` (those a checkpoint streamed
+        already), for the topologies that have more."""
+        return {key: found[counts.get(key, 0):] for key, found in self.members.items()
+                if len(found) > counts.get(key, 0)}
+
+    def member_counts(self) -> dict[str, int]:
+        return {key: len(found) for key, found in self.members.items()}
+
+    def to_state(self, members: bool = True) -> dict[str, Any]:
+        """Everything accumulated so far, as JSON values (for checkpoints); with ``members``
+        False, the topologies' member counts instead of their members (a checkpoint that
+        streams them, :func:`guardscope.store.append_members`)."""
         return {
             "track_shapes": self.track_shapes,
             "shapes": [[graph, layout, list(values), count] for (graph, layout, values), count in self.shapes.items()],
@@ -423,7 +434,8 @@ class CatalogBuilder:
             "cudagraph_events": [list(event) for event in self.cudagraph_events],
             "dims": [[dim, a.input, a.axis, a.min, a.max, a.ever_zero, a.ever_one] for dim, a in self.dims.items()],
             "equal_candidates": [[d, None if c is None else sorted(c)] for d, c in self.equal_candidates.items()],
-            "members": [[cid, m] for cid, m in self.members.items()],
+            **({"members": [[cid, m] for cid, m in self.members.items()]} if members
+               else {"member_counts": self.member_counts()}),
             "first_shapes": [[cid, shapes] for cid, shapes in self.first_shapes.items()],
             "first_arguments": [[key, names] for key, names in self.first_arguments.items()],
             "failed": [[f.index, f.error] for f in self.failed],

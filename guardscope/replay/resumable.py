@@ -120,15 +120,25 @@ def replay_corpus(
     ) as cudagraph_stream:
         done = {"next": state["next_sample"] if state else 0, "time": time.monotonic(),
                 "trace": store.stream_size(trace_stream), "cudagraphs": store.stream_size(cudagraph_stream)}
+        # The members streamed so far (store.MEMBERS): per topology, and that file's size.
+        streamed = {"counts": builder.member_counts() if state else {},
+                    "bytes": (state or {}).get("members_bytes", 0)}
+        if state and "members_bytes" not in state:  # a version 2 checkpoint held them itself
+            streamed["bytes"] = store.append_members(out, builder.members_after({}), keep_bytes=0)
 
         def checkpoint() -> None:
             done["time"] = time.monotonic()
+            # Only the members found since the last checkpoint are written: appended.
+            streamed["bytes"] = store.append_members(out, builder.members_after(streamed["counts"]),
+                                                     keep_bytes=streamed["bytes"])
+            streamed["counts"] = builder.member_counts()
             store.write_checkpoint(out, {
                 "fingerprint": fingerprint,
                 "next_sample": done["next"],
                 "compile_samples": session.compile_samples(before=done["next"]),
                 "lookup_order": session.lookup_order,
-                "builder": builder.to_state(),
+                "members_bytes": streamed["bytes"],
+                "builder": builder.to_state(members=False),
                 "skipped_shards": skipped,
                 "seconds": (state["seconds"] if state else 0.0) + session.seconds,
                 "trace_bytes": done["trace"],

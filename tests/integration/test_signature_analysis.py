@@ -205,6 +205,9 @@ def test_an_analysis_interrupted_inside_a_record_resumes_to_the_same_catalog(twi
         guardscope.analyze(source, out, strict=True, checkpoint_every=0, progress=interrupt)
     checkpoint = json.loads((out / ".guardscope-checkpoint.json").read_text())
     assert checkpoint["next_sample"] == inside
+    # The members are streamed to a file beside the checkpoint, not held in it.
+    assert "members" not in checkpoint["builder"] and sum(checkpoint["builder"]["member_counts"].values()) == inside
+    assert (out / ".guardscope-members.jsonl").stat().st_size == checkpoint["members_bytes"]
     guardscope.analyze(source, out, strict=True, checkpoint_every=0, resume=True)
     expected = json.loads(twins["no-data"][0].catalog_path.read_text())
     got = json.loads((out / "catalog.json").read_text())

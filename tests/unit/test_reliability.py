@@ -110,6 +110,43 @@ def test_resume_with_other_options_is_refused(sharded_seed, tmp_path):
     assert result.exit_code == 2 and "--force" in result.output
 
 
+def test_members_stream_into_a_file_that_a_resume_cuts_back(tmp_path):
+    from guardscope import store
+    from guardscope.catalog.builder import CatalogBuilder
+
+    builder = CatalogBuilder()
+    builder.members = {"0/0": [0, 2], "0/1": [1]}
+    first = store.append_members(tmp_path, builder.members_after({}), keep_bytes=0)
+    counts = builder.member_counts()
+    builder.members["0/0"].append(3)
+    builder.members["0/2"] = [4]
+    assert builder.members_after(counts) == {"0/0": [3], "0/2": [4]}
+    second = store.append_members(tmp_path, builder.members_after(counts), keep_bytes=first)
+    assert store.read_members(tmp_path, second) == builder.members
+    assert store.read_members(tmp_path, first) == {"0/0": [0, 2], "0/1": [1]}
+    # An interrupted run appended more after its last checkpoint: the resume cuts it off.
+    store.append_members(tmp_path, {"0/1": [5]}, keep_bytes=second)
+    assert store.append_members(tmp_path, {}, keep_bytes=second) == second
+    assert store.read_members(tmp_path, second) == builder.members
+    state = builder.to_state(members=False)
+    assert "members" not in state and state["member_counts"] == {"0/0": 3, "0/1": 1, "0/2": 1}
+
+
+def test_a_checkpoint_whose_members_file_disagrees_is_refused(tmp_path):
+    from guardscope import store
+    from guardscope.errors import OutputError
+
+    size = store.append_members(tmp_path, {"0/0": [0, 1]}, keep_bytes=0)
+    store.write_checkpoint(tmp_path, {"fingerprint": {}, "members_bytes": size,
+                                      "builder": {"member_counts": {"0/0": 3}}})
+    with pytest.raises(OutputError, match="does not hold the members"):
+        store.read_checkpoint(tmp_path, {})
+    store.write_checkpoint(tmp_path, {"fingerprint": {}, "members_bytes": size + 5,
+                                      "builder": {"member_counts": {"0/0": 2}}})
+    with pytest.raises(OutputError, match="damaged"):
+        store.read_checkpoint(tmp_path, {})
+
+
 # --- 10: generated code never embeds corpus-controlled strings -------------------------------------
 
 
