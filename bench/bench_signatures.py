@@ -4,12 +4,14 @@ analysed; wall time, peak RSS and corpus size against the loading floor measured
     python -m bench.bench_signatures                               # 1,000,000 requests, both corpora
     python -m bench.bench_signatures --samples 100000 --full-per-signature 0
     python -m bench.bench_signatures --samples 100000 --no-full     # the signature corpus only
+    python -m bench.bench_signatures --max-full-bytes 67108864 --no-full  # at most 64 MiB kept in full
 
 The requests are ``bench.scale_corpus``'s: the small seed GNN's distribution, whose first 300 are
 the committed sample corpus (checked here, tensor by tensor). Two corpora hold the same requests:
 
-* ``signatures``: ``CorpusWriter(keep="signatures", full_per_signature=K)`` — the first K
-  requests of each signature in full, every other one as its signature (format 3);
+* ``signatures``: ``CorpusWriter(keep="signatures", full_per_signature=K, max_full_bytes=B)``
+  — the first K requests of each signature in full (while the tensor bytes kept in full stay
+  within B), every other one as its signature (format 3);
 * ``full``: ``keep="all"`` — every request's tensors (format 2); skipped with ``--no-full``.
 
 Each measurement is a fresh process from the repository root: ``startup`` (``import torch,
@@ -53,7 +55,8 @@ LOAD = (
 )
 
 
-def write_corpus(directory: pathlib.Path, samples: int, keep: str, full_per_signature: int) -> float:
+def write_corpus(directory: pathlib.Path, samples: int, keep: str, full_per_signature: int,
+                 max_full_bytes: int | None = None) -> float:
     """Write the scale requests into ``directory`` (unless a corpus of that many samples, kept
     that way, is there); returns the seconds writing took (0 when reused)."""
     from bench.scale_corpus import write_scale_corpus
@@ -61,7 +64,7 @@ def write_corpus(directory: pathlib.Path, samples: int, keep: str, full_per_sign
     manifest = directory / "corpus.json"
     wanted = 3 if keep == "signatures" else 2
     marker = directory / ".written-with"
-    recipe = f"{samples} {keep} {full_per_signature}\n"
+    recipe = f"{samples} {keep} {full_per_signature}\n" + (f"max_full_bytes {max_full_bytes}\n" if max_full_bytes else "")
     if manifest.is_file() and marker.is_file() and marker.read_text() == recipe:
         found = common.read_json(manifest)
         if found["samples"] == samples and found["format_version"] == wanted:
@@ -70,7 +73,8 @@ def write_corpus(directory: pathlib.Path, samples: int, keep: str, full_per_sign
     print(f"writing     {samples} requests into {directory} (keep={keep}, full_per_signature={full_per_signature}) ...",
           flush=True)
     started = time.perf_counter()
-    write_scale_corpus(directory, samples=samples, overwrite=True, keep=keep, full_per_signature=full_per_signature)
+    write_scale_corpus(directory, samples=samples, overwrite=True, keep=keep, full_per_signature=full_per_signature,
+                       max_full_bytes=max_full_bytes)
     seconds = time.perf_counter() - started
     marker.write_text(recipe)
     print(f"wrote       in {seconds:.1f} s ({samples / seconds:,.0f} requests/s)")
@@ -187,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full-per-signature", type=int, default=1,
                         help="requests of each signature recorded in full in the signature corpus "
                         "(0: no tensor data; default %(default)s)")
+    parser.add_argument("--max-full-bytes", type=int, default=None,
+                        help="tensor bytes the signature corpus keeps in full, at most (default: no bound)")
     parser.add_argument("--no-full", dest="full", action="store_false",
                         help="skip the full corpus (its 1,000,000 requests take about 7 GB)")
     parser.add_argument("--work", type=pathlib.Path, default=pathlib.Path("/tmp/guardscope-bench/signatures"),
@@ -198,13 +204,15 @@ def main(argv: list[str] | None = None) -> int:
     work = options.work.resolve()
     info = common.machine()
     print(f"machine     {common.describe_machine(info)}")
-    corpora = {"signatures": work / f"signatures-{options.samples}-{options.full_per_signature}"}
+    bound = f"-{options.max_full_bytes}" if options.max_full_bytes else ""
+    corpora = {"signatures": work / f"signatures-{options.samples}-{options.full_per_signature}{bound}"}
     if options.full:
         corpora["full"] = work / f"full-{options.samples}"
     written = {}
     for name, directory in corpora.items():
         keep = "signatures" if name == "signatures" else "all"
-        written[name] = write_corpus(directory, options.samples, keep, options.full_per_signature)
+        written[name] = write_corpus(directory, options.samples, keep, options.full_per_signature,
+                                     options.max_full_bytes if name == "signatures" else None)
         common.ensure_model_resolves(directory)
     print(f"check       {check_sample_corpus(corpora['signatures'])}")
     offer = offer_cost(work)
@@ -214,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
                                shown=f"python -c {STARTUP!r}").check()
     print(f"startup     {startup.wall_seconds:.1f} s wall (import torch, guardscope.cli)")
     results: dict = {"benchmark": "bench_signatures", "machine": info, "samples": options.samples,
-                     "full_per_signature": options.full_per_signature, "startup": startup.to_json(),
+                     "full_per_signature": options.full_per_signature, "max_full_bytes": options.max_full_bytes,
+                     "startup": startup.to_json(),
                      "write_seconds": written, "offer": offer, "corpora": {}}
     for name, directory in corpora.items():
         results["corpora"][name] = measure(name, directory, work, startup)

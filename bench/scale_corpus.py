@@ -91,10 +91,11 @@ def write_scale_corpus(
     overwrite: bool = False,
     keep: str = "all",
     full_per_signature: int = 1,
+    max_full_bytes: int | None = None,
 ) -> pathlib.Path:
     """Write the corpus with ``CorpusWriter`` (model ``model.py:small`` relative to
-    ``directory``; ``keep`` and ``full_per_signature`` as CorpusWriter takes them); returns the
-    directory."""
+    ``directory``; ``keep``, ``full_per_signature`` and ``max_full_bytes`` as CorpusWriter
+    takes them); returns the directory."""
     with CorpusWriter(
         directory,
         model=model_spec(directory, "small"),
@@ -103,6 +104,7 @@ def write_scale_corpus(
         overwrite=overwrite,
         keep=keep,
         full_per_signature=full_per_signature,
+        max_full_bytes=max_full_bytes,
     ) as writer:
         for request in iter_scale_samples(samples, seed, recurrences):
             writer.add(**request)
@@ -132,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         "--full-per-signature", type=int, default=1,
         help="with --keep signatures: calls of each signature recorded in full (0: none; default %(default)s)",
     )
+    parser.add_argument(
+        "--max-full-bytes", type=int, default=None,
+        help="with --keep signatures: tensor bytes of the calls kept in full, at most (default: no bound)",
+    )
     options = parser.parse_args(argv)
     if options.samples < 1:
         parser.error("--samples must be at least 1")
@@ -146,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             overwrite=options.overwrite,
             keep=options.keep,
             full_per_signature=options.full_per_signature,
+            max_full_bytes=options.max_full_bytes,
         )
     except (GuardscopeError, ValueError) as exc:
         parser.exit(2, f"error: {exc}\n")

@@ -257,7 +257,9 @@ class CorpusWriter:
     records the first ``full_per_signature`` calls of each signature in full and every other
     one as its signature only, without tensor data (format 3; ``full_per_signature=0`` keeps no
     tensor data at all, for traffic whose contents may not be stored); ``max_signatures`` bounds
-    the signatures it remembers (None: all). The
+    the signatures it remembers (None: all), ``max_full_bytes`` the tensor storage bytes of the
+    calls it keeps in full (a call that would pass it is recorded as its signature; None: no
+    bound), so a corpus of a million new signatures stays small. The
     directory is created if needed; one that already holds a corpus is refused unless
     ``overwrite=True``, which deletes that corpus's manifest and shard files (nothing else).
 
@@ -285,6 +287,7 @@ class CorpusWriter:
         keep: str = "all",
         full_per_signature: int = 1,
         max_signatures: int | None = None,
+        max_full_bytes: int | None = None,
     ) -> None:
         self.directory = pathlib.Path(directory)
         # A relative file spec is stored relative to the corpus folder, where it is resolved first:
@@ -310,6 +313,12 @@ class CorpusWriter:
             )
         if max_signatures is not None and (type(max_signatures) is not int or max_signatures < 0):
             raise CorpusError(f"max_signatures must be an int >= 0 or None, got {max_signatures!r}")
+        if max_full_bytes is not None and (type(max_full_bytes) is not int or max_full_bytes < 0):
+            raise CorpusError(f"max_full_bytes must be an int >= 0 or None, got {max_full_bytes!r}")
+        if max_full_bytes is not None and keep != "signatures":
+            raise CorpusError('max_full_bytes bounds the calls kept in full besides signatures: use keep="signatures"')
+        self.max_full_bytes = max_full_bytes
+        self.full_bytes = 0  # tensor storage bytes of the calls kept in full (keep="signatures")
         self.keep = keep
         self.full_per_signature = full_per_signature
         self.max_signatures = max_signatures
@@ -409,12 +418,17 @@ class CorpusWriter:
             sig = signature(args, kwargs, inference=False)
             digest = signature_digest(sig)
             seen = self._seen(digest)
-            if seen[1] >= self.full_per_signature:
+            size = 0
+            if seen[1] < self.full_per_signature and self.max_full_bytes is not None:
+                size = storage_bytes((args, kwargs))
+            if seen[1] >= self.full_per_signature or (
+                    self.max_full_bytes is not None and self.full_bytes + size > self.max_full_bytes):
                 self._add_signature_record(sig, digest)
                 return self._advance(devices)
             if seen[1] == 0:
                 seen[0] = self._count
             seen[1] += 1
+            self.full_bytes += size
         if not copied:
             args, kwargs = _copy_call(args, kwargs)
         self._pending.append({"args": args, "kwargs": kwargs})
@@ -491,6 +505,30 @@ class CorpusWriter:
         )
         text = json.dumps(manifest.to_json(), sort_keys=True, indent=2) + "\n"
         _atomic_write(self.directory / MANIFEST_NAME, text.encode())
+
+
+def storage_bytes(value: Any) -> int:
+    """Bytes a corpus stores for the tensors in ``value``: each distinct storage once, whole
+    (a view is stored with its base)."""
+    seen: set[tuple[str, int]] = set()
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            try:
+                storage = item.untyped_storage()
+            except Exception:  # sparse, quantized...: no storage; the corpus refuses them anyway
+                continue
+            key = (str(item.device), storage.data_ptr())
+            if key not in seen:
+                seen.add(key)
+                total += storage.nbytes()
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+    return total
 
 
 def check_sample(args: tuple, kwargs: dict) -> set[str]:

@@ -46,7 +46,7 @@ from typing import Any, Callable
 import torch
 
 from .. import plans, store, torch_compat
-from ..corpus.format import MANIFEST_NAME, CorpusWriter, check_model_spec, check_sample, snapshot
+from ..corpus.format import MANIFEST_NAME, CorpusWriter, check_model_spec, check_sample, snapshot, storage_bytes
 from ..corpus.signature import signature
 from ..corpus.spec import respec
 from ..errors import SampleError, ServeError
@@ -213,30 +213,6 @@ def _scalar_class(text: str) -> str:
     if kind == "int":
         return f"int:{value}" if value in ("0", "1") else "int"
     return text[:80]
-
-
-def storage_bytes(value: Any) -> int:
-    """Bytes a corpus stores for the tensors in ``value``: each distinct storage once, whole
-    (a view is stored with its base)."""
-    seen: set[tuple[str, int]] = set()
-    total = 0
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, torch.Tensor):
-            try:
-                storage = item.untyped_storage()
-            except Exception:  # sparse, quantized...: no storage; the corpus refuses them anyway
-                continue
-            key = (str(item.device), storage.data_ptr())
-            if key not in seen:
-                seen.add(key)
-                total += storage.nbytes()
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-    return total
 
 
 # --- the recorder --------------------------------------------------------------------------------

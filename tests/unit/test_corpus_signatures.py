@@ -161,6 +161,16 @@ def test_full_per_signature_keeps_that_many_in_full(tmp_path):
     assert [tuple(s.args[0].shape) for s in samples] == [(3, 4), (3, 4), (4, 4)]
 
 
+def test_max_full_bytes_bounds_the_data_kept_in_full(tmp_path):
+    # request(rows): one storage of rows x 4 float32 (the view shares it): 16 * rows bytes.
+    writer = record(tmp_path / "c", [3, 4, 3, 5, 6, 5, 2], max_full_bytes=16 * (3 + 4 + 2))
+    samples = list(load_corpus(tmp_path / "c"))
+    assert [(s.recorded, s.data_of) for s in samples] == [
+        ("full", None), ("full", None), ("signature", 0), ("signature", None), ("signature", None),
+        ("signature", None), ("full", None)]
+    assert writer.full_bytes == 16 * (3 + 4 + 2)
+
+
 def test_keep_all_still_writes_format_2(tmp_path):
     with CorpusWriter(tmp_path / "c", model=MODEL) as writer:
         writer.add(*request(3)[0])
@@ -171,6 +181,8 @@ def test_keep_all_still_writes_format_2(tmp_path):
     ({"keep": "some"}, "keep must be one of 'all', 'signatures'"),
     ({"full_per_signature": -1}, "full_per_signature must be an int >= 0"),
     ({"full_per_signature": 1.5}, "full_per_signature must be an int >= 0"),
+    ({"keep": "signatures", "max_full_bytes": -1}, "max_full_bytes must be an int >= 0"),
+    ({"max_full_bytes": 1024}, 'max_full_bytes bounds .* use keep="signatures"'),
 ])
 def test_bad_writer_options_are_refused(tmp_path, options, message):
     with pytest.raises(CorpusError, match=message):
