@@ -156,6 +156,7 @@ from ..torch_compat import DTYPES, dtype_name
 from .signature import (
     FlatCall,
     NotFlat,
+    check_devices,
     materialise,
     signature,
     signature_digest,
@@ -957,6 +958,7 @@ class Corpus:
                 return call, key, None
         sig = signature_from_json(array)
         materialise(sig, device="meta")  # every check loading makes, without allocating
+        check_devices(sig, self._placement)
         try:
             call = FlatCall(sig, self._placement)
         except NotFlat:

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from ..text import message_line
 from ..torch_compat import DTYPES, dtype_name
 
 SIGNATURE_VERSION = 1  # bump when what a signature holds changes: digests of older versions differ
@@ -191,6 +192,27 @@ def _extent(shape: Any, stride: Any, offset: int) -> int:
     return 0 if 0 in shape else offset + 1 + sum((n - 1) * s for n, s in zip(shape, stride))
 
 
+def check_devices(sig: tuple, device: Any = None) -> None:
+    """``ValueError`` unless every tensor of ``sig`` can be built on its device here (placed as
+    :func:`materialise`'s ``device`` says): a corpus recorded on a GPU, read on a machine
+    without one and without ``map_location``."""
+    records: list[tuple] = []
+    _tensor_records(sig, records)
+    places = {record[6] for record in records if len(record) == 11 and type(record[6]) is str}
+    for place in places:
+        if device is None:
+            _probe(torch.device(place))
+        else:
+            _probe(torch.device(device(place) if callable(device) else device))
+
+
+def _probe(device: torch.device) -> None:
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as exc:  # a CPU-only build asserts for CUDA
+        raise ValueError(f"tensors recorded on {device} cannot be built here: {message_line(exc)}") from None
+
+
 def _tensor_records(node: Any, found: list[tuple]) -> None:
     """Every tensor record of a signature, in walk order."""
     if type(node) is tuple and node:
@@ -319,6 +341,7 @@ class FlatCall:
                 return fixed
 
         slots: list[tuple] = []
+        devices: set[torch.device] = set()
         for leaf in (*args[2:], *(value for _, value in kwargs[1:])):
             kind = leaf[0]
             if kind == "tensor":
@@ -326,6 +349,7 @@ class FlatCall:
                 if alias is not None:
                     raise NotFlat("tensors of the call share storage")
                 device_of = torch.device(place if place_of is None else place_of(place))
+                devices.add(device_of)
                 tail = signature_to_json(leaf[5:])
                 slots.append((_TENSOR, len(shape), tail, DTYPES[dtype], device_of, requires_grad, inference))
             elif kind == "int":
@@ -334,6 +358,8 @@ class FlatCall:
                 slots.append((_CONSTANT, signature_to_json(leaf), _build(leaf, iter(()))))
             else:
                 raise NotFlat(f"a {kind} argument")
+        for device_of in devices:  # an error now, not at the first guard check, when there is none
+            _probe(device_of)
         self.slots = slots
         # Where each tensor's part of a key is, in argument order; whether ints vary.
         self.tensor_parts = [position for position, slot in enumerate(slots) if slot[0] == _TENSOR]

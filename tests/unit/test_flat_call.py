@@ -107,6 +107,21 @@ def write(directory, calls, **options):
             writer.add(*args, **kwargs)
 
 
+def rewrite_index(directory, edit) -> None:
+    """Edit the first shard's (deflated JSON) index in place, its checksum updated."""
+    shard = directory / "shard-00000.pt"
+    content = torch.load(shard, weights_only=True)
+    index = json.loads(zlib.decompress(content["index"].numpy().tobytes()))
+    edit(index)
+    content["index"] = torch.frombuffer(bytearray(zlib.compress(json.dumps(index).encode())), dtype=torch.uint8)
+    buffer = io.BytesIO()
+    torch.save(content, buffer)
+    shard.write_bytes(buffer.getvalue())
+    manifest = json.loads((directory / "corpus.json").read_text())
+    manifest["shards"][0]["sha256"] = hashlib.sha256(buffer.getvalue()).hexdigest()
+    (directory / "corpus.json").write_text(json.dumps(manifest))
+
+
 def test_records_and_samples_of_a_corpus_agree(tmp_path):
     calls = [call(5), call(5), call(6), ((torch.ones(2), [torch.ones(1)]), {}), call(5), call(5), call(7)]
     write(tmp_path / "c", calls, full_per_signature=0)
@@ -136,17 +151,10 @@ def test_a_full_sample_stays_a_sample(tmp_path):
 
 def test_a_signature_record_with_impossible_sizes_is_refused_when_read(tmp_path):
     write(tmp_path / "c", [call(5), call(6)], full_per_signature=0)
-    shard = tmp_path / "c" / "shard-00000.pt"
-    content = torch.load(shard, weights_only=True)
-    index = json.loads(zlib.decompress(content["index"].numpy().tobytes()))
-    index["samples"][1]["signature"][1][2][2][0] = -6
-    content["index"] = torch.frombuffer(bytearray(zlib.compress(json.dumps(index).encode())), dtype=torch.uint8)
-    buffer = io.BytesIO()
-    torch.save(content, buffer)
-    shard.write_bytes(buffer.getvalue())
-    manifest = json.loads((tmp_path / "c" / "corpus.json").read_text())
-    manifest["shards"][0]["sha256"] = hashlib.sha256(buffer.getvalue()).hexdigest()
-    (tmp_path / "c" / "corpus.json").write_text(json.dumps(manifest))
+    def edit(index):
+        index["samples"][1]["signature"][1][2][2][0] = -6
+
+    rewrite_index(tmp_path / "c", edit)
     corpus = load_corpus(tmp_path / "c")
     with pytest.raises(ShardError, match="sample 1's signature cannot be rebuilt.*non-negative"):
         corpus.load_records(corpus.manifest.shards[0])
@@ -164,3 +172,29 @@ def test_a_resumed_replay_starts_inside_a_record(tmp_path):
     with pytest.raises(IndexError):
         records[0].sample(3)
 
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_record_on_a_device_this_machine_lacks_is_refused_when_read(tmp_path):
+    write(tmp_path / "c", [call(5)], full_per_signature=0)
+    def edit(index):
+        for tensor in index["samples"][0]["signature"][1][2:]:
+            tensor[6] = "cuda:0"
+
+    rewrite_index(tmp_path / "c", edit)
+    corpus = load_corpus(tmp_path / "c")
+    with pytest.raises(ShardError, match="sample 0's signature cannot be rebuilt"):
+        corpus.load_records(corpus.manifest.shards[0])
+    assert len(load_corpus(tmp_path / "c", map_location="cpu").load_records(corpus.manifest.shards[0])) == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_nested_record_on_a_device_this_machine_lacks_is_refused_when_read(tmp_path):
+    write(tmp_path / "c", [((torch.ones(2), [torch.ones(3)]), {})], full_per_signature=0)
+    def edit(index):
+        index["samples"][0]["signature"][1][3][2][6] = "cuda:0"  # the tensor in the list
+
+    rewrite_index(tmp_path / "c", edit)
+    with pytest.raises(ShardError, match="sample 0's signature cannot be rebuilt.*cuda:0 cannot be built here"):
+        list(load_corpus(tmp_path / "c"))
+    assert list(load_corpus(tmp_path / "c", map_location="cpu"))[0].args[1][0].device.type == "cpu"
