@@ -138,14 +138,7 @@ def materialise(sig: tuple, device: Any = None) -> tuple[tuple, dict[str, Any]]:
     """
     if type(sig) is not tuple or len(sig) != 3 or sig[0] != "call":
         raise ValueError("not a call signature")
-    if device is None or callable(device):
-        place_of = device
-    else:
-        fixed = torch.device(device)
-
-        def place_of(_recorded: str) -> torch.device:
-            return fixed
-
+    place_of = _placer(device)
     records: list[tuple] = []
     _tensor_records(sig, records)
     # One storage per alias group (a tensor and the later ones naming its position), as many
@@ -192,6 +185,19 @@ def _extent(shape: Any, stride: Any, offset: int) -> int:
     return 0 if 0 in shape else offset + 1 + sum((n - 1) * s for n, s in zip(shape, stride))
 
 
+def _placer(device: Any) -> Any:
+    """``materialise``'s ``device`` as a function from the recorded device's name to the device
+    to use (None: the recorded one)."""
+    if device is None or callable(device):
+        return device
+    fixed = torch.device(device)
+
+    def place_of(_recorded: str) -> torch.device:
+        return fixed
+
+    return place_of
+
+
 def check_devices(sig: tuple, device: Any = None) -> None:
     """``ValueError`` unless every tensor of ``sig`` can be built on its device here (placed as
     :func:`materialise`'s ``device`` says): a corpus recorded on a GPU, read on a machine
@@ -199,11 +205,9 @@ def check_devices(sig: tuple, device: Any = None) -> None:
     records: list[tuple] = []
     _tensor_records(sig, records)
     places = {record[6] for record in records if len(record) == 11 and type(record[6]) is str}
+    place_of = _placer(device)
     for place in places:
-        if device is None:
-            _probe(torch.device(place))
-        else:
-            _probe(torch.device(device(place) if callable(device) else device))
+        _probe(torch.device(place if place_of is None else place_of(place)))
 
 
 def _probe(device: torch.device) -> None:
@@ -332,14 +336,7 @@ class FlatCall:
         self.arity = len(args) - 2
         self.key_texts = [text for text, _ in kwargs[1:]]
         self.keywords = [_key(text) for text in self.key_texts]
-        if device is None or callable(device):
-            place_of = device
-        else:
-            fixed = torch.device(device)
-
-            def place_of(_recorded: str) -> torch.device:
-                return fixed
-
+        place_of = _placer(device)
         slots: list[tuple] = []
         devices: set[torch.device] = set()
         for leaf in (*args[2:], *(value for _, value in kwargs[1:])):

@@ -147,15 +147,21 @@ def test_a_replay_of_records_describes_samples_as_a_replay_of_samples(twins, tmp
     corpus = load_corpus(twins["no-data"][0].out_dir.parent / "no-data")
     records = [item for shard in corpus.manifest.shards for item in corpus.load_records(shard)]
     assert any(type(r) is SignatureRecord and r.key is not None for r in records)
+    described = replayed_both_ways(corpus_model, corpus, records)
+    assert described["records"] == described["samples"]
+
+
+def replayed_both_ways(model, corpus, records) -> dict[str, list]:
+    """The descriptions a guard-only replay gives, fed ``records`` and fed the corpus's samples."""
     described = {}
     for name, items in {"records": records, "samples": list(corpus)}.items():
         metas: list = []
         options = ReplayOptions(dynamic=True, fullgraph=True)
-        with ReplaySession(corpus_model(), options, on_sample=metas.append, guard_only=True,
+        with ReplaySession(model(), options, on_sample=metas.append, guard_only=True,
                            signature_cache=SIGNATURE_CACHE) as session:
             session.replay(items)
         described[name] = metas
-    assert described["records"] == described["samples"]
+    return described
 
 
 class Stepped(torch.nn.Module):
@@ -176,15 +182,7 @@ def test_records_with_int_arguments_are_described_with_their_values(tmp_path):
         for args, kwargs in calls:
             writer.add(*args, **kwargs)
     corpus = load_corpus(tmp_path / "c")
-    records = corpus.load_records(corpus.manifest.shards[0])
-    described = {}
-    for name, items in {"records": records, "samples": list(corpus)}.items():
-        metas: list = []
-        options = ReplayOptions(dynamic=True, fullgraph=True)
-        with ReplaySession(Stepped(), options, on_sample=metas.append, guard_only=True,
-                           signature_cache=SIGNATURE_CACHE) as session:
-            session.replay(items)
-        described[name] = metas
+    described = replayed_both_ways(Stepped, corpus, corpus.load_records(corpus.manifest.shards[0]))
     assert described["records"] == described["samples"]
     assert described["records"][3].scalars == (("y", "NoneType:None"), ("steps", "int:2"), ("mode", "str:'sum'"))
     assert all(m.serving is not None for m in described["records"])
