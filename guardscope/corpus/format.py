@@ -383,10 +383,12 @@ class CorpusWriter:
         """
         return self._add(args, kwargs, copied=False)
 
-    def add_snapshot(self, args: tuple, kwargs: dict) -> int:
+    def add_snapshot(self, args: tuple, kwargs: dict, sig: tuple | None = None) -> int:
         """Record a call that :func:`snapshot` copied already (a recorder that copies on the
-        serving thread and writes on another): as :meth:`add`, without copying it again."""
-        return self._add(tuple(args), dict(kwargs), copied=True)
+        serving thread and writes on another): as :meth:`add`, without copying it again.
+        ``sig``: the call's ``signature(args, kwargs, inference=False)`` when the caller took
+        it already (a copy has its original's signature), so that it is not taken again."""
+        return self._add(tuple(args), dict(kwargs), copied=True, sig=sig)
 
     def add_signature(self, sig: tuple, devices: frozenset[str] | set[str] = frozenset()) -> int:
         """Record one call known by its signature only (``signature(args, kwargs,
@@ -411,12 +413,13 @@ class CorpusWriter:
         if self._closed:
             raise CorpusError(f"the writer for {self.directory} is closed; open a new CorpusWriter")
 
-    def _add(self, args: tuple, kwargs: dict, *, copied: bool) -> int:
+    def _add(self, args: tuple, kwargs: dict, *, copied: bool, sig: tuple | None = None) -> int:
         self._check_open()
         devices = check_sample(args, kwargs)  # SampleError before anything is recorded
         if self.keep == "signatures":
             # As the corpus will give it back: a loaded tensor is never an inference tensor.
-            sig = signature(args, kwargs, inference=False)
+            if sig is None:
+                sig = signature(args, kwargs, inference=False)
             digest = signature_digest(sig)
             seen = self._seen(digest)
             size = 0

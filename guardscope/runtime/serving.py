@@ -562,7 +562,7 @@ class TrafficRecorder(FallbackRecorder):
         if full:
             try:
                 # Copied on this thread: the caller may reuse its buffers once the call returns.
-                item = ("full", *snapshot(args, kwargs))
+                item = ("full", *snapshot(args, kwargs), sig)
             except Exception as exc:
                 self.error("copying a call's arguments", exc)
         with self._lock:
@@ -595,7 +595,7 @@ class TrafficRecorder(FallbackRecorder):
 
     def _write(self, writer: CorpusWriter, item: Any) -> None:
         if item[0] == "full":
-            writer.add_snapshot(item[1], item[2])
+            writer.add_snapshot(item[1], item[2], item[3])  # its signature taken on the serving thread
         else:
             writer.add_signature(item[1], item[2])
 

@@ -14,7 +14,7 @@ import torch
 
 from guardscope.catalog.builder import CatalogBuilder
 from guardscope.catalog.caveats import signature_warnings
-from guardscope.corpus.format import FORMAT, CorpusWriter, load_corpus, read_manifest
+from guardscope.corpus.format import FORMAT, CorpusWriter, load_corpus, read_manifest, snapshot
 from guardscope.corpus.signature import materialise, signature, signature_from_json, signature_to_json
 from guardscope.errors import CorpusError, SampleError, ShardError
 from guardscope.model import Catalog, SampleMeta
@@ -46,7 +46,7 @@ def shard_index(directory: pathlib.Path, number: int = 0) -> dict:
 base = torch.arange(24.0).reshape(4, 6)
 
 
-@pytest.mark.parametrize("args,kwargs", [
+CALLS = [
     ((base, base[1:, ::2], base.t()), {}),                                      # aliasing, strides
     ((torch.ones(1, 6).expand(4, 6),), {"e": torch.empty_strided((2, 0), (0, 1))}),  # zero strides, no elements
     ((base[2:],), {"offset": base[1, 3:]}),                                     # storage offsets
@@ -54,7 +54,16 @@ base = torch.arange(24.0).reshape(4, 6)
     ((), {"d": {"a": torch.ones(2), 3: "x"}, "dt": torch.float16, "dev": torch.device("cpu")}),
     ((torch.ones(3, requires_grad=True), torch.ones(2, dtype=torch.int64)), {"flag": True}),
     ((torch.ones(2, 2).view(torch.int32), torch.ones(2, 2)), {}),               # two dtypes of one storage
-])
+]
+
+
+@pytest.mark.parametrize("args,kwargs", CALLS)
+def test_a_snapshot_has_the_signature_of_its_original(args, kwargs):
+    # The traffic recorder takes a call's signature once, on the serving thread, for its copy.
+    assert signature(*snapshot(args, kwargs), inference=False) == signature(args, kwargs, inference=False)
+
+
+@pytest.mark.parametrize("args,kwargs", CALLS)
 def test_a_materialised_call_has_the_signature_it_was_built_from(args, kwargs):
     sig = signature(args, kwargs)
     assert signature_from_json(json.loads(json.dumps(signature_to_json(sig)))) == sig
