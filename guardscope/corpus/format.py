@@ -794,7 +794,7 @@ class Corpus:
         self.manifest = manifest
         self._map_location = map_location
         self._firsts = [shard.first for shard in manifest.shards]
-        self._full_shards: dict[str, list[Sample]] = {}
+        self._full_shards: dict[str, tuple[list[Sample | SignatureRecord], list[int]]] = {}
         self._placement = _placement(map_location)
         self._flat_calls: list[FlatCall] = []  # those of the signature records read, last matched first
 
@@ -836,8 +836,14 @@ class Corpus:
         if shard.file not in cache:
             if len(cache) >= FULL_SHARDS_KEPT:
                 del cache[next(iter(cache))]
-            cache[shard.file] = self.load_shard(shard)
-        kept = cache[shard.file][position - shard.first]
+            # As recorded: a shard's signature records are not materialised to reach its full samples.
+            records = self.load_records(shard)
+            cache[shard.file] = (records, [record.index if type(record) is Sample else record.first
+                                           for record in records])
+        records, firsts = cache[shard.file]
+        kept = records[bisect.bisect_right(firsts, position) - 1]
+        if type(kept) is SignatureRecord:
+            return kept.sample(position - kept.first)
         args, kwargs = copy.deepcopy((kept.args, kept.kwargs))
         return Sample(kept.index, args, kwargs, kept.signature, kept.data_of)
 

@@ -151,6 +151,11 @@ def test_the_first_call_of_each_signature_is_full_and_repeats_are_counted(tmp_pa
     assert full.recorded == "full" and torch.equal(full.args[0], request(5, seed=3)[0][0])
     full.args[0].add_(1)  # a fresh copy every time
     assert torch.equal(corpus.full_sample(3).args[0], request(5, seed=3)[0][0])
+    for index in range(9):  # any sample, a signature record's too, each as loading gives it
+        got, expected = corpus.full_sample(index), samples[index]
+        assert (got.index, got.recorded, got.signature, got.data_of) == (
+            expected.index, expected.recorded, expected.signature, expected.data_of)
+        assert signature(got.args, got.kwargs) == signature(expected.args, expected.kwargs)
 
 
 def test_signature_records_keep_no_tensor_data(tmp_path):
