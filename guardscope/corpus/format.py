@@ -813,6 +813,13 @@ class Corpus:
         for shard in self.manifest.shards:
             yield shard, self.load_shard(shard)
 
+    def iter_records(self, start: int = 0) -> Iterator[Sample | SignatureRecord]:
+        """The corpus from sample ``start`` on, as recorded (:meth:`load_records`), shard by
+        shard; a signature record holding ``start`` begins there."""
+        for shard in self.manifest.shards:
+            if shard.first + shard.samples > start:
+                yield from records_from(self.load_records(shard), start)
+
     def sample(self, index: int) -> Sample:
         """Sample ``index`` (negative counts from the end); loads only the shard holding it."""
         shard, position = self._locate(index)
@@ -978,6 +985,20 @@ class Corpus:
         calls.insert(0, call)
         del calls[FLAT_CALLS_KEPT:]
         return call, key, sig
+
+
+def records_from(records: list[Sample | SignatureRecord], start: int) -> list[Sample | SignatureRecord]:
+    """A shard's records from sample ``start`` on (a resumed replay may start inside a
+    signature record: it is cut there)."""
+    kept: list[Sample | SignatureRecord] = []
+    for record in records:
+        if type(record) is SignatureRecord:
+            if record.first + record.repeat <= start:
+                continue
+            kept.append(record.starting_at(start) if record.first < start else record)
+        elif record.index >= start:
+            kept.append(record)
+    return kept
 
 
 def _weights_only_reason(exc: BaseException) -> str:

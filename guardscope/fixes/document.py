@@ -88,7 +88,7 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
     frames = len(catalog.get("frames") or ()) or 1
     warmup_plan = planning.plan_warmup(model, catalog["topologies"], sample_at, options, frames=frames)
     unbacked_plan = planning.residual_samples(
-        model, itertools.chain(corpus, probed), planning.choose_unbacked(catalog), options, catalog
+        model, itertools.chain(corpus.iter_records(), probed), planning.choose_unbacked(catalog), options, catalog
     )
     export_plan = plan_export(model, catalog, sample_at, margin)
     unbacked_ok = unbacked_plan.status == "ok"

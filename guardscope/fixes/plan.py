@@ -19,7 +19,7 @@ import networkx as nx
 
 from ..errors import CatalogError
 from ..model import Sample
-from ..replay.session import ReplayOptions, coverage_after_warmup, replay
+from ..replay.session import SIGNATURE_CACHE, ReplayOptions, coverage_after_warmup, replay
 
 
 def check_identifier(name: str, what: str = "argument name") -> str:
@@ -221,8 +221,9 @@ def _dim_order(catalog: dict[str, Any]) -> Callable[[str], tuple[int, str]]:
 def residual_samples(
     model: Any, corpus: Any, plan: UnbackedPlan, options: ReplayOptions, catalog: dict[str, Any]
 ) -> UnbackedPlan:
-    """Replay the corpus with the unbacked configuration; samples that still compile form the
-    plan's residual warmup (strides, dtypes, list lengths... that no mark removes).
+    """Replay the corpus (its samples, or its records: :meth:`Corpus.iter_records`) with the
+    unbacked configuration; samples that still compile form the plan's residual warmup
+    (strides, dtypes, list lengths... that no mark removes).
 
     Marks can change how the model compiles: a size Dynamo no longer knows can break the graph
     where the model branches on it (the plan then says which breaks it adds and how many frames
@@ -242,7 +243,8 @@ def residual_samples(
         if meta.error is not None and meta.index not in failed_before:
             errors.append((meta.index, meta.error))
 
-    result = replay(model, corpus, marked, on_sample=collect, guard_only=True)
+    # Each signature of a corpus recorded by signature is checked once (its records as read).
+    result = replay(model, corpus, marked, on_sample=collect, guard_only=True, signature_cache=SIGNATURE_CACHE)
     compiled = sorted({e.sample for e in result.events if e.sample is not None})
     known = {(b.get("location"), b.get("reason")) for b in catalog.get("graph_breaks", [])}
     added = sorted({f"{b.location or '?'}: {b.reason}" for b in result.graph_breaks if (b.location, b.reason) not in known})

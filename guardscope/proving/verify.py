@@ -202,11 +202,33 @@ def bundle_status(without: dict[str, Any], with_: dict[str, Any], where: str) ->
 
 
 def _replay_split(corpus: Any, holdout: float | None, probed: list[Any] = ()) -> Iterator[Any]:
-    """The corpus, or its last ``holdout`` fraction, streamed shard by shard; then the probed
-    samples the fixes cover (numbered after the corpus)."""
+    """The corpus, or its last ``holdout`` fraction, streamed shard by shard as recorded
+    (samples, and signature records standing for several); then the probed samples the fixes
+    cover (numbered after the corpus)."""
     start = 0 if holdout is None else int(len(corpus) * (1.0 - holdout))
-    yield from (sample for sample in corpus if sample.index >= start)
+    yield from corpus.iter_records(start)
     yield from probed
+
+
+def _samples(items: Iterator[Any], accepts: Any) -> Iterator[Any]:
+    """Each sample of ``items``; of a signature record, those ``accepts(record)`` (a guard check
+    on the record's shared arguments) does not answer for: equal signatures pass the same
+    guards, so a record accepted once is accepted for all its samples, and the samples of an
+    accepted signature need not be built. Yields (samples to run, accepted without running)."""
+    from ..corpus.format import SignatureRecord
+
+    known: set = set()
+    for item in items:
+        if type(item) is not SignatureRecord:
+            yield item, 0
+            continue
+        key = (item.call, item.key)
+        if item.key is not None and (key in known or accepts(item)):
+            known.add(key)
+            yield None, item.repeat
+            continue
+        for offset in range(item.repeat):
+            yield item.sample(offset), 0
 
 
 def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout: float | None,
@@ -237,7 +259,20 @@ def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout:
         setup_frames = len({e.frame_id for e in setup_events})
         replayed = 0
         _, probed = store.probed_samples(out_dir, len(corpus))
-        for sample in _replay_split(corpus, holdout, probed):
+
+        def accepts(record: Any) -> bool:
+            # With fullgraph the model is one frame: a record its guards accept cannot compile.
+            shared = runner.record_arguments(record) if options.fullgraph else None
+            if shared is None:
+                return False
+            if name == "unbacked":  # marked as its samples would be (the same marks every time)
+                module.mark(*shared[0], **shared[1])
+            return runner.serving_arguments(shared[0], shared[1]) is not None
+
+        for sample, accepted in _samples(_replay_split(corpus, holdout, probed), accepts):
+            if sample is None:
+                replayed += accepted
+                continue
             capture.set_sample(sample.index)
             call = runner.prepare(sample, mark=False)
             if name == "unbacked":

@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import store, torch_compat
-from ..corpus.format import SignatureRecord
+from ..corpus.format import records_from
 from ..errors import ShardError
-from ..model import Sample
 from ..options import ReplayOptions
 from .session import SIGNATURE_CACHE, ReplayResult, ReplaySession
 
@@ -63,19 +62,6 @@ class ShardCollector:
     def close(self) -> None:
         if self._enabled:
             gc.enable()
-
-
-def _from(records: list[Sample | SignatureRecord], start: int) -> list[Sample | SignatureRecord]:
-    """A shard's records from sample ``start`` on (a resume may stop inside a record)."""
-    kept: list[Sample | SignatureRecord] = []
-    for record in records:
-        if type(record) is SignatureRecord:
-            if record.first + record.repeat <= start:
-                continue
-            kept.append(record.starting_at(start) if record.first < start else record)
-        elif record.index >= start:
-            kept.append(record)
-    return kept
 
 
 def fingerprint(corpus: Any, spec: str, options: ReplayOptions, replay_mode: str) -> dict[str, Any]:
@@ -185,7 +171,7 @@ def replay_corpus(
                         warnings.append(f"skipped shard {shard.file}: {exc}")
                         done["next"] = shard.first + shard.samples
                         continue
-                    session.replay(_from(records, done["next"]))
+                    session.replay(records_from(records, done["next"]))
                     collector.shard_done()
             except (KeyboardInterrupt, SystemExit):
                 if done["next"] > started:

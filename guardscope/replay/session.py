@@ -135,6 +135,7 @@ class Runner:
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
+        self._record_devices: dict[Any, bool] = {}  # per flat call: its tensors are on the device
         torch_compat.reset_dynamo()
         self.compiled = compile_model(model, options)
 
@@ -143,14 +144,18 @@ class Runner:
         kwargs = _to_device(sample.kwargs, self.device)
         named = self.binder.named_or_positional(args, kwargs)
         if mark:
-            for path, dim in self.options.mark_unbacked:
-                try:
-                    value = lookup(named, path)
-                except (KeyError, IndexError, TypeError):
-                    continue  # an optional argument this call does not pass
-                if isinstance(value, torch.Tensor) and value.dim() > dim:
-                    torch._dynamo.decorators.mark_unbacked(value, dim)
+            self.apply_marks(named)
         return Call(args, kwargs, named, self.binder.frame_locals(args, kwargs))
+
+    def apply_marks(self, named: dict[str, Any]) -> None:
+        """``mark_unbacked`` the options' dims of a call given by forward's argument names."""
+        for path, dim in self.options.mark_unbacked:
+            try:
+                value = lookup(named, path)
+            except (KeyError, IndexError, TypeError):
+                continue  # an optional argument this call does not pass
+            if isinstance(value, torch.Tensor) and value.dim() > dim:
+                torch._dynamo.decorators.mark_unbacked(value, dim)
 
     def warm_device(self, sample: Sample) -> None:
         """One eager (uncompiled) forward of ``sample``, then wait for the device: CUDA context,
@@ -171,6 +176,23 @@ class Runner:
         call = self.prepare(sample, mark)
         with self.grad_context():
             return self.serving_locals(call.frame)
+
+    def record_arguments(self, record: SignatureRecord) -> tuple[tuple, dict, list] | None:
+        """A flat call's signature record's shared arguments (read only: for guard checks),
+        when its tensors are already where this runner runs; None otherwise (prepare one of
+        its samples instead: moving them would change what is checked)."""
+        if record.key is None:
+            return None
+        here = self._record_devices.get(record.call)
+        args, kwargs, tensors = record.arguments()
+        if here is None:
+            here = self._record_devices[record.call] = all(tensor.device == self.device for tensor in tensors)
+        return (args, kwargs, tensors) if here else None
+
+    def serving_arguments(self, args: tuple, kwargs: dict) -> str | None:
+        """:meth:`serving_locals` of a call given by its arguments (already on the device)."""
+        with self.grad_context():
+            return self.serving_locals(self.binder.frame_locals(args, kwargs))
 
     def entries(self) -> list:
         if self._entries is None:
@@ -219,12 +241,8 @@ class _RecordPlan:
         self.metas: dict[tuple[int, tuple], TensorMeta] = {}
 
     @classmethod
-    def of(cls, runner: Runner, call: Any, args: tuple, kwargs: dict, tensors: list) -> _RecordPlan | bool:
-        """The plan of ``call`` from one of its argument sets; False when its tensors are
-        not on the replay's device (preparing them would move them: such records run the
-        usual way)."""
-        if any(tensor.device != runner.device for tensor in tensors):
-            return False
+    def of(cls, runner: Runner, call: Any, args: tuple, kwargs: dict, tensors: list) -> _RecordPlan:
+        """The plan of ``call`` from one of its argument sets."""
         named = runner.binder.named_or_positional(args, kwargs)
         example = describe(named, 0, None, None)
         positions = {id(tensor): position for position, tensor in enumerate(tensors)}
@@ -317,7 +335,7 @@ class ReplaySession:
         self._by_signature: dict[tuple, SampleMeta] | None = {} if cacheable else None
         self._signature_cache = signature_cache
         self.signature_hits = 0
-        self._plans: dict[Any, _RecordPlan | bool] = {}  # per flat call of the signature records
+        self._plans: dict[Any, _RecordPlan] = {}  # per flat call of the signature records
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> ReplaySession:
@@ -397,8 +415,9 @@ class ReplaySession:
 
     def _record(self, record: SignatureRecord, offset: int) -> SampleMeta:
         """Sample ``offset`` of a signature record: from the signature cache; else, for a flat
-        call with no mark to apply, checked against the graphs' guards on the record's shared
-        arguments; else run as a sample of its own (materialised, or on its full sample's data)."""
+        call, checked against the graphs' guards on the record's shared arguments (marked, when
+        every sample is); else run as a sample of its own (materialised, or on its full sample's
+        data)."""
         index = record.first + offset
         mark = self._mark()
         key = None
@@ -408,8 +427,8 @@ class ReplaySession:
             if known is not None:
                 self.signature_hits += 1
                 return known.at(index)
-            if record.key is not None and not mark:
-                meta = self._check_record(record, index)
+            if record.key is not None:  # marks, if any, apply to every sample: to the shared ones too
+                meta = self._check_record(record, index, mark)
                 if meta is not None:
                     self._keep(key, meta)
                     return meta
@@ -418,19 +437,21 @@ class ReplaySession:
         self._set_sample(None)
         return meta
 
-    def _check_record(self, record: SignatureRecord, index: int) -> SampleMeta | None:
+    def _check_record(self, record: SignatureRecord, index: int, mark: bool) -> SampleMeta | None:
         """A flat call's record checked against the graphs' guards without building its
         arguments anew; None when no graph accepts it (it must run) or its tensors are not on
         the replay's device."""
         runner = self.runner
-        args, kwargs, tensors = record.arguments()
+        shared = runner.record_arguments(record)
+        if shared is None:
+            return None
+        args, kwargs, tensors = shared
+        if mark:
+            runner.apply_marks(runner.binder.named_or_positional(args, kwargs))
         plan = self._plans.get(record.call)
         if plan is None:
             plan = self._plans[record.call] = _RecordPlan.of(runner, record.call, args, kwargs, tensors)
-        if plan is False:
-            return None
-        with runner.grad_context():
-            serving = runner.serving_locals(runner.binder.frame_locals(args, kwargs))
+        serving = runner.serving_arguments(args, kwargs)
         if serving is None:
             return None
         if plan.paths is None:  # ints among the arguments: describe them as they are
@@ -558,10 +579,12 @@ def replay(
     trace_stream: IO[str] | None = None,
     progress: Callable[[int], None] | None = None,
     guard_only: bool = False,
+    signature_cache: int = 0,
 ) -> ReplayResult:
-    """Replay ``samples`` through ``torch.compile(model)`` in one :class:`ReplaySession`."""
+    """Replay ``samples`` (or a corpus's records) through ``torch.compile(model)`` in one
+    :class:`ReplaySession`."""
     with ReplaySession(model, options, on_sample=on_sample, trace_stream=trace_stream,
-                       progress=progress, guard_only=guard_only) as session:
+                       progress=progress, guard_only=guard_only, signature_cache=signature_cache) as session:
         session.replay(samples)
         return session.result()
 

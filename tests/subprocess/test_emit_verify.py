@@ -125,3 +125,43 @@ def test_swapped_catalog_unbacked_plan_verifies(tmp_path):
     results = {r["name"]: r for r in document["artifacts"]}
     assert results["unbacked"]["status"] == "passed", results["unbacked"]
     assert results["warmup"]["status"] == "passed", results["warmup"]
+
+
+@pytest.fixture(scope="module")
+def signature_fixes(tmp_path_factory):
+    """The seed corpus's first 120 requests, each sent three times, recorded by signature with no
+    tensor data (one record of three per request), analysed and given its fixes."""
+    root = tmp_path_factory.mktemp("signature-fixes")
+    seed = load_corpus(SEED_CORPUS)
+    spec = str((SEED_CORPUS / seed.manifest.model.split(":")[0]).resolve()) + ":" + seed.manifest.model.split(":")[1]
+    with CorpusWriter(root / "corpus", model=spec, compile=seed.manifest.compile, keep="signatures",
+                      full_per_signature=0) as writer:
+        for sample in list(seed)[:120]:
+            for _ in range(3):
+                writer.add(*sample.args, **sample.kwargs)
+    guardscope.analyze(root / "corpus", root / "out", strict=True)
+    pipeline.emit_warmup(root / "out")
+    return root / "out"
+
+
+def test_verify_checks_a_signature_corpus_by_its_records(signature_fixes):
+    document = pipeline.verify(signature_fixes, artifacts=("warmup", "unbacked"))
+    results = {r["name"]: r for r in document["artifacts"]}
+    assert document["passed"], results
+    assert results["warmup"]["samples_replayed"] == results["unbacked"]["samples_replayed"] == 360
+
+
+def test_verify_of_a_signature_corpus_names_the_sample_that_recompiles(signature_fixes, tmp_path):
+    out = tmp_path / "broken"
+    shutil.copytree(signature_fixes, out)
+    warmup = load_corpus(out / "warmup")
+    kept = [s for s in warmup if s.index != 2]  # the third warmup sample: request 12, no cross edges
+    shutil.rmtree(out / "warmup")
+    with CorpusWriter(out / "warmup", model=warmup.manifest.model, compile=warmup.manifest.compile) as writer:
+        for sample in kept:
+            writer.add(*sample.args, **sample.kwargs)
+    document = pipeline.verify(out, artifacts=("warmup",))
+    (result,) = [r for r in document["artifacts"] if r["name"] == "warmup"]
+    # Request 12 is samples 36-38: the first compiles, the two re-sends then pass.
+    assert result["status"] == "failed" and result["recompile_samples"] == [36]
+    assert result["samples_replayed"] == 360

@@ -11,11 +11,10 @@ import zlib
 import pytest
 import torch
 
-from guardscope.corpus.format import CorpusWriter, SignatureRecord, load_corpus
+from guardscope.corpus.format import CorpusWriter, SignatureRecord, load_corpus, records_from
 from guardscope.corpus.signature import FlatCall, NotFlat, signature, signature_to_json
 from guardscope.errors import ShardError
 from guardscope.model import Sample
-from guardscope.replay.resumable import _from
 
 
 def array_of(args: tuple, kwargs: dict) -> list:
@@ -164,13 +163,28 @@ def test_a_resumed_replay_starts_inside_a_record(tmp_path):
     write(tmp_path / "c", [call(5)] * 3 + [call(6)], full_per_signature=0)
     corpus = load_corpus(tmp_path / "c")
     records = corpus.load_records(corpus.manifest.shards[0])
-    assert [(r.first, r.repeat) for r in _from(records, 0)] == [(0, 3), (3, 1)]
-    assert [(r.first, r.repeat) for r in _from(records, 1)] == [(1, 2), (3, 1)]
-    assert [(r.first, r.repeat) for r in _from(records, 3)] == [(3, 1)]
-    assert _from(records, 4) == []
-    assert _from(records, 2)[0].sample(0).index == 2
+    assert [(r.first, r.repeat) for r in records_from(records, 0)] == [(0, 3), (3, 1)]
+    assert [(r.first, r.repeat) for r in records_from(records, 1)] == [(1, 2), (3, 1)]
+    assert [(r.first, r.repeat) for r in records_from(records, 3)] == [(3, 1)]
+    assert records_from(records, 4) == []
+    assert records_from(records, 2)[0].sample(0).index == 2
+    assert [(r.first, r.repeat) for r in corpus.iter_records(2)] == [(2, 1), (3, 1)]
     with pytest.raises(IndexError):
         records[0].sample(3)
+
+
+def test_iter_records_streams_the_corpus_from_a_sample_on(tmp_path):
+    write(tmp_path / "c", [call(5)] * 6 + [call(6), call(7)] + [call(5)] * 3, full_per_signature=1)
+    corpus = load_corpus(tmp_path / "c")
+    assert [shard.samples for shard in corpus.manifest.shards] == [8, 3]  # four records, then one
+
+    def spans(items):
+        return [(r.index, 1) if type(r) is Sample else (r.first, r.repeat) for r in items]
+
+    assert spans(corpus.iter_records()) == [(0, 1), (1, 5), (6, 1), (7, 1), (8, 3)]
+    assert spans(corpus.iter_records(5)) == [(5, 1), (6, 1), (7, 1), (8, 3)]
+    assert spans(corpus.iter_records(9)) == [(9, 2)]
+    assert list(corpus.iter_records(11)) == []
 
 
 
