@@ -38,6 +38,7 @@ import torch
 from .. import store
 from ..catalog.builder import CatalogBuilder
 from ..corpus import CorpusWriter
+from ..corpus.format import SignatureRecord
 from ..corpus.spec import respec
 from ..errors import CatalogError, CompileOptionsError
 from ..model import Sample
@@ -298,14 +299,18 @@ class Scanner:
         self.bounds: dict[str, dict[str, int] | None] = {}
         self.samples = 0
 
-    def add(self, arguments: dict[str, Any], *, for_indexes: bool = False) -> None:
-        self.samples += 1
+    def add(self, arguments: dict[str, Any], *, for_indexes: bool = False, data: bool = True,
+            samples: int = 1) -> None:
+        """Scan one call (standing for ``samples`` recorded ones). Without ``data`` (a sample
+        recorded as its signature: zero-filled tensors) only dtypes and layouts are read, not
+        the integer values that tell which input indexes which dim."""
+        self.samples += samples
         found = tensors_of(arguments)
         for path, tensor in found:
             self.dtypes.setdefault(path, set()).add(dtype_name(tensor.dtype))
             if tensor.dim() >= 2:
                 self.layouts.setdefault(path, set()).add(layout_of(tensor))
-        if not (for_indexes or self.index_seen < self.index_samples):
+        if not data or not (for_indexes or self.index_seen < self.index_samples):
             return
         self.index_seen += 1
         sizes = {f"{p}.size()[{a}]": s for p, t in found for a, s in enumerate(t.shape)}
@@ -529,14 +534,28 @@ def run(
     representatives = {index: binder.bound(sample.args, sample.kwargs) for index, sample in bases.items()}
     if any(bound is None for bound in representatives.values()):
         raise CatalogError("the model's forward signature does not bind the corpus samples; probe needs named inputs")
-    for bound in representatives.values():
-        scanner.add(bound.arguments, for_indexes=True)
-    for sample in corpus:
-        bound = binder.bound(sample.args, sample.kwargs)
+    for index, bound in representatives.items():
+        scanner.add(bound.arguments, for_indexes=True, data=bases[index].recorded == "full")
+    done = 0
+    for item in corpus.iter_records():
+        recorded = type(item) is not SignatureRecord
+        if recorded:
+            args, kwargs, repeat = item.args, item.kwargs, 1
+        else:
+            # No data, and every sample of the record alike: scanned once, on its arguments
+            # shared when it is a flat call's.
+            if item.key is not None:
+                args, kwargs, _ = item.arguments()
+            else:
+                first = item.sample(0)
+                args, kwargs = first.args, first.kwargs
+            repeat = item.repeat
+        bound = binder.bound(args, kwargs)
         if bound is not None:
-            scanner.add(bound.arguments)
-        if progress is not None and sample.index % 1000 == 999:
-            progress("scan", sample.index + 1, len(corpus))
+            scanner.add(bound.arguments, data=recorded, samples=repeat)
+        if progress is not None and (done + repeat) // 1000 > done // 1000:
+            progress("scan", done + repeat, len(corpus))
+        done += repeat
     scanned = scanner.result()
 
     def per_base(read: Callable[[Any], Any]) -> dict[int, dict[str, Any]]:

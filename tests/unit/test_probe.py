@@ -174,6 +174,18 @@ def test_scanner_finds_which_dim_the_edge_indexes_point_into():
     assert scanned.samples == 300
 
 
+def test_the_scanner_reads_no_index_relations_from_signature_samples():
+    corpus, model = seed_model()
+    scanner = probing.Scanner()
+    for sample in corpus:
+        # zero-filled tensors, as materialised from a signature: every index would "fit"
+        zeros = {path: torch.zeros_like(value) for path, value in bind(model, sample).arguments.items()}
+        scanner.add(zeros, data=False, samples=2)
+    scanned = scanner.result()
+    assert scanned.indexes == {} and scanned.samples == 600
+    assert scanned.dtypes["local_edge_index"] == ("int64",)
+
+
 def test_synthesize_keeps_indexes_in_range_and_tensors_fresh():
     corpus, model = seed_model()
     base = corpus.sample(1)
