@@ -301,8 +301,10 @@ def _checked_tensor(record: tuple) -> tuple:
 
 # --- many signatures of one flat call (a replay's fast path) ----------------------------------
 
-# The tensors a FlatCall keeps built per argument, before it starts afresh.
+# The tensors a FlatCall keeps built per argument, and their bytes in all, before it starts
+# afresh (a vision model's zero-filled images are large).
 FLAT_TENSORS_KEPT = 4096
+FLAT_BYTES_KEPT = 256 * 2**20
 _TENSOR, _INT, _CONSTANT = 0, 1, 2
 
 
@@ -362,6 +364,7 @@ class FlatCall:
         self.tensor_parts = [position for position, slot in enumerate(slots) if slot[0] == _TENSOR]
         self.has_ints = any(slot[0] == _INT for slot in slots)
         self._built: list[dict[tuple, torch.Tensor]] = [{} for _ in slots]
+        self._bytes = 0  # storage bytes of the tensors in _built
 
     def match(self, array: Any) -> tuple | None:
         """The key of a signature given as its JSON array, or None when it is not a signature
@@ -413,9 +416,12 @@ class FlatCall:
             if kind == _TENSOR:
                 tensor = built.get(part)
                 if tensor is None:
-                    if len(built) >= FLAT_TENSORS_KEPT:
-                        built.clear()
-                    tensor = built[part] = self._tensor(slot, part)
+                    tensor = self._tensor(slot, part)
+                    size = tensor.untyped_storage().nbytes()
+                    if len(built) >= FLAT_TENSORS_KEPT or self._bytes + size > FLAT_BYTES_KEPT:
+                        self._forget()
+                    built[part] = tensor
+                    self._bytes += size
                 values.append(tensor)
                 tensors.append(tensor)
             elif kind == _INT:
@@ -424,6 +430,12 @@ class FlatCall:
                 values.append(slot[2])
         arity = self.arity
         return tuple(values[:arity]), dict(zip(self.keywords, values[arity:])), tensors
+
+    def _forget(self) -> None:
+        """Drop every built tensor (the call being assembled keeps its own references)."""
+        for built in self._built:
+            built.clear()
+        self._bytes = 0
 
     @staticmethod
     def _tensor(slot: tuple, numbers: tuple) -> torch.Tensor:

@@ -212,3 +212,17 @@ def test_a_nested_record_on_a_device_this_machine_lacks_is_refused_when_read(tmp
     with pytest.raises(ShardError, match="sample 0's signature cannot be rebuilt.*cuda:0 cannot be built here"):
         list(load_corpus(tmp_path / "c"))
     assert list(load_corpus(tmp_path / "c", map_location="cpu"))[0].args[1][0].device.type == "cpu"
+
+
+def test_built_tensors_are_bounded_in_bytes(monkeypatch):
+    from guardscope.corpus import signature as signatures
+
+    monkeypatch.setattr(signatures, "FLAT_BYTES_KEPT", 120)
+    flat = FlatCall(signature((torch.ones(5, 4),), {}))
+    keys = [flat.match(array_of((torch.ones(5, cols),), {})) for cols in (4, 4, 1)]
+    first = flat.arguments(keys[0])[2][0]
+    assert flat.arguments(keys[1])[2][0] is first
+    flat.arguments(keys[2])  # 80 + 20 bytes: within the bound
+    assert flat.arguments(keys[0])[2][0] is first
+    flat.arguments(flat.match(array_of((torch.ones(5, 3),), {})))  # 100 + 60 > 120: start afresh
+    assert flat.arguments(keys[0])[2][0] is not first
