@@ -18,6 +18,9 @@ import json
 import pytest
 import torch
 
+import guardscope
+from guardscope.corpus.format import CorpusWriter, load_corpus
+
 from .. import real_models
 from ..sessions import REAL_SAMPLES
 
@@ -125,3 +128,29 @@ def test_the_item_branch_and_optional_arguments(analyses):
     assert any("fidelity" in warning for warning in analysis.warnings)
     kinds = {f["kind"] for c in catalog["compiles"] for f in c["failures"]}
     assert "other" not in kinds
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_the_same_requests_recorded_by_signature_give_the_same_catalog(analyses, name, tmp_path):
+    """Recorded without any tensor data (corpus format 3), a one-frame model's requests give the
+    catalog of the full recording; a model that breaks into frames says its later frames are
+    approximate (they see values computed from the data)."""
+    corpus, _, expected = analyses(name, None)
+    recorded = load_corpus(corpus)
+    with CorpusWriter(tmp_path / "sig", model=recorded.manifest.model, compile=recorded.manifest.compile,
+                      keep="signatures", full_per_signature=0) as writer:
+        for sample in recorded:
+            writer.add(*sample.args, **sample.kwargs)
+    analysis = guardscope.analyze(tmp_path / "sig", tmp_path / "out")
+    got = json.loads(analysis.catalog_path.read_text())
+    assert got["corpus"]["signatures"]["samples"] == SAMPLES
+    if len(expected["frames"]) > 1:
+        assert got["corpus"]["signatures"]["later_frames_exact"] is False
+        assert any("later frames see values computed from tensor data" in w for w in analysis.warnings)
+        return
+
+    def shape(catalog):
+        return (catalog["summary"]["compile_samples"],
+                [(t["compile_id"], t["samples"]) for t in catalog["topologies"]])
+
+    assert shape(got) == shape(expected)
