@@ -216,15 +216,19 @@ def _samples(items: Iterator[Any], accepts: Any) -> Iterator[Any]:
     guards, so a record accepted once is accepted for all its samples, and the samples of an
     accepted signature need not be built. Yields (samples to run, accepted without running)."""
     from ..corpus.format import SignatureRecord
+    from ..replay.session import SIGNATURE_CACHE
 
-    known: set = set()
+    known: dict = {}  # the most recently accepted signatures (a million would take a gigabyte)
     for item in items:
         if type(item) is not SignatureRecord:
             yield item, 0
             continue
         key = (item.call, item.key)
         if item.key is not None and (key in known or accepts(item)):
-            known.add(key)
+            if key not in known:
+                if len(known) >= SIGNATURE_CACHE:
+                    del known[next(iter(known))]
+                known[key] = None
             yield None, item.repeat
             continue
         for offset in range(item.repeat):
