@@ -33,6 +33,8 @@ from .capture import CudagraphCapture, TraceCapture, events_from_records
 # The signatures whose descriptions a guard-only replay of a corpus with signature records
 # keeps (ReplaySession's signature_cache; each takes a few kB).
 SIGNATURE_CACHE = 16384
+# Flat calls (signature structures) whose description plan and device check a replay keeps.
+PLANS_KEPT = 256
 
 
 @dataclass
@@ -186,6 +188,8 @@ class Runner:
         here = self._record_devices.get(record.call)
         args, kwargs, tensors = record.arguments()
         if here is None:
+            if len(self._record_devices) >= PLANS_KEPT:
+                self._record_devices.clear()
             here = self._record_devices[record.call] = all(tensor.device == self.device for tensor in tensors)
         return (args, kwargs, tensors) if here else None
 
@@ -450,6 +454,8 @@ class ReplaySession:
             runner.apply_marks(runner.binder.named_or_positional(args, kwargs))
         plan = self._plans.get(record.call)
         if plan is None:
+            if len(self._plans) >= PLANS_KEPT:  # a corpus of ever new structures: start afresh
+                self._plans.clear()
             plan = self._plans[record.call] = _RecordPlan.of(runner, record.call, args, kwargs, tensors)
         serving = runner.serving_arguments(args, kwargs)
         if serving is None:
