@@ -46,17 +46,22 @@ def test_verify_holdout_replays_the_last_part(seed_fixes, tmp_path):
     assert document["holdout"] == 0.5
 
 
-def test_verify_reports_a_dropped_warmup_sample(seed_fixes, tmp_path):
-    source, _ = seed_fixes
-    out = tmp_path / "broken"
+def without_third_warmup_sample(source, out):
+    """A copy of the analysis in ``source`` whose warmup corpus lacks its third sample (corpus
+    request 12: no cross edges)."""
     shutil.copytree(source, out)
-    # Rewrite the warmup corpus without its third sample (corpus sample 12: no cross edges).
     warmup = load_corpus(out / "warmup")
     kept = [s for s in warmup if s.index != 2]
     shutil.rmtree(out / "warmup")
     with CorpusWriter(out / "warmup", model=warmup.manifest.model, compile=warmup.manifest.compile) as writer:
         for sample in kept:
             writer.add(*sample.args, **sample.kwargs)
+    return out
+
+
+def test_verify_reports_a_dropped_warmup_sample(seed_fixes, tmp_path):
+    source, _ = seed_fixes
+    out = without_third_warmup_sample(source, tmp_path / "broken")
     document = pipeline.verify(out, artifacts=("warmup",))
     (result,) = [r for r in document["artifacts"] if r["name"] == "warmup"]
     assert result["status"] == "failed" and not document["passed"]
@@ -152,14 +157,7 @@ def test_verify_checks_a_signature_corpus_by_its_records(signature_fixes):
 
 
 def test_verify_of_a_signature_corpus_names_the_sample_that_recompiles(signature_fixes, tmp_path):
-    out = tmp_path / "broken"
-    shutil.copytree(signature_fixes, out)
-    warmup = load_corpus(out / "warmup")
-    kept = [s for s in warmup if s.index != 2]  # the third warmup sample: request 12, no cross edges
-    shutil.rmtree(out / "warmup")
-    with CorpusWriter(out / "warmup", model=warmup.manifest.model, compile=warmup.manifest.compile) as writer:
-        for sample in kept:
-            writer.add(*sample.args, **sample.kwargs)
+    out = without_third_warmup_sample(signature_fixes, tmp_path / "broken")
     document = pipeline.verify(out, artifacts=("warmup",))
     (result,) = [r for r in document["artifacts"] if r["name"] == "warmup"]
     # Request 12 is samples 36-38: the first compiles, the two re-sends then pass.
