@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -206,9 +207,30 @@ def test_an_analysis_interrupted_inside_a_record_resumes_to_the_same_catalog(twi
     # The members are streamed to a file beside the checkpoint, not held in it.
     assert "members" not in checkpoint["builder"] and sum(checkpoint["builder"]["member_counts"].values()) == inside
     assert (out / ".guardscope-members.jsonl").stat().st_size == checkpoint["members_bytes"]
-    guardscope.analyze(source, out, strict=True, checkpoint_every=0, resume=True)
+    # A version 2 checkpoint (an earlier guardscope's: the members inside it) resumes as well.
+    older = tmp_path / "older"
+    shutil.copytree(out, older)
+    members: dict[str, list[int]] = {}
+    for line in (older / ".guardscope-members.jsonl").read_text().splitlines():
+        for key, found in json.loads(line).items():
+            members.setdefault(key, []).extend(found)
+    (older / ".guardscope-members.jsonl").unlink()
+    del checkpoint["members_bytes"], checkpoint["builder"]["member_counts"]
+    checkpoint.update(version=2)
+    checkpoint["builder"]["members"] = [[key, found] for key, found in members.items()]
+    (older / ".guardscope-checkpoint.json").write_text(json.dumps(checkpoint))
+
+    def interrupt_again(done, compiles):
+        if done >= inside + 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # its members now go to the file: interrupted again
+        guardscope.analyze(source, older, strict=True, checkpoint_every=0, resume=True, progress=interrupt_again)
+    assert json.loads((older / ".guardscope-checkpoint.json").read_text())["version"] == 3
     expected = json.loads(twins["no-data"][0].catalog_path.read_text())
-    got = json.loads((out / "catalog.json").read_text())
-    for catalog in (expected, got):
-        del catalog["corpus"]["path"]  # relative to the analysis folder
-    assert got == expected
+    del expected["corpus"]["path"]  # relative to the analysis folder
+    for folder in (out, older):
+        guardscope.analyze(source, folder, strict=True, checkpoint_every=0, resume=True)
+        got = json.loads((folder / "catalog.json").read_text())
+        del got["corpus"]["path"]
+        assert got == expected
