@@ -74,7 +74,7 @@ frame-0 guards, so an analysis is exact for them; the replay runs a signature sa
 run on the data of its ``full`` sample when there is one. :meth:`Corpus.load_records` gives a
 shard as recorded instead, each signature record one :class:`SignatureRecord` whose arguments
 are built only when asked: an analysis checks a million of them against the guards on
-arguments shared per flat call (:class:`guardscope.corpus.signature.FlatCall`).
+arguments shared per call template (:class:`guardscope.corpus.signature.CallTemplate`).
 
 Format 1 shards (still read) pickled every tensor: ``torch.save({"format": ...,
 "samples": [{"args": (...), "kwargs": {...}}, ...]})``; rebuilding each one through torch's
@@ -154,8 +154,8 @@ from ..model import Sample
 from ..text import message_line
 from ..torch_compat import DTYPES, dtype_name
 from .signature import (
-    FlatCall,
-    NotFlat,
+    CallTemplate,
+    NoTemplate,
     check_devices,
     materialise,
     signature,
@@ -177,8 +177,8 @@ KEEP_CHOICES = ("all", "signatures")
 MAX_INDEX_BYTES = 1 << 30
 # Shards Corpus.full_sample keeps decoded.
 FULL_SHARDS_KEPT = 4
-# Flat calls (signature structures, corpus.signature.FlatCall) a Corpus keeps.
-FLAT_CALLS_KEPT = 64
+# Call templates (signature structures, corpus.signature.CallTemplate) a Corpus keeps.
+TEMPLATES_KEPT = 64
 MANIFEST_NAME = "corpus.json"
 
 # What a corpus directory holds, for error messages that say what was expected.
@@ -728,14 +728,14 @@ class SignatureRecord:
     recorded as their signature only (``array``, its JSON form), ``full`` the index of the
     sample of that signature recorded in full (or None).
 
-    ``call`` and ``key`` (:class:`~guardscope.corpus.signature.FlatCall`) when the signature is
-    a flat call's, else None; :meth:`arguments` then gives shared read-only arguments, built
+    ``call`` and ``key`` (:class:`~guardscope.corpus.signature.CallTemplate`) when the signature is
+    a call template's, else None; :meth:`arguments` then gives shared read-only arguments, built
     once per argument and size. :meth:`sample` builds one sample afresh, as loading does.
     """
 
     __slots__ = ("first", "repeat", "array", "full", "call", "key", "_signature", "_placement")
 
-    def __init__(self, first: int, repeat: int, array: list, full: int | None, call: FlatCall | None,
+    def __init__(self, first: int, repeat: int, array: list, full: int | None, call: CallTemplate | None,
                  key: tuple | None, sig: tuple | None, placement: Any) -> None:
         self.first, self.repeat, self.array, self.full = first, repeat, array, full
         self.call, self.key, self._signature, self._placement = call, key, sig, placement
@@ -750,9 +750,9 @@ class SignatureRecord:
         return self._signature
 
     def arguments(self) -> tuple[tuple, dict[str, Any], list[torch.Tensor]]:
-        """``(args, kwargs, tensors)`` of a flat call's record, shared: read only."""
+        """``(args, kwargs, tensors)`` of a call template's record, shared: read only."""
         if self.call is None or self.key is None:
-            raise ValueError("only a flat call's record has shared arguments")
+            raise ValueError("only a call template's record has shared arguments")
         return self.call.arguments(self.key)
 
     def sample(self, offset: int) -> Sample:
@@ -796,7 +796,7 @@ class Corpus:
         self._firsts = [shard.first for shard in manifest.shards]
         self._full_shards: dict[str, tuple[list[Sample | SignatureRecord], list[int]]] = {}
         self._placement = _placement(map_location)
-        self._flat_calls: list[FlatCall] = []  # those of the signature records read, last matched first
+        self._templates: list[CallTemplate] = []  # those of the signature records read, last matched first
 
     def __len__(self) -> int:
         return self.manifest.samples
@@ -961,11 +961,11 @@ class Corpus:
             index += 1
         return records
 
-    def _match(self, array: Any) -> tuple[FlatCall | None, tuple | None, tuple | None]:
-        """A signature record's flat call and key (the signature unparsed), or, for a
-        signature no flat call holds, ``(None, None, signature)``; ``ValueError`` when it is
+    def _match(self, array: Any) -> tuple[CallTemplate | None, tuple | None, tuple | None]:
+        """A signature record's call template and key (the signature unparsed), or, for a
+        signature no call template holds, ``(None, None, signature)``; ``ValueError`` when it is
         not a signature this version can rebuild."""
-        calls = self._flat_calls
+        calls = self._templates
         for position, call in enumerate(calls):
             key = call.match(array)
             if key is not None:
@@ -976,14 +976,14 @@ class Corpus:
         materialise(sig, device="meta")  # every check loading makes, without allocating
         check_devices(sig, self._placement)
         try:
-            call = FlatCall(sig, self._placement)
-        except NotFlat:
+            call = CallTemplate(sig, self._placement)
+        except NoTemplate:
             return None, None, sig
         key = call.match(array)
         if key is None:  # cannot happen for a signature the call was made from
             return None, None, sig
         calls.insert(0, call)
-        del calls[FLAT_CALLS_KEPT:]
+        del calls[TEMPLATES_KEPT:]
         return call, key, sig
 
 

@@ -18,7 +18,7 @@ import ast
 import dataclasses
 import functools
 import hashlib
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -299,25 +299,27 @@ def _checked_tensor(record: tuple) -> tuple:
     return record
 
 
-# --- many signatures of one flat call (a replay's fast path) ----------------------------------
+# --- many signatures of one call structure (a replay's fast path) ----------------------------
 
-# The tensors a FlatCall keeps built per argument, and their bytes in all, before it starts
+# The tensors a CallTemplate keeps built per argument, and their bytes in all, before it starts
 # afresh (a vision model's zero-filled images are large).
-FLAT_TENSORS_KEPT = 4096
-FLAT_BYTES_KEPT = 256 * 2**20
+TEMPLATE_TENSORS_KEPT = 4096
+TEMPLATE_BYTES_KEPT = 256 * 2**20
 _TENSOR, _INT, _CONSTANT = 0, 1, 2
 
 
-class NotFlat(ValueError):
-    """The signature holds a container argument or aliasing tensors: no :class:`FlatCall`."""
+class NoTemplate(ValueError):
+    """The signature holds tensors that share storage, or a value that cannot be rebuilt: no
+    :class:`CallTemplate`."""
 
 
-class FlatCall:
-    """The signatures of one flat call: arguments and keyword arguments that are plain strided
-    tensors (sharing no storage), ints, or constants (None, bool, str, float, complex, dtype,
-    device), with the same keywords, tensor dims, dtypes, devices, requires_grad and inference
-    state, and the same constants. Such signatures differ only in tensor sizes, strides and
-    offsets and in int values: their *key*.
+class CallTemplate:
+    """The signatures of one call structure: the same arguments and keywords, the same
+    containers (lists, tuples and dicts of the same lengths and keys), leaves that are plain
+    strided tensors sharing no storage (the same dims, dtypes, devices, requires_grad and
+    inference state), ints, or the same constants (None, bool, str, float, complex, dtype,
+    device). Such signatures differ only in tensor sizes, strides and offsets and in int
+    values: their *key*. ``flat`` when every argument is a leaf (no container).
 
     A replay checking millions of signature records against the compiled graphs' guards uses
     it so as not to rebuild every call: :meth:`match` takes a signature as its JSON array
@@ -325,39 +327,28 @@ class FlatCall:
     checked, without converting the array; :meth:`arguments` gives arguments with exactly that
     signature (``signature(*arguments(key)[:2]) == signature_from_json(array)``), whose tensors
     are built once per argument and key and then shared by every call asking for them: they
-    are zero-filled, and must be read only (a guard check), never run or marked.
+    are zero-filled, for guard checks; they are never run (a mark the same for every call may
+    be applied to them).
 
-    ``NotFlat`` (a ``ValueError``) when ``sig`` is not such a call; ``sig`` must be a valid
+    ``NoTemplate`` (a ``ValueError``) when ``sig`` is not such a call; ``sig`` must be a valid
     signature (:func:`materialise` accepts it).
     """
 
     def __init__(self, sig: tuple, device: Any = None) -> None:
         if type(sig) is not tuple or len(sig) != 3 or sig[0] != "call":
-            raise NotFlat("not a call signature")
+            raise NoTemplate("not a call signature")
         _, args, kwargs = sig
         self.arity = len(args) - 2
         self.key_texts = [text for text, _ in kwargs[1:]]
         self.keywords = [_key(text) for text in self.key_texts]
-        place_of = _placer(device)
+        self._place_of = _placer(device)
+        self._devices: set[torch.device] = set()
         slots: list[tuple] = []
-        devices: set[torch.device] = set()
-        for leaf in (*args[2:], *(value for _, value in kwargs[1:])):
-            kind = leaf[0]
-            if kind == "tensor":
-                _, _, shape, _, _, dtype, place, _, requires_grad, inference, alias = _checked_tensor(leaf)
-                if alias is not None:
-                    raise NotFlat("tensors of the call share storage")
-                device_of = torch.device(place if place_of is None else place_of(place))
-                devices.add(device_of)
-                tail = signature_to_json(leaf[5:])
-                slots.append((_TENSOR, len(shape), tail, DTYPES[dtype], device_of, requires_grad, inference))
-            elif kind == "int":
-                slots.append((_INT,))
-            elif kind in ("none", "bool", "str", "float", "complex", "dtype", "device"):
-                slots.append((_CONSTANT, signature_to_json(leaf), _build(leaf, iter(()))))
-            else:
-                raise NotFlat(f"a {kind} argument")
-        for device_of in devices:  # an error now, not at the first guard check, when there is none
+        # The arguments' containers, fixed: each top-level argument is a leaf (a slot) or a
+        # list, tuple or dict node over further nodes; flat when every argument is a leaf.
+        self._nodes = [self._node(leaf, slots) for leaf in (*args[2:], *(value for _, value in kwargs[1:]))]
+        self.flat = all(node is None for node in self._nodes)
+        for device_of in self._devices:  # an error now, not at the first guard check, when there is none
             _probe(device_of)
         self.slots = slots
         # Where each tensor's part of a key is, in argument order; whether ints vary.
@@ -365,6 +356,30 @@ class FlatCall:
         self.has_ints = any(slot[0] == _INT for slot in slots)
         self._built: list[dict[tuple, torch.Tensor]] = [{} for _ in slots]
         self._bytes = 0  # storage bytes of the tensors in _built
+
+    def _node(self, value: tuple, slots: list[tuple]) -> tuple | None:
+        """The template of one argument (None: a leaf, its slot appended to ``slots``)."""
+        kind = value[0]
+        if kind == "tensor":
+            _, _, shape, _, _, dtype, place, _, requires_grad, inference, alias = _checked_tensor(value)
+            if alias is not None:
+                raise NoTemplate("tensors of the call share storage")
+            device_of = torch.device(place if self._place_of is None else self._place_of(place))
+            self._devices.add(device_of)
+            tail = signature_to_json(value[5:])
+            slots.append((_TENSOR, len(shape), tail, DTYPES[dtype], device_of, requires_grad, inference))
+            return None
+        if kind == "int":
+            slots.append((_INT,))
+            return None
+        if kind in ("none", "bool", "str", "float", "complex", "dtype", "device"):
+            slots.append((_CONSTANT, signature_to_json(value), _build(value, iter(()))))
+            return None
+        if kind in ("list", "tuple"):
+            return (kind, value[1], [self._node(item, slots) for item in value[2:]])
+        if kind == "dict":
+            return ("dict", [(text, _key(text), self._node(item, slots)) for text, item in value[1:]])
+        raise NoTemplate(f"a {kind} argument")
 
     def match(self, array: Any) -> tuple | None:
         """The key of a signature given as its JSON array, or None when it is not a signature
@@ -381,6 +396,12 @@ class FlatCall:
             if type(pair) is not list or len(pair) != 2 or pair[0] != text:
                 return None
             leaves.append(pair[1])
+        if not self.flat:
+            nested: list[Any] = []
+            for node, value in zip(self._nodes, leaves):
+                if not _gather(node, value, nested):
+                    return None
+            leaves = nested
         key: list[Any] = []
         for slot, leaf, built in zip(self.slots, leaves, self._built):
             kind = slot[0]
@@ -408,7 +429,8 @@ class FlatCall:
 
     def arguments(self, key: tuple) -> tuple[tuple, dict[str, Any], list[torch.Tensor]]:
         """``(args, kwargs, tensors)`` of the signature with this key (from :meth:`match`);
-        ``tensors`` in argument order. The tensors are shared: read them only."""
+        ``tensors`` in argument order. The tensors are shared: read them only (containers are
+        built afresh)."""
         values: list[Any] = []
         tensors: list[torch.Tensor] = []
         for slot, part, built in zip(self.slots, key, self._built):
@@ -418,7 +440,7 @@ class FlatCall:
                 if tensor is None:
                     tensor = self._tensor(slot, part)
                     size = tensor.untyped_storage().nbytes()
-                    if len(built) >= FLAT_TENSORS_KEPT or self._bytes + size > FLAT_BYTES_KEPT:
+                    if len(built) >= TEMPLATE_TENSORS_KEPT or self._bytes + size > TEMPLATE_BYTES_KEPT:
                         self._forget()
                     built[part] = tensor
                     self._bytes += size
@@ -428,6 +450,9 @@ class FlatCall:
                 values.append(part)
             else:
                 values.append(slot[2])
+        if not self.flat:
+            leaves = iter(values)
+            values = [next(leaves) if node is None else _assemble(node, leaves) for node in self._nodes]
         arity = self.arity
         return tuple(values[:arity]), dict(zip(self.keywords, values[arity:])), tensors
 
@@ -445,6 +470,36 @@ class FlatCall:
         needed = _extent(shape, stride, offset) * dtype.itemsize
         storage = torch.zeros(needed, dtype=torch.uint8, device=device).untyped_storage()
         return _on_storage(storage, offset, shape, stride, dtype, requires_grad, inference)
+
+
+def _gather(node: tuple | None, value: Any, leaves: list[Any]) -> bool:
+    """Collect the leaves of ``value`` (a JSON array) in walk order; False when its containers
+    are not those of ``node`` (None: ``value`` is a leaf)."""
+    if node is None:
+        leaves.append(value)
+        return True
+    if type(value) is not list or not value or value[0] != node[0]:
+        return False
+    if node[0] == "dict":
+        pairs = node[1]
+        if len(value) != len(pairs) + 1:
+            return False
+        for (text, _, child), pair in zip(pairs, value[1:]):
+            if type(pair) is not list or len(pair) != 2 or pair[0] != text or not _gather(child, pair[1], leaves):
+                return False
+        return True
+    _, length, children = node
+    if len(value) != length + 2 or value[1] != length:
+        return False
+    return all(_gather(child, item, leaves) for child, item in zip(children, value[2:]))
+
+
+def _assemble(node: tuple, leaves: Iterator[Any]) -> Any:
+    """The container ``node`` stands for, its leaves taken from ``leaves`` in walk order."""
+    if node[0] == "dict":
+        return {key: next(leaves) if child is None else _assemble(child, leaves) for _, key, child in node[1]}
+    items = [next(leaves) if child is None else _assemble(child, leaves) for child in node[2]]
+    return items if node[0] == "list" else tuple(items)
 
 
 def _check_numbers(numbers: tuple) -> None:

@@ -543,7 +543,7 @@ def run(
             args, kwargs, repeat = item.args, item.kwargs, 1
         else:
             # No data, and every sample of the record alike: scanned once, on its arguments
-            # shared when it is a flat call's.
+            # shared when it is a call template's.
             if item.key is not None:
                 args, kwargs, _ = item.arguments()
             else:

@@ -33,7 +33,7 @@ from .capture import CudagraphCapture, TraceCapture, events_from_records
 # The signatures whose descriptions a guard-only replay of a corpus with signature records
 # keeps (ReplaySession's signature_cache; each takes a few kB).
 SIGNATURE_CACHE = 16384
-# Flat calls (signature structures) whose description plan and device check a replay keeps.
+# Call templates (signature structures) whose description plan and device check a replay keeps.
 PLANS_KEPT = 256
 
 
@@ -137,7 +137,7 @@ class Runner:
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
-        self._record_devices: dict[Any, bool] = {}  # per flat call: its tensors are on the device
+        self._record_devices: dict[Any, bool] = {}  # per call template: its tensors are on the device
         torch_compat.reset_dynamo()
         self.compiled = compile_model(model, options)
 
@@ -180,7 +180,7 @@ class Runner:
             return self.serving_locals(call.frame)
 
     def record_arguments(self, record: SignatureRecord) -> tuple[tuple, dict, list] | None:
-        """A flat call's signature record's shared arguments (read only: for guard checks),
+        """A signature record's shared arguments (its call template's; for guard checks),
         when its tensors are already where this runner runs; None otherwise (prepare one of
         its samples instead: moving them would change what is checked)."""
         if record.key is None:
@@ -230,7 +230,7 @@ def _replay_settings(options: ReplayOptions) -> Iterator[None]:
 
 
 class _RecordPlan:
-    """How the records of one flat call (:class:`~guardscope.corpus.signature.FlatCall`) are
+    """How the records of one call template (:class:`~guardscope.corpus.signature.CallTemplate`) are
     described without walking their arguments: each tensor's path among forward's arguments
     and, since nothing but tensor sizes varies, the constant lengths and scalars."""
 
@@ -332,14 +332,14 @@ class ReplaySession:
         # newest ``signature_cache`` ones) and reused for later samples of that signature
         # without preparing or checking them: samples recorded as their signature (corpus
         # format 3), whose signature comes with them. Given as the corpus's SignatureRecords,
-        # those of a flat call are checked on arguments shared by all its records (FlatCall:
+        # those of a call template are checked on arguments shared by all its records (CallTemplate:
         # tensors built once per argument and size) and described from their plan
         # (_RecordPlan), so a new signature costs a guard check, not a rebuilt call.
         cacheable = self.skip_served and not track_lookup and signature_cache > 0
         self._by_signature: dict[tuple, SampleMeta] | None = {} if cacheable else None
         self._signature_cache = signature_cache
         self.signature_hits = 0
-        self._plans: dict[Any, _RecordPlan] = {}  # per flat call of the signature records
+        self._plans: dict[Any, _RecordPlan] = {}  # per call template of the signature records
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> ReplaySession:
@@ -418,10 +418,10 @@ class ReplaySession:
             cache[key] = meta if meta.ran_on is None else dataclasses.replace(meta, ran_on=None)
 
     def _record(self, record: SignatureRecord, offset: int) -> SampleMeta:
-        """Sample ``offset`` of a signature record: from the signature cache; else, for a flat
-        call, checked against the graphs' guards on the record's shared arguments (marked, when
-        every sample is); else run as a sample of its own (materialised, or on its full sample's
-        data)."""
+        """Sample ``offset`` of a signature record: from the signature cache; else, when the
+        record has a call template, checked against the graphs' guards on its shared arguments
+        (marked, when every sample is); else run as a sample of its own (materialised, or on its
+        full sample's data)."""
         index = record.first + offset
         mark = self._mark()
         key = None
@@ -442,7 +442,7 @@ class ReplaySession:
         return meta
 
     def _check_record(self, record: SignatureRecord, index: int, mark: bool) -> SampleMeta | None:
-        """A flat call's record checked against the graphs' guards without building its
+        """A call template's record checked against the graphs' guards without building its
         arguments anew; None when no graph accepts it (it must run) or its tensors are not on
         the replay's device."""
         runner = self.runner

@@ -143,7 +143,7 @@ def test_a_graph_break_model_says_later_frames_are_approximate(tmp_path):
 
 
 def test_a_replay_of_records_describes_samples_as_a_replay_of_samples(twins, tmp_path):
-    """Signature records checked on their flat call's shared arguments get the descriptions
+    """Signature records checked on their call template's shared arguments get the descriptions
     that the same samples, materialised one by one, get."""
     corpus = load_corpus(twins["no-data"][0].out_dir.parent / "no-data")
     records = [item for shard in corpus.manifest.shards for item in corpus.load_records(shard)]
@@ -166,7 +166,7 @@ def replayed_both_ways(model, corpus, records) -> dict[str, list]:
 
 
 class Stepped(torch.nn.Module):
-    """A flat call with an int and a str keyword: the replay describes its ints as they are."""
+    """A call with an int and a str keyword: the replay describes its ints as they are."""
 
     def forward(self, x, y=None, *, steps: int = 1, mode: str = "sum"):
         out = x * steps
@@ -234,3 +234,34 @@ def test_an_analysis_interrupted_inside_a_record_resumes_to_the_same_catalog(twi
         got = json.loads((folder / "catalog.json").read_text())
         del got["corpus"]["path"]
         assert got == expected
+
+
+class Layered(torch.nn.Module):
+    """Containers as arguments: a list of (key, value) pairs per layer and a dict of options."""
+
+    def forward(self, x, cache, options=None):
+        out = x.sum()
+        for key, value in cache:
+            out = out + key.sum() * value.mean()
+        if options is not None and options.get("mask") is not None:
+            out = out + options["mask"].sum()
+        return out
+
+
+def test_records_with_containers_are_described_as_their_samples(tmp_path):
+    def request(rows, layers, mask):
+        cache = [(torch.ones(1, rows, 4), torch.ones(1, rows, 2)) for _ in range(layers)]
+        return (torch.ones(rows, 3), cache), {"options": {"mask": torch.ones(rows) if mask else None}}
+
+    calls = [request(rows, layers, mask) for rows, layers, mask in
+             [(4, 2, True), (5, 2, True), (5, 2, True), (6, 3, False), (1, 2, True), (7, 3, False), (4, 2, True)]]
+    with CorpusWriter(tmp_path / "c", model="tests.x:y", keep="signatures", full_per_signature=0) as writer:
+        for args, kwargs in calls:
+            writer.add(*args, **kwargs)
+    corpus = load_corpus(tmp_path / "c")
+    records = corpus.load_records(corpus.manifest.shards[0])
+    assert all(record.key is not None for record in records)  # all checked on shared tensors
+    described = replayed_both_ways(Layered, corpus, records)
+    assert described["records"] == described["samples"]
+    assert described["records"][3].lengths == (("cache", 3), ("cache[0]", 2), ("cache[1]", 2), ("cache[2]", 2),
+                                              ("options", 1))

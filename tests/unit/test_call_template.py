@@ -1,4 +1,4 @@
-"""Flat calls (``corpus.signature.FlatCall``): the signatures a replay checks without rebuilding
+"""Call templates (``corpus.signature.CallTemplate``): the signatures a replay checks without rebuilding
 each call, and the signature records a corpus reads for it (``Corpus.load_records``)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from guardscope.corpus.format import CorpusWriter, SignatureRecord, load_corpus, records_from
-from guardscope.corpus.signature import FlatCall, NotFlat, signature, signature_to_json
+from guardscope.corpus.signature import CallTemplate, NoTemplate, signature, signature_to_json
 from guardscope.errors import ShardError
 from guardscope.model import Sample
 
@@ -29,22 +29,22 @@ def call(rows: int, cols: int = 4, *, steps: int = 3, grad: bool = False) -> tup
 
 
 def test_a_key_gives_arguments_with_exactly_that_signature():
-    flat = FlatCall(signature(*call(5), inference=False))
+    template = CallTemplate(signature(*call(5), inference=False))
     for rows, cols, steps in [(5, 4, 3), (0, 4, 3), (7, 1, -2), (1, 9, 0)]:
         args, kwargs = call(rows, cols, steps=steps)
-        key = flat.match(array_of(args, kwargs))
+        key = template.match(array_of(args, kwargs))
         assert key is not None
-        built_args, built_kwargs, tensors = flat.arguments(key)
+        built_args, built_kwargs, tensors = template.arguments(key)
         assert signature(built_args, built_kwargs, inference=False) == signature(args, kwargs, inference=False)
         assert list(built_kwargs) == ["steps", "mode", "mask", "scale", "dtype"]
         assert [t.shape for t in tensors] == [a.shape for a in args]
 
 
 def test_tensors_are_built_once_per_argument_and_size():
-    flat = FlatCall(signature(*call(5), inference=False))
-    first = flat.arguments(flat.match(array_of(*call(5))))[2]
-    again = flat.arguments(flat.match(array_of(*call(5, steps=8))))[2]
-    other = flat.arguments(flat.match(array_of(*call(7))))[2]
+    template = CallTemplate(signature(*call(5), inference=False))
+    first = template.arguments(template.match(array_of(*call(5))))[2]
+    again = template.arguments(template.match(array_of(*call(5, steps=8))))[2]
+    other = template.arguments(template.match(array_of(*call(7))))[2]
     assert all(a is b for a, b in zip(first, again))
     assert not any(a is b for a, b in zip(first, other))
     assert first[0] is not first[1] and first[0].untyped_storage().data_ptr() != first[1].untyped_storage().data_ptr()
@@ -62,38 +62,68 @@ def test_tensors_are_built_once_per_argument_and_size():
     lambda: (call(5)[0], {**call(5)[1], "steps": True}),                    # an int becomes a bool
 ])
 def test_a_signature_of_another_call_does_not_match(change):
-    flat = FlatCall(signature(*call(5), inference=False))
-    assert flat.match(array_of(*change())) is None
+    template = CallTemplate(signature(*call(5), inference=False))
+    assert template.match(array_of(*change())) is None
 
 
-@pytest.mark.parametrize("args", [
-    (torch.ones(4), [torch.ones(2)]),                       # a list argument
-    (torch.ones(4), {"a": torch.ones(2)}),                  # a dict argument
+def nested(rows: int, layers: int = 2) -> tuple[tuple, dict]:
+    """Containers: a list of (key, value) tuples, a dict with an int, a None and a tensor."""
+    cache = [(torch.ones(1, rows, 4), torch.ones(1, rows, 4)[..., ::2]) for _ in range(layers)]
+    return (torch.ones(rows, 8), cache), {"extra": {"steps": rows % 3, "mask": None, 7: torch.ones(rows)}}
+
+
+def test_containers_are_rebuilt_around_the_shared_tensors():
+    template = CallTemplate(signature(*nested(5), inference=False))
+    assert not template.flat
+    for rows in (5, 0, 9):
+        args, kwargs = nested(rows)
+        key = template.match(array_of(args, kwargs))
+        built_args, built_kwargs, tensors = template.arguments(key)
+        assert signature(built_args, built_kwargs, inference=False) == signature(args, kwargs, inference=False)
+        assert type(built_args[1]) is list and type(built_args[1][0]) is tuple
+        assert list(built_kwargs["extra"]) == ["steps", "mask", 7]
+        assert len(tensors) == 6
+    again = template.arguments(template.match(array_of(*nested(5))))
+    assert again[0][1] is not template.arguments(template.match(array_of(*nested(5))))[0][1]  # fresh containers
+    assert again[2][0] is template.arguments(template.match(array_of(*nested(5))))[2][0]  # shared tensors
+
+
+@pytest.mark.parametrize("change", [
+    lambda: nested(5, layers=3),                                            # a longer list
+    lambda: ((nested(5)[0][0], tuple(nested(5)[0][1])), nested(5)[1]),       # a tuple, not a list
+    lambda: (nested(5)[0], {"extra": {"mask": None, "steps": 2, 7: torch.ones(5)}}),  # dict order
+    lambda: (nested(5)[0], {"extra": {"steps": 2, "mask": None, 8: torch.ones(5)}}),  # another key
+    lambda: (nested(5)[0], {"extra": {"steps": 2, "mask": torch.ones(1), 7: torch.ones(5)}}),
 ])
-def test_a_call_with_containers_is_not_flat(args):
-    with pytest.raises(NotFlat):
-        FlatCall(signature(args, {}))
+def test_other_containers_do_not_match(change):
+    template = CallTemplate(signature(*nested(5), inference=False))
+    assert template.match(array_of(*change())) is None
+
+
+def test_an_object_argument_has_no_template():
+    with pytest.raises(NoTemplate):
+        CallTemplate(("call", ("tuple", 1, ("object", "pkg.Thing")), ("dict",)))
 
 
 def test_a_call_whose_tensors_share_storage_is_not_flat():
     base = torch.ones(4, 4)
-    with pytest.raises(NotFlat, match="share storage"):
-        FlatCall(signature((base, base[1:]), {}))
+    with pytest.raises(NoTemplate, match="share storage"):
+        CallTemplate(signature((base, base[1:]), {}))
 
 
 @pytest.mark.parametrize("numbers", [(-1, 4, 4, 1, 0), (5, 4, 4, 1, 2**62), (5.5, 4, 4, 1, 0)])
 def test_impossible_sizes_are_refused(numbers):
-    flat = FlatCall(signature((torch.ones(5, 4),), {}))
+    template = CallTemplate(signature((torch.ones(5, 4),), {}))
     array = array_of((torch.ones(5, 4),), {})
     tensor = array[1][2]
     tensor[2], tensor[3], tensor[4] = list(numbers[:2]), list(numbers[2:4]), numbers[4]
     with pytest.raises(ValueError, match="non-negative ints"):
-        flat.match(array)
+        template.match(array)
 
 
 def test_built_tensors_go_where_asked():
-    flat = FlatCall(signature((torch.ones(3),), {}), device="meta")
-    args, _, _ = flat.arguments(flat.match(array_of((torch.ones(3),), {})))
+    template = CallTemplate(signature((torch.ones(3),), {}), device="meta")
+    args, _, _ = template.arguments(template.match(array_of((torch.ones(3),), {})))
     assert args[0].device.type == "meta"
 
 
@@ -122,13 +152,16 @@ def rewrite_index(directory, edit) -> None:
 
 
 def test_records_and_samples_of_a_corpus_agree(tmp_path):
-    calls = [call(5), call(5), call(6), ((torch.ones(2), [torch.ones(1)]), {}), call(5), call(5), call(7)]
+    base = torch.ones(4, 2)
+    calls = [call(5), call(5), call(6), ((torch.ones(2), [torch.ones(1)]), {}), call(5), ((base, base[1:]), {}),
+             call(7)]
     write(tmp_path / "c", calls, full_per_signature=0)
     corpus = load_corpus(tmp_path / "c")
     records = [item for shard in corpus.manifest.shards for item in corpus.load_records(shard)]
     assert [(r.first, r.repeat) for r in records] == [(0, 2), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1)]
     assert all(type(r) is SignatureRecord for r in records)
-    assert [r.key is not None for r in records] == [True, True, False, True, True, True]
+    # The list argument's call has a template too; the aliasing one does not.
+    assert [r.key is not None for r in records] == [True, True, True, True, False, True]
     samples = list(corpus)
     for record in records:
         for offset in range(record.repeat):
@@ -217,12 +250,12 @@ def test_a_nested_record_on_a_device_this_machine_lacks_is_refused_when_read(tmp
 def test_built_tensors_are_bounded_in_bytes(monkeypatch):
     from guardscope.corpus import signature as signatures
 
-    monkeypatch.setattr(signatures, "FLAT_BYTES_KEPT", 120)
-    flat = FlatCall(signature((torch.ones(5, 4),), {}))
-    keys = [flat.match(array_of((torch.ones(5, cols),), {})) for cols in (4, 4, 1)]
-    first = flat.arguments(keys[0])[2][0]
-    assert flat.arguments(keys[1])[2][0] is first
-    flat.arguments(keys[2])  # 80 + 20 bytes: within the bound
-    assert flat.arguments(keys[0])[2][0] is first
-    flat.arguments(flat.match(array_of((torch.ones(5, 3),), {})))  # 100 + 60 > 120: start afresh
-    assert flat.arguments(keys[0])[2][0] is not first
+    monkeypatch.setattr(signatures, "TEMPLATE_BYTES_KEPT", 120)
+    template = CallTemplate(signature((torch.ones(5, 4),), {}))
+    keys = [template.match(array_of((torch.ones(5, cols),), {})) for cols in (4, 4, 1)]
+    first = template.arguments(keys[0])[2][0]
+    assert template.arguments(keys[1])[2][0] is first
+    template.arguments(keys[2])  # 80 + 20 bytes: within the bound
+    assert template.arguments(keys[0])[2][0] is first
+    template.arguments(template.match(array_of((torch.ones(5, 3),), {})))  # 100 + 60 > 120: start afresh
+    assert template.arguments(keys[0])[2][0] is not first
