@@ -295,12 +295,6 @@ class _DimAccumulator:
     ever_zero: bool = False
     ever_one: bool = False
 
-    def add(self, value: int) -> None:
-        self.min = min(self.min, value)
-        self.max = max(self.max, value)
-        self.ever_zero |= value == 0
-        self.ever_one |= value == 1
-
 
 @dataclass
 class CatalogBuilder:
@@ -365,7 +359,7 @@ class CatalogBuilder:
                     accumulator = accumulators[dim] = _DimAccumulator(path, axis, value, value)
                     self.equal_candidates[dim] = None  # no evidence yet: this sample gives the first
                     fresh.add(dim)
-                # _DimAccumulator.add, inline: this runs for every dim of every sample.
+                # Inline, not a method: this runs for every dim of every sample.
                 if value < accumulator.min:
                     accumulator.min = value
                 elif value > accumulator.max:
