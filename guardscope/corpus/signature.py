@@ -342,7 +342,7 @@ class CallTemplate:
         self.key_texts = [text for text, _ in kwargs[1:]]
         self.keywords = [_key(text) for text in self.key_texts]
         self._place_of = _placer(device)
-        self._devices: set[torch.device] = set()
+        self._devices: set[torch.device] = set()  # where its tensors are built
         slots: list[tuple] = []
         # The arguments' containers, fixed: each top-level argument is a leaf (a slot) or a
         # list, tuple or dict node over further nodes; flat when every argument is a leaf.
@@ -350,6 +350,7 @@ class CallTemplate:
         self.flat = all(node is None for node in self._nodes)
         for device_of in self._devices:  # an error now, not at the first guard check, when there is none
             _probe(device_of)
+        self.devices = frozenset(self._devices)
         self.slots = slots
         # Where each tensor's part of a key is, in argument order; whether ints vary.
         self.tensor_parts = [position for position, slot in enumerate(slots) if slot[0] == _TENSOR]

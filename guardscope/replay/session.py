@@ -137,7 +137,6 @@ class Runner:
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
-        self._record_devices: dict[Any, bool] = {}  # per call template: its tensors are on the device
         torch_compat.reset_dynamo()
         self.compiled = compile_model(model, options)
 
@@ -183,15 +182,9 @@ class Runner:
         """A signature record's shared arguments (its call template's; for guard checks),
         when its tensors are already where this runner runs; None otherwise (prepare one of
         its samples instead: moving them would change what is checked)."""
-        if record.key is None:
+        if record.key is None or any(device != self.device for device in record.call.devices):
             return None
-        here = self._record_devices.get(record.call)
-        args, kwargs, tensors = record.arguments()
-        if here is None:
-            if len(self._record_devices) >= PLANS_KEPT:
-                self._record_devices.clear()
-            here = self._record_devices[record.call] = all(tensor.device == self.device for tensor in tensors)
-        return (args, kwargs, tensors) if here else None
+        return record.arguments()
 
     def serving_arguments(self, args: tuple, kwargs: dict) -> str | None:
         """:meth:`serving_locals` of a call given by its arguments (already on the device)."""
@@ -391,20 +384,25 @@ class ReplaySession:
         return meta
 
     def _forward(self, sample: Sample, mark: bool, key: Any = None) -> SampleMeta:
+        """``key``: the signature-cache key a caller looked up already (and missed)."""
         # Only samples that carry their signature (recorded as one) are looked up and kept:
         # taking a full sample's signature costs about as much as checking its guards.
-        if self._cacheable(sample.signature is not None, mark):
-            key = sample.signature if key is None else key
-            known = self._by_signature.get(key)  # type: ignore[union-attr]
+        if key is None and self._cacheable(sample.signature is not None, mark):
+            key = sample.signature
+            known = self._cached(key, sample.index)
             if known is not None:
-                self.signature_hits += 1
-                return known.at(sample.index)
-        else:
-            key = None
+                return known
         meta = self._forward_call(sample, mark)
         if key is not None:
             self._keep(key, meta)
         return meta
+
+    def _cached(self, key: Any, index: int) -> SampleMeta | None:
+        known = self._by_signature.get(key)  # type: ignore[union-attr]
+        if known is None:
+            return None
+        self.signature_hits += 1
+        return known.at(index)
 
     def _cacheable(self, signature: bool, mark: bool) -> bool:
         return (self._by_signature is not None and signature
@@ -427,10 +425,9 @@ class ReplaySession:
         key = None
         if self._cacheable(True, mark):
             key = record.signature if record.key is None else (record.call, record.key)
-            known = self._by_signature.get(key)  # type: ignore[union-attr]
+            known = self._cached(key, index)
             if known is not None:
-                self.signature_hits += 1
-                return known.at(index)
+                return known
             if record.key is not None:  # marks, if any, apply to every sample: to the shared ones too
                 meta = self._check_record(record, index, mark)
                 if meta is not None:
@@ -450,8 +447,10 @@ class ReplaySession:
         if shared is None:
             return None
         args, kwargs, tensors = shared
+        named = None
         if mark:
-            runner.apply_marks(runner.binder.named_or_positional(args, kwargs))
+            named = runner.binder.named_or_positional(args, kwargs)
+            runner.apply_marks(named)
         plan = self._plans.get(record.call)
         if plan is None:
             if len(self._plans) >= PLANS_KEPT:  # a corpus of ever new structures: start afresh
@@ -461,8 +460,8 @@ class ReplaySession:
         if serving is None:
             return None
         if plan.paths is None:  # ints among the arguments: describe them as they are
-            return describe(runner.binder.named_or_positional(args, kwargs), index, serving, None,
-                            recorded="signature")
+            named = runner.binder.named_or_positional(args, kwargs) if named is None else named
+            return describe(named, index, serving, None, recorded="signature")
         return plan.describe(record.key, tensors, index, serving)
 
     def _forward_call(self, sample: Sample, mark: bool) -> SampleMeta:
