@@ -86,7 +86,7 @@ def check_sample_corpus(corpus: pathlib.Path) -> str:
     for every full sample, an equal signature for every signature sample."""
     import torch
 
-    from guardscope.corpus.format import load_corpus
+    from guardscope.corpus.reader import load_corpus
     from guardscope.corpus.signature import signature
 
     committed = list(load_corpus(common.REPO / "samples" / "gnn" / "corpus"))

@@ -31,7 +31,7 @@ if __package__ in (None, ""):  # run as a file: make the repository root importa
 
 import torch
 
-from guardscope.corpus.format import CorpusWriter
+from guardscope.corpus.writer import CorpusWriter
 from guardscope.errors import GuardscopeError
 from samples.gnn.generate import (
     COMPILE_OPTIONS,

@@ -161,7 +161,7 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
     crashed (a compiler backend died); 130 interrupted.
     """
     from . import pipeline
-    from .corpus.format import load_corpus
+    from .corpus.reader import load_corpus
 
     total = len(load_corpus(corpus))
     if isolate or (isolate is None and backend == "inductor"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from guardscope.corpus.format import CorpusWriter
+from guardscope.corpus.writer import CorpusWriter
 from guardscope.fixes.exporting import apply_suggested_fixes, parse_suggested_fixes
 from guardscope.fixes.plan import ExportDim, ExportPlan, OutsideTopology
 

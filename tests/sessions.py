@@ -13,7 +13,8 @@ import torch
 
 import guardscope
 from guardscope import pipeline
-from guardscope.corpus.format import CorpusWriter, load_corpus
+from guardscope.corpus.reader import load_corpus
+from guardscope.corpus.writer import CorpusWriter
 
 from . import real_models
 from .paths import REPO, SEED_CORPUS, model_spec

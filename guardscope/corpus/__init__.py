@@ -1,8 +1,10 @@
 """Inputs: the corpus directory format (manifest and shards; written by :class:`CorpusWriter`,
 read safely by :func:`load_corpus`) and model specs (``"pkg.mod:attr"`` or ``"path/file.py:attr"``).
 
-Stage order: ``format`` (the directory, its writer and reader; imports torch), ``spec`` (resolving
-a model spec; no torch), ``signature`` (what a frame-0 guard can read of a call, without its
+Stage order: ``format`` (the directory format's specification and its manifest), ``values`` (what
+a sample may hold), ``structured`` (values stored as a registered type name and a state),
+``shards`` (a shard's bytes), ``writer``, ``reader`` (all but ``format`` import torch), ``spec``
+(resolving a model spec; no torch), ``signature`` (what a frame-0 guard can read of a call, without its
 data; import it from ``guardscope.corpus.signature``: the package attribute ``signature`` is
 that module once it is loaded). Names are imported on first use, so ``guardscope --help``
 imports no torch.
@@ -13,14 +15,14 @@ from __future__ import annotations
 from ..lazy import lazy_exports
 
 _EXPORTS = {
-    "Corpus": "format",
-    "CorpusWriter": "format",
+    "Corpus": "reader",
+    "CorpusWriter": "writer",
     "MANIFEST_NAME": "format",
     "Manifest": "format",
     "ShardInfo": "format",
-    "load_corpus": "format",
+    "load_corpus": "reader",
     "read_manifest": "format",
-    "snapshot": "format",
+    "snapshot": "values",
     "load_model": "spec",
     "model_label": "spec",
     "split_spec": "spec",

@@ -38,7 +38,7 @@ import torch
 from .. import store
 from ..catalog.builder import CatalogBuilder
 from ..corpus import CorpusWriter
-from ..corpus.format import SignatureRecord
+from ..corpus.reader import SignatureRecord
 from ..corpus.spec import respec
 from ..errors import CatalogError, CompileOptionsError
 from ..model import Sample

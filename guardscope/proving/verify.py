@@ -215,7 +215,7 @@ def _samples(items: Iterator[Any], accepts: Any) -> Iterator[Any]:
     on the record's shared arguments) does not answer for: equal signatures pass the same
     guards, so a record accepted once is accepted for all its samples, and the samples of an
     accepted signature need not be built. Yields (samples to run, accepted without running)."""
-    from ..corpus.format import SignatureRecord
+    from ..corpus.reader import SignatureRecord
     from ..replay.session import SIGNATURE_CACHE
 
     known: dict = {}  # the most recently accepted signatures (a million would take a gigabyte)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import store, torch_compat
-from ..corpus.format import records_from
+from ..corpus.reader import records_from
 from ..errors import ShardError
 from ..options import ReplayOptions
 from .session import SIGNATURE_CACHE, ReplayResult, ReplaySession

@@ -21,7 +21,7 @@ import torch
 
 from .. import torch_compat
 from ..errors import CompileOptionsError
-from ..corpus.format import SignatureRecord
+from ..corpus.reader import SignatureRecord
 from ..model import CompileEvent, Sample, SampleMeta, TensorMeta, compile_order
 from ..options import ReplayOptions
 from ..sources import FrameArguments

@@ -46,7 +46,9 @@ from typing import Any, Callable
 import torch
 
 from .. import plans, store, torch_compat
-from ..corpus.format import MANIFEST_NAME, CorpusWriter, check_model_spec, check_sample, snapshot, storage_bytes
+from ..corpus.format import MANIFEST_NAME, check_model_spec
+from ..corpus.values import check_sample, snapshot, storage_bytes
+from ..corpus.writer import CorpusWriter
 from ..corpus.signature import signature
 from ..corpus.spec import respec
 from ..errors import SampleError, ServeError

@@ -7,7 +7,7 @@ tests/unit/test_emit_verify.py, tests/subprocess/test_emit_verify.py.
 from __future__ import annotations
 
 from guardscope import pipeline
-from guardscope.corpus.format import load_corpus
+from guardscope.corpus.reader import load_corpus
 
 MARKS = (("x", 0), ("local_edge_index", 1), ("cross_edge_index", 1), ("local_edge_scale", 0),
          ("cross_edge_scale", 0), ("context", 0))

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import guardscope
 from guardscope import pipeline, store
 from guardscope.cli import main
-from guardscope.corpus.format import load_corpus
+from guardscope.corpus.reader import load_corpus
 from guardscope.errors import CatalogError
 
 from ..conftest import SEED_CORPUS

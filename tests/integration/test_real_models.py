@@ -19,7 +19,8 @@ import pytest
 import torch
 
 import guardscope
-from guardscope.corpus.format import CorpusWriter, load_corpus
+from guardscope.corpus.reader import load_corpus
+from guardscope.corpus.writer import CorpusWriter
 
 from .. import real_models
 from ..sessions import REAL_SAMPLES

@@ -10,7 +10,7 @@ import pathlib
 
 import pytest
 
-from guardscope.corpus.format import load_corpus
+from guardscope.corpus.reader import load_corpus
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "samples" / "gnn" / "corpus"

@@ -23,7 +23,8 @@ from click.testing import CliRunner
 import guardscope
 from guardscope import cli, pipeline
 from guardscope.bundle import BundleWarning, load_bundle, plan_hash
-from guardscope.corpus.format import CorpusWriter, load_corpus
+from guardscope.corpus.reader import load_corpus
+from guardscope.corpus.writer import CorpusWriter
 from guardscope.proving.setup import isolated_caches
 
 from ..builders import write_sized_corpus

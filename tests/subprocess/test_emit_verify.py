@@ -16,7 +16,8 @@ import pytest
 
 import guardscope
 from guardscope import pipeline
-from guardscope.corpus.format import CorpusWriter, load_corpus
+from guardscope.corpus.reader import load_corpus
+from guardscope.corpus.writer import CorpusWriter
 from samples.gnn import generate
 
 from ..conftest import REPO, SEED_CORPUS

@@ -11,7 +11,8 @@ import zlib
 import pytest
 import torch
 
-from guardscope.corpus.format import CorpusWriter, SignatureRecord, load_corpus, records_from
+from guardscope.corpus.reader import SignatureRecord, load_corpus, records_from
+from guardscope.corpus.writer import CorpusWriter
 from guardscope.corpus.signature import CallTemplate, NoTemplate, signature, signature_to_json
 from guardscope.errors import ShardError
 from guardscope.model import Sample

@@ -12,9 +12,11 @@ import pathlib
 import pytest
 import torch
 
-from guardscope.corpus.format import FORMAT, FORMAT_VERSION, CorpusWriter, Manifest, ShardInfo
-from guardscope.corpus.format import _encode_shard as encode_shard
-from guardscope.corpus.format import load_corpus, read_manifest
+from guardscope.corpus.format import FORMAT, FORMAT_VERSION, Manifest, ShardInfo
+from guardscope.corpus.writer import CorpusWriter
+from guardscope.corpus.shards import encode_shard as encode_shard
+from guardscope.corpus.format import read_manifest
+from guardscope.corpus.reader import load_corpus
 from guardscope.errors import CorpusError, ManifestError, ModelSpecError, SampleError, ShardError
 
 MODEL = "pkg.models:build"
@@ -148,7 +150,7 @@ def test_add_snapshots_the_arguments(tmp_path):
 
 
 def test_snapshot_copies_as_add_does_and_flush_writes_a_partial_shard(tmp_path):
-    from guardscope.corpus.format import snapshot
+    from guardscope.corpus.values import snapshot
 
     base = torch.arange(6.0)
     args, kwargs = snapshot((base, base[2:]), {"n": 3})

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from guardscope import store
 from guardscope.cli import main
-from guardscope.corpus.format import load_corpus
+from guardscope.corpus.reader import load_corpus
 from guardscope.corpus.spec import load_model
 from guardscope.errors import CatalogError
 from guardscope.fixes import probe as probing

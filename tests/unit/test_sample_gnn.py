@@ -12,7 +12,7 @@ import pathlib
 import pytest
 import torch
 
-from guardscope.corpus.format import load_corpus
+from guardscope.corpus.reader import load_corpus
 from samples.gnn import generate
 from samples.gnn.generate import INJECT_ID, SMALL_MAX_SIZE, SMALL_MIN_SIZE, make_samples
 

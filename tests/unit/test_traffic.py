@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from guardscope.corpus.format import load_corpus, read_manifest
+from guardscope.corpus.format import read_manifest
+from guardscope.corpus.reader import load_corpus
 from guardscope.corpus.signature import signature
 from guardscope.errors import ServeError
 from guardscope.runtime import TrafficRecorder

@@ -1,0 +1,302 @@
+"""Recording: :class:`CorpusWriter` writes forward calls into a corpus directory (format 2, or
+format 3 with signature records); see :mod:`guardscope.corpus.format`."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import pathlib
+from typing import Any
+
+import torch
+
+from ..errors import CorpusError, SampleError
+from ..files import write_atomic
+from ..text import message_line
+from .format import (
+    FORMAT_VERSION,
+    KEEP_CHOICES,
+    MANIFEST_NAME,
+    SHARD_NAME,
+    SIGNATURE_FORMAT_VERSION,
+    Manifest,
+    ShardInfo,
+    check_model_spec,
+)
+from .shards import encode_shard
+from .signature import materialise, signature, signature_digest
+from .spec import anchored
+from .values import _copy_call, check_sample, storage_bytes
+
+
+class CorpusWriter:
+    """Records forward calls into a corpus directory, one shard file per ``shard_size`` samples.
+
+    ``model`` is the model spec written into the manifest (its shape is checked, nothing is
+    imported); ``compile`` the production ``torch.compile`` options (JSON values).
+    ``keep="all"`` (the default) records every call in full (format 2); ``keep="signatures"``
+    records the first ``full_per_signature`` calls of each signature in full and every other
+    one as its signature only, without tensor data (format 3; ``full_per_signature=0`` keeps no
+    tensor data at all, for traffic whose contents may not be stored); ``max_signatures`` bounds
+    the signatures it remembers (None: all), ``max_full_bytes`` the tensor storage bytes of the
+    calls it keeps in full (a call that would pass it is recorded as its signature; None: no
+    bound), so a corpus of a million new signatures stays small. The
+    directory is created if needed; one that already holds a corpus is refused unless
+    ``overwrite=True``, which deletes that corpus's manifest and shard files (nothing else).
+
+    Each finished shard is written at once and the manifest rewritten after it, both atomically,
+    so an interrupted recording keeps every finished shard. :meth:`add` takes a snapshot of its
+    arguments (a deep copy that keeps aliasing), so buffers reused by the caller afterwards do
+    not change what is recorded. Not thread-safe.
+
+    Example::
+
+        with CorpusWriter("corpus", model="myapp.model:build",
+                          compile={"dynamic": True, "fullgraph": True}) as writer:
+            writer.add(x, edge_index, scale=0.5)   # returns 0
+            writer.add(x2, edge_index2, scale=0.5) # returns 1
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        model: str,
+        compile: dict | None = None,
+        *,
+        shard_size: int = 256,
+        overwrite: bool = False,
+        keep: str = "all",
+        full_per_signature: int = 1,
+        max_signatures: int | None = None,
+        max_full_bytes: int | None = None,
+    ) -> None:
+        self.directory = pathlib.Path(directory)
+        # A relative file spec is stored relative to the corpus folder, where it is resolved first:
+        # the corpus then works from any working directory.
+        self.model = anchored(check_model_spec(model), self.directory)
+        self.compile = dict(compile or {})
+        try:
+            json.dumps(self.compile, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise CorpusError(
+                f"compile options {self.compile!r} cannot be written to {MANIFEST_NAME}: "
+                f"{exc}; pass a dict of str keys and JSON values (bool, int, float, str, "
+                "None, lists, dicts)"
+            ) from None
+        if type(shard_size) is not int or shard_size < 1:
+            raise CorpusError(f"shard_size must be a positive int, got {shard_size!r}")
+        self.shard_size = shard_size
+        if keep not in KEEP_CHOICES:
+            raise CorpusError(f"keep must be one of {', '.join(map(repr, KEEP_CHOICES))}, got {keep!r}")
+        if type(full_per_signature) is not int or full_per_signature < 0:
+            raise CorpusError(
+                f"full_per_signature must be an int >= 0 (0: no tensor data at all), got {full_per_signature!r}"
+            )
+        if max_signatures is not None and (type(max_signatures) is not int or max_signatures < 0):
+            raise CorpusError(f"max_signatures must be an int >= 0 or None, got {max_signatures!r}")
+        if max_full_bytes is not None and (type(max_full_bytes) is not int or max_full_bytes < 0):
+            raise CorpusError(f"max_full_bytes must be an int >= 0 or None, got {max_full_bytes!r}")
+        if max_full_bytes is not None and keep != "signatures":
+            raise CorpusError('max_full_bytes bounds the calls kept in full besides signatures: use keep="signatures"')
+        self.max_full_bytes = max_full_bytes
+        self.full_bytes = 0  # tensor storage bytes of the calls kept in full (keep="signatures")
+        self.keep = keep
+        self.full_per_signature = full_per_signature
+        self.max_signatures = max_signatures
+        # keep="signatures": signature digest -> [first full sample's index, full samples kept],
+        # for at most max_signatures signatures (later new ones are not remembered: each of
+        # their calls counts as the first of its signature).
+        self._signatures: dict[str, list] = {}
+        self._records = 0  # the signature records written so far
+        self._pending: list[dict[str, Any]] = []
+        self._shards: list[ShardInfo] = []
+        self._devices: set[str] = set()
+        self._count = 0
+        self._closed = False
+        self._prepare_directory(overwrite)
+        self._write_manifest()
+
+    def _prepare_directory(self, overwrite: bool) -> None:
+        if self.directory.exists() and not self.directory.is_dir():
+            raise CorpusError(f"{self.directory} exists and is not a directory; pick another path")
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CorpusError(f"cannot create the corpus directory {self.directory}: {exc.strerror or exc}") from exc
+        previous = sorted(
+            path
+            for path in self.directory.iterdir()
+            if path.name == MANIFEST_NAME or SHARD_NAME.fullmatch(path.name)
+        )
+        if previous and not overwrite:
+            raise CorpusError(
+                f"{self.directory} already holds a corpus ({previous[0].name}); "
+                "pass overwrite=True to replace it, or pick another directory"
+            )
+        for path in previous:
+            path.unlink()
+
+    def __enter__(self) -> CorpusWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        # Also on an exception: the samples added so far are kept.
+        self.close()
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def signature_samples(self) -> int:
+        """Samples recorded as their signature only so far (always 0 with ``keep="all"``)."""
+        return self._records
+
+    def add(self, *args: Any, **kwargs: Any) -> int:
+        """Record one forward call's arguments; returns the sample's index.
+
+        With ``keep="signatures"`` the first ``full_per_signature`` calls of each signature
+        are recorded in full and every later one as its signature only (no tensor data is
+        copied or kept), consecutive calls of one signature as one record with a repeat count.
+
+        Raises ``SampleError`` (nothing recorded) if an argument holds a value the format cannot
+        store, naming where: ``args[1]``, ``kwargs['d'][2]``.
+        """
+        return self._add(args, kwargs, copied=False)
+
+    def add_snapshot(self, args: tuple, kwargs: dict, sig: tuple | None = None) -> int:
+        """Record a call that :func:`snapshot` copied already (a recorder that copies on the
+        serving thread and writes on another): as :meth:`add`, without copying it again.
+        ``sig``: the call's ``signature(args, kwargs, inference=False)`` when the caller took
+        it already (a copy has its original's signature), so that it is not taken again."""
+        return self._add(tuple(args), dict(kwargs), copied=True, sig=sig)
+
+    def add_signature(self, sig: tuple, devices: frozenset[str] | set[str] = frozenset()) -> int:
+        """Record one call known by its signature only (``signature(args, kwargs,
+        inference=False)``, taken where the call was served); returns the sample's index.
+
+        Only with ``keep="signatures"``. The record names the first full sample of that
+        signature, when one was added. ``devices`` are the device types of its tensors (for the
+        manifest's ``device``). ``CorpusError`` when the writer is closed or keeps everything in
+        full, ``SampleError`` when ``sig`` is not a call signature this format can rebuild.
+        """
+        self._check_open()
+        if self.keep != "signatures":
+            raise CorpusError('add_signature() records signatures: open the CorpusWriter with keep="signatures"')
+        try:
+            materialise(sig, device="meta")  # the check loading makes, without allocating
+        except (ValueError, RuntimeError, TypeError) as exc:
+            raise SampleError(f"not a call signature this corpus format can store: {message_line(exc)}") from None
+        self._add_signature_record(sig, signature_digest(sig))
+        return self._advance(set(devices))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise CorpusError(f"the writer for {self.directory} is closed; open a new CorpusWriter")
+
+    def _add(self, args: tuple, kwargs: dict, *, copied: bool, sig: tuple | None = None) -> int:
+        self._check_open()
+        devices = check_sample(args, kwargs)  # SampleError before anything is recorded
+        if self.keep == "signatures":
+            # As the corpus will give it back: a loaded tensor is never an inference tensor.
+            if sig is None:
+                sig = signature(args, kwargs, inference=False)
+            digest = signature_digest(sig)
+            seen = self._seen(digest)
+            size = 0
+            if seen[1] < self.full_per_signature and self.max_full_bytes is not None:
+                size = storage_bytes((args, kwargs))
+            if seen[1] >= self.full_per_signature or (
+                    self.max_full_bytes is not None and self.full_bytes + size > self.max_full_bytes):
+                self._add_signature_record(sig, digest)
+                return self._advance(devices)
+            if seen[1] == 0:
+                seen[0] = self._count
+            seen[1] += 1
+            self.full_bytes += size
+        if not copied:
+            args, kwargs = _copy_call(args, kwargs)
+        self._pending.append({"args": args, "kwargs": kwargs})
+        return self._advance(devices)
+
+    def _advance(self, devices: set[str]) -> int:
+        """Count the sample just recorded; write the shard when it is full. Returns its index."""
+        self._devices |= devices
+        index = self._count
+        self._count += 1
+        if len(self._pending) == self.shard_size:
+            self._flush()
+        return index
+
+    def _seen(self, digest: str) -> list:
+        """[first full sample's index, full samples kept] of a signature; a fresh one, not kept,
+        past ``max_signatures``."""
+        seen = self._signatures.get(digest)
+        if seen is None:
+            seen = [None, 0]
+            if self.max_signatures is None or len(self._signatures) < self.max_signatures:
+                self._signatures[digest] = seen
+        return seen
+
+    def _add_signature_record(self, sig: tuple, digest: str) -> None:
+        seen = self._seen(digest)
+        self._records += 1
+        last = self._pending[-1] if self._pending else None
+        if last is not None and last.get("digest") == digest:
+            last["repeat"] += 1
+        else:
+            self._pending.append({"signature": sig, "digest": digest, "repeat": 1, "full": seen[0]})
+
+    def flush(self) -> None:
+        """Write the samples added since the last shard as a shard of their own now, so they are
+        on disk (and listed in the manifest) before ``shard_size`` samples have been added; a
+        corpus's shards may differ in size. Does nothing when none are pending."""
+        if self._pending and not self._closed:
+            self._flush()
+
+    def close(self) -> None:
+        """Write the last, partial shard and the final manifest. Calling it again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._pending:
+            self._flush()
+
+    def _flush(self) -> None:
+        buffer = io.BytesIO()
+        torch.save(encode_shard(self._pending, self._version), buffer)
+        data = buffer.getvalue()
+        name = f"shard-{len(self._shards):05d}.pt"
+        _atomic_write(self.directory / name, data)
+        first = self._shards[-1].first + self._shards[-1].samples if self._shards else 0
+        samples = sum(record.get("repeat", 1) for record in self._pending)
+        self._shards.append(ShardInfo(name, first, samples, hashlib.sha256(data).hexdigest()))
+        self._pending = []
+        self._write_manifest()
+
+    @property
+    def _version(self) -> int:
+        return SIGNATURE_FORMAT_VERSION if self.keep == "signatures" else FORMAT_VERSION
+
+    def _write_manifest(self) -> None:
+        manifest = Manifest(
+            format_version=self._version,
+            model=self.model,
+            compile=self.compile,
+            torch_version=str(torch.__version__),
+            device=",".join(sorted(self._devices)) or "cpu",
+            samples=sum(shard.samples for shard in self._shards),
+            shards=tuple(self._shards),
+        )
+        text = json.dumps(manifest.to_json(), sort_keys=True, indent=2) + "\n"
+        _atomic_write(self.directory / MANIFEST_NAME, text.encode())
+
+
+def _atomic_write(path: pathlib.Path, data: bytes) -> None:
+    """Write to a temporary file in the same directory, then rename over ``path``; a read-only or
+    full disk is a :class:`CorpusError` naming the path."""
+    try:
+        write_atomic(path, data, sync=True)
+    except OSError as exc:
+        raise CorpusError(f"cannot write {path}: {exc.strerror or exc}") from exc
