@@ -26,6 +26,7 @@ _EXPORTS = {
     "Topology": "model",
     "analyze": "pipeline",
     "load_corpus": "corpus",
+    "register_type": "corpus",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -40,13 +40,31 @@ def guard_text(failure: dict) -> str:
     return raw[len(prefix):] if failure.get("against") and raw.startswith(prefix) else raw
 
 
+# What a dim of a library object's tensor is, in the words its users use: a transformers cache
+# layer's keys and values are [batch, heads, cached tokens, head size]; a PyG batch's ``ptr`` has
+# one entry per graph and one more, its ``batch`` one per node.
+_ROLES: tuple[tuple[re.Pattern[str], dict[str, str]], ...] = (
+    (re.compile(r".*\.layers\[\d+\]\.(?:keys|values)$"),
+     {"0": "batch size", "1": "heads", "2": "cache length", "3": "head size"}),
+    (re.compile(r".*\.ptr$"), {"0": "number of graphs + 1"}),
+    (re.compile(r".*\.batch$"), {"0": "number of nodes"}),
+    (re.compile(r".*\.edge_index$"), {"1": "number of edges"}),
+)
+
+
 def dim_words(dim: str) -> str:
-    """``x.size()[0]`` -> ``x dim 0``; ``x.stride()[1]`` -> ``x stride 1``."""
+    """``x.size()[0]`` -> ``x dim 0``; ``x.stride()[1]`` -> ``x stride 1``; a dim a library gives
+    a meaning gets it first: ``cache length (cache.layers[0].keys dim 2)``."""
     match = _DIM_TEXT.match(dim)
     if not match:
         return dim
     which = "dim" if match.group("which") == "size" else "stride"
-    return f"{match.group('input')} {which} {match.group('axis')}"
+    words = f"{match.group('input')} {which} {match.group('axis')}"
+    if which == "dim":
+        for pattern, roles in _ROLES:
+            if pattern.match(match.group("input")) and match.group("axis") in roles:
+                return f"{roles[match.group('axis')]} ({words})"
+    return words
 
 
 def sample_runs(samples: Iterable[int]) -> list[tuple[int, int]]:
@@ -87,6 +105,17 @@ def format_seconds(value: float | None) -> str:
 def first_line(text: Any) -> str:
     """The first line of a message, whole (a terminal line; files keep the rest)."""
     return (str(text or "").strip().splitlines() or [""])[0]
+
+
+def compile_failure_cause(skipped: dict[str, Any]) -> str:
+    """Why a compile failed that made Dynamo skip its frame (an entry of catalog.json's
+    ``skipped_frames``): the user's exception when the model raised while Dynamo traced it
+    (``ValueError: three rows, raised at model.py:7 while Dynamo traced it``), else torch's
+    reason (``Unsupported: ...``)."""
+    where = f" at {skipped['location']}" if skipped.get("location") else ""
+    if skipped.get("error"):
+        return f"{first_line(skipped['error'])}, raised{where} while Dynamo traced it"
+    return f"{skipped['fail_type']}: {skipped['reason']}" + (f" (at {skipped['location']})" if where else "")
 
 
 def message_line(exc: BaseException, limit: int | None = None) -> str:

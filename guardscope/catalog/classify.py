@@ -96,8 +96,9 @@ OPERATOR_LOCATION = re.compile(
     r":(?P<line>\d+) in (?P<function>[\w<>.]+)\)"
 )
 
-# An argument path: "x", "xs[0]", "kwargs['input_ids']", "___stack0[0]".
-_NAME = r"[A-Za-z_]\w*(?:\[[^\]]+\])*"
+# An argument path: "x", "xs[0]", "kwargs['input_ids']", "___stack0[0]", and attributes of an
+# object (``cache.layers[0].is_initialized``), stopping before a method call (``x.size()``).
+_NAME = r"[A-Za-z_]\w*(?:\[[^\]]+\]|\.[A-Za-z_]\w*(?![\w(]))*"
 
 # The guard expression itself, when the comment does not explain it. An optional argument is
 # one present in one call and absent (a missing key, None, an empty container) in another; a

@@ -22,6 +22,7 @@ _EXPORTS = {
     "ShardInfo": "format",
     "load_corpus": "reader",
     "read_manifest": "format",
+    "register_type": "structured",
     "snapshot": "values",
     "load_model": "spec",
     "model_label": "spec",

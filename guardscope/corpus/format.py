@@ -151,8 +151,11 @@ FORMAT_VERSION = 2
 # Written when a corpus keeps signature records (CorpusWriter(keep="signatures")); a corpus of
 # full samples stays format 2, so that older guardscope versions read it.
 SIGNATURE_FORMAT_VERSION = 3
+# Written when a call held an object a codec stores (corpus.structured): format 3 plus the "o"
+# tag, so that an older guardscope refuses the corpus by its version instead of a shard's tag.
+STRUCTURED_FORMAT_VERSION = 4
 # The versions this guardscope reads.
-READ_VERSIONS = (1, 2, 3)
+READ_VERSIONS = (1, 2, 3, 4)
 KEEP_CHOICES = ("all", "signatures")
 MANIFEST_NAME = "corpus.json"
 
@@ -270,7 +273,7 @@ def _parse_manifest(path: pathlib.Path, raw: Any) -> Manifest:
         )
     version = _field(path, raw, "format_version", int)
     if version not in READ_VERSIONS:
-        advice = "upgrade guardscope" if version > FORMAT_VERSION else "re-record the corpus"
+        advice = "upgrade guardscope" if version > max(READ_VERSIONS) else "re-record the corpus"
         raise ManifestError(
             f"{path}: field 'format_version' is {version}, this guardscope reads versions "
             f"{', '.join(map(str, READ_VERSIONS))}; {advice}"

@@ -18,7 +18,14 @@ from ..model import Sample
 from ..text import message_line
 from .format import FORMAT, Manifest, ShardInfo, corpus_directory, read_manifest
 from .shards import read_shard
-from .signature import CallTemplate, NoTemplate, check_devices, materialise, signature_from_json
+from .signature import (
+    CallTemplate,
+    NoTemplate,
+    check_devices,
+    materialise,
+    signature_from_json,
+)
+from .structured import rebuild
 
 # Shards Corpus.full_sample keeps decoded.
 FULL_SHARDS_KEPT = 4
@@ -192,6 +199,7 @@ class Corpus:
             )
         records: list[Sample | SignatureRecord] = []
         index = shard.first
+        structured = content.get("structured", False)
         for entry in entries:
             if isinstance(entry, dict) and "signature" in entry:
                 full = entry["full"]
@@ -219,7 +227,13 @@ class Corpus:
                 raise ShardError(
                     f"shard {path}: sample {index} is not an args/kwargs pair"
                 )
-            records.append(Sample(index, entry["args"], entry["kwargs"]))
+            args, kwargs = entry["args"], entry["kwargs"]
+            if structured:
+                try:
+                    args, kwargs = rebuild(args), rebuild(kwargs)
+                except (ValueError, RecursionError) as exc:
+                    raise ShardError(f"shard {path}: sample {index}: {message_line(exc)}") from None
+            records.append(Sample(index, args, kwargs))
             index += 1
         return records
 

@@ -19,8 +19,9 @@ import torch
 from ..errors import ShardError
 from ..text import message_line
 from ..torch_compat import DTYPES, dtype_name
-from .format import FORMAT, FORMAT_VERSION
+from .format import FORMAT, FORMAT_VERSION, STRUCTURED_FORMAT_VERSION
 from .signature import signature_to_json
+from .structured import Structured
 
 # The largest shard index (format 3: inflated) a reader accepts.
 MAX_INDEX_BYTES = 1 << 30
@@ -77,6 +78,8 @@ def encode_shard(samples: list[dict[str, Any]], version: int = FORMAT_VERSION) -
             return ["y", dtype_name(value)]
         if kind is torch.device:
             return ["v", str(value)]
+        if kind is Structured:
+            return ["o", value.name, encode(value.state)]
         return value  # None, bool, int, float, str: JSON values
 
     encoded = [
@@ -166,10 +169,13 @@ def decode_shard(path: pathlib.Path, content: Any, map_location: Any, version: i
 def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, version: int) -> dict[str, Any]:
     if not isinstance(content, dict) or content.get("format") != FORMAT:
         raise ShardError(f"shard {path} is not a {FORMAT} shard (no 'format': {FORMAT!r} entry)")
-    if content.get("format_version") != version:
+    # A format 4 corpus's shards written before its first stored object are format 2 or 3.
+    if content.get("format_version") != version and not (
+            version == STRUCTURED_FORMAT_VERSION and content.get("format_version") in (2, 3)):
         raise ShardError(
             f"shard {path} is not a format {version} shard, as the manifest says; re-record the corpus"
         )
+    version = content["format_version"]
     blob = content.get("blob")
     if (
         type(blob) is not torch.Tensor
@@ -317,8 +323,16 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, 
                 return torch.device(value[1])
             except (RuntimeError, ValueError):
                 raise bad(value, "not a device") from None
+        if tag == "o":
+            # An object stored by its codec: kept lowered here; the reader rebuilds it through
+            # the registry (corpus.structured), which resolves the name without importing it.
+            if len(value) != 3 or type(value[1]) is not str:
+                raise bad(value, "a stored object is a type name and a state")
+            stored[0] = True
+            return Structured(value[1], decode(value[2]))
         raise bad(value, f"unknown tag {tag!r}")
 
+    stored = [False]  # whether any sample holds a stored object (the reader rebuilds those)
     samples: list[dict[str, Any]] = []
     for entry in entries:
         if version >= 3 and type(entry) is dict:
@@ -331,7 +345,7 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, 
         except RecursionError:
             raise bad(entry, "nested too deeply") from None
         samples.append({"args": args, "kwargs": kwargs})
-    return {"format": FORMAT, "samples": samples}
+    return {"format": FORMAT, "samples": samples, "structured": stored[0]}
 
 
 def _inflate(index: Any) -> str | None:

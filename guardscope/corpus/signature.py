@@ -15,7 +15,6 @@ its ``repr`` (hence :func:`signature_digest`) is the same in every process and o
 from __future__ import annotations
 
 import ast
-import dataclasses
 import functools
 import hashlib
 from typing import Any, Iterator
@@ -24,6 +23,7 @@ import torch
 
 from ..text import message_line
 from ..torch_compat import DTYPES, dtype_name
+from .structured import Structured, codec_for, codec_named
 
 SIGNATURE_VERSION = 1  # bump when what a signature holds changes: digests of older versions differ
 
@@ -55,13 +55,17 @@ def signature(args: tuple, kwargs: dict[str, Any], *, inference: bool = True) ->
             return ("dtype", dtype_name(value))
         if isinstance(value, torch.device):
             return ("device", str(value))
-        if isinstance(value, (list, tuple)):
+        if type(value) is list or type(value) is tuple:
             return (type(value).__name__, len(value), *map(walk, value))
+        if type(value) is dict:
+            return ("dict", *((repr(key), walk(item)) for key, item in value.items()))
+        if type(value) is Structured:  # lowered already (a snapshot)
+            return ("value", value.name, walk(value.state))
+        codec = codec_for(value)
+        if codec is not None:  # a cache, a batch, a named tuple...: its codec's name and state
+            return ("value", codec.name, walk(codec.to_state(value)))
         if isinstance(value, dict):
             return ("dict", *((repr(key), walk(item)) for key, item in value.items()))
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return ("dataclass", type(value).__qualname__,
-                    *((field.name, walk(getattr(value, field.name))) for field in dataclasses.fields(value)))
         return ("object", f"{type(value).__module__}.{type(value).__qualname__}")
 
     def tensor(value: torch.Tensor) -> tuple:
@@ -230,6 +234,8 @@ def _tensor_records(node: Any, found: list[tuple]) -> None:
         elif kind in ("call", "list", "tuple"):
             for item in node[1:]:
                 _tensor_records(item, found)
+        elif kind == "value" and len(node) == 3:
+            _tensor_records(node[2], found)
 
 
 def _build(node: Any, made: Any) -> Any:
@@ -251,6 +257,8 @@ def _build(node: Any, made: Any) -> Any:
     if kind in ("list", "tuple") and len(node) >= 2 and node[1] == len(node) - 2:
         items = [_build(item, made) for item in node[2:]]
         return items if kind == "list" else tuple(items)
+    if kind == "value" and len(node) == 3:
+        return _from_state(node[1], _build(node[2], made))
     if len(node) == 2:
         value = node[1]
         if kind in ("bool", "int", "str") and type(value).__name__ == kind:
@@ -262,6 +270,17 @@ def _build(node: Any, made: Any) -> Any:
         if kind == "device":
             return torch.device(value)
     raise ValueError(f"a {kind!r} value cannot be rebuilt from its signature")
+
+
+def _from_state(name: Any, state: Any) -> Any:
+    """A stored object (``("value", name, state)``) rebuilt by its codec; ``ValueError`` naming
+    the type when no codec answers for the name or its ``from_state`` raises."""
+    codec = codec_named(name)
+    try:
+        return codec.from_state(state)
+    except Exception as exc:
+        raise ValueError(f"the codec of {name!r} could not rebuild it: from_state raised "
+                         f"{type(exc).__name__}: {exc}") from None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -380,6 +399,9 @@ class CallTemplate:
             return (kind, value[1], [self._node(item, slots) for item in value[2:]])
         if kind == "dict":
             return ("dict", [(text, _key(text), self._node(item, slots)) for text, item in value[1:]])
+        if kind == "value":
+            codec_named(value[1])  # a ValueError now for a name no codec answers for
+            return ("value", value[1], self._node(value[2], slots))
         raise NoTemplate(f"a {kind} argument")
 
     def match(self, array: Any) -> tuple | None:
@@ -481,6 +503,8 @@ def _gather(node: tuple | None, value: Any, leaves: list[Any]) -> bool:
         return True
     if type(value) is not list or not value or value[0] != node[0]:
         return False
+    if node[0] == "value":
+        return len(value) == 3 and value[1] == node[1] and _gather(node[2], value[2], leaves)
     if node[0] == "dict":
         pairs = node[1]
         if len(value) != len(pairs) + 1:
@@ -499,6 +523,9 @@ def _assemble(node: tuple, leaves: Iterator[Any]) -> Any:
     """The container ``node`` stands for, its leaves taken from ``leaves`` in walk order."""
     if node[0] == "dict":
         return {key: next(leaves) if child is None else _assemble(child, leaves) for _, key, child in node[1]}
+    if node[0] == "value":
+        child = node[2]
+        return _from_state(node[1], next(leaves) if child is None else _assemble(child, leaves))
     items = [next(leaves) if child is None else _assemble(child, leaves) for child in node[2]]
     return items if node[0] == "list" else tuple(items)
 

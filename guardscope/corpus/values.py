@@ -1,5 +1,9 @@
 """What a sample may hold: the check that refuses anything else (naming where it is) and the
-private copy a writer keeps of one call (see :mod:`guardscope.corpus.format` for the list)."""
+private copy a writer keeps of one call (see :mod:`guardscope.corpus.format` for the list).
+
+Objects a codec stores (:mod:`guardscope.corpus.structured`: a transformers cache, a PyG batch,
+a named tuple, a registered class) are accepted everywhere here; :func:`snapshot` gives them
+lowered, as the :class:`~guardscope.corpus.structured.Structured` s a shard stores."""
 
 from __future__ import annotations
 
@@ -9,8 +13,8 @@ from typing import Any
 import torch
 
 from ..errors import SampleError
-
-_SCALAR_TYPES = (type(None), bool, int, float, complex, str, torch.dtype, torch.device)
+from .structured import PLAIN_TYPES as _SCALAR_TYPES
+from .structured import Structured, codec_for, lower, needs_lowering
 
 
 def storage_bytes(value: Any) -> int:
@@ -34,6 +38,12 @@ def storage_bytes(value: Any) -> int:
             stack.extend(item)
         elif isinstance(item, dict):
             stack.extend(item.values())
+        elif type(item) is Structured:
+            stack.append(item.state)
+        elif type(item) not in _SCALAR_TYPES:
+            codec = codec_for(item)
+            if codec is not None:
+                stack.append(codec.to_state(item))
     return total
 
 
@@ -59,9 +69,19 @@ def snapshot(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 
 def _snapshot(args: tuple, kwargs: dict) -> tuple[tuple, dict, set[str]]:
+    args, kwargs = lowered(args, kwargs)
     devices = check_sample(args, kwargs)
     args, kwargs = _copy_call(args, kwargs)
     return args, kwargs, devices
+
+
+def lowered(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The call with every object a codec stores lowered to a ``Structured`` (the call itself
+    when it holds none: the common case costs one walk, no copy). ``SampleError`` when a
+    codec's ``to_state`` fails."""
+    if not (needs_lowering(args) or needs_lowering(kwargs)):
+        return args, kwargs
+    return lower(tuple(args), "args"), lower(dict(kwargs), "kwargs")
 
 
 def _copy_call(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -91,6 +111,11 @@ def _check_value(value: Any, path: str, devices: set[str], active: set[int]) -> 
         return
     if kind in _SCALAR_TYPES:
         return
+    if kind is Structured:
+        if type(value.name) is not str:
+            raise SampleError(f"{path} is a stored object without a type name")
+        _check_value(value.state, f"{path}.<{value.name}>", devices, active)
+        return
     if kind in (list, tuple, dict):
         if id(value) in active:
             raise SampleError(f"{path} contains itself; a corpus cannot store cyclic structures")
@@ -108,6 +133,19 @@ def _check_value(value: Any, path: str, devices: set[str], active: set[int]) -> 
                 _check_value(item, f"{path}[{position}]", devices, active)
         active.discard(id(value))
         return
+    codec = None if isinstance(value, torch.Tensor) else codec_for(value)
+    if codec is not None:
+        if id(value) in active:
+            raise SampleError(f"{path} contains itself; a corpus cannot store cyclic structures")
+        active.add(id(value))
+        try:
+            state = codec.to_state(value)
+        except Exception as exc:
+            raise SampleError(f"{path} ({codec.name}) cannot be stored: its to_state raised "
+                              f"{type(exc).__name__}: {exc}") from None
+        _check_value(state, f"{path}.<{codec.name}>", devices, active)
+        active.discard(id(value))
+        return
     if isinstance(value, torch.Tensor):
         hint = "pass value.as_subclass(torch.Tensor) if a plain tensor will do"
     elif isinstance(value, (set, frozenset)):
@@ -117,7 +155,9 @@ def _check_value(value: Any, path: str, devices: set[str], active: set[int]) -> 
     else:
         hint = (
             "a sample holds tensors, None, bool, int, float, complex, str, torch.dtype, "
-            "torch.device, and lists, tuples and dicts of these"
+            "torch.device, lists, tuples and dicts of these, named tuples, dataclasses, "
+            "transformers caches, torch_geometric data and batches, and the classes registered "
+            f"with guardscope.register_type({kind.__qualname__}, to_state, from_state)"
         )
     raise SampleError(
         f"{path} is of type {kind.__module__}.{kind.__qualname__}, which a corpus cannot "
@@ -143,4 +183,6 @@ def _plain(value: Any) -> Any:
         return tuple(_plain(item) for item in value)
     if type(value) is dict:
         return {key: _plain(item) for key, item in value.items()}
+    if type(value) is Structured:
+        return Structured(value.name, _plain(value.state))
     return value

@@ -21,6 +21,7 @@ from .format import (
     MANIFEST_NAME,
     SHARD_NAME,
     SIGNATURE_FORMAT_VERSION,
+    STRUCTURED_FORMAT_VERSION,
     Manifest,
     ShardInfo,
     check_model_spec,
@@ -28,7 +29,8 @@ from .format import (
 from .shards import encode_shard
 from .signature import materialise, signature, signature_digest
 from .spec import anchored
-from .values import _copy_call, check_sample, storage_bytes
+from .structured import needs_lowering
+from .values import _copy_call, check_sample, lowered, storage_bytes
 
 
 class CorpusWriter:
@@ -113,6 +115,7 @@ class CorpusWriter:
         self._pending: list[dict[str, Any]] = []
         self._shards: list[ShardInfo] = []
         self._devices: set[str] = set()
+        self._structured = False  # some call held an object a codec stores: format 4
         self._count = 0
         self._closed = False
         self._prepare_directory(overwrite)
@@ -197,7 +200,14 @@ class CorpusWriter:
 
     def _add(self, args: tuple, kwargs: dict, *, copied: bool, sig: tuple | None = None) -> int:
         self._check_open()
+        if copied:  # a snapshot: lowered already
+            structured = needs_lowering(args) or needs_lowering(kwargs)
+        else:
+            plain = (args, kwargs)
+            args, kwargs = lowered(args, kwargs)
+            structured = args is not plain[0] or kwargs is not plain[1]  # lowered() copies only then
         devices = check_sample(args, kwargs)  # SampleError before anything is recorded
+        self._structured |= structured
         if self.keep == "signatures":
             # As the corpus will give it back: a loaded tensor is never an inference tensor.
             if sig is None:
@@ -277,6 +287,8 @@ class CorpusWriter:
 
     @property
     def _version(self) -> int:
+        if self._structured:
+            return STRUCTURED_FORMAT_VERSION
         return SIGNATURE_FORMAT_VERSION if self.keep == "signatures" else FORMAT_VERSION
 
     def _write_manifest(self) -> None:

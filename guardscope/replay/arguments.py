@@ -15,11 +15,13 @@ into a :class:`SampleMeta`; :func:`lookup` finds the value at a path such as ``x
 from __future__ import annotations
 
 import inspect
+import re
 from typing import Any
 
 import torch
 
 from .. import torch_compat
+from ..corpus.structured import parts, type_label
 from ..model import SampleMeta, TensorMeta
 from ..sources import FrameArguments
 
@@ -46,14 +48,22 @@ class CallBinder:
         self.user_signature = _signature(forward, follow_wrapped=True)
         self.frame_signature = _signature(forward, follow_wrapped=False)
         self.wrapped = _kinds(self.user_signature) != _kinds(self.frame_signature)
-        # A module's frame holds the module itself as its first local (``self``).
-        self.self_local: dict[str, Any] = (
-            {self.code.co_varnames[0]: model} if isinstance(model, torch.nn.Module) and self.code else {}
-        )
+        # A module's frame holds the module itself as its first local (``self``); so does a
+        # compiled bound method's (``torch.compile(model.forward)``, as generate() users do).
+        owner = model if isinstance(model, torch.nn.Module) else getattr(model, "__self__", None)
         # A decorator's wrapper reads the function it wraps from its closure: Dynamo counts the
         # closure's cells among the frame's locals (and guards them, as ``L['func']``).
         function = getattr(type(model), "forward", None) if isinstance(model, torch.nn.Module) else model
         function = getattr(function, "__func__", function)
+        # A wrapper ``wrapped_func(*args, **kwargs)`` (transformers' deprecation decorator on a
+        # Llama's forward) receives ``self`` as ``args[0]``, not as a local of its own.
+        unbound = _signature(function, follow_wrapped=False) if owner is not None else None
+        first = next(iter(unbound.parameters.values()), None) if unbound is not None else None
+        self.owner_in_varargs = owner if first is not None and first.kind is inspect.Parameter.VAR_POSITIONAL else None
+        self.self_local: dict[str, Any] = (
+            {self.code.co_varnames[0]: owner}
+            if owner is not None and self.owner_in_varargs is None and self.code and self.code.co_varnames else {}
+        )
         cells = getattr(function, "__closure__", None) or ()
         names = self.code.co_freevars if self.code is not None else ()
         self.closure: dict[str, Any] = {}
@@ -88,6 +98,8 @@ class CallBinder:
             p.name for p in (self.user_signature.parameters.values() if self.user_signature else ())
             if p.kind in (_POSITIONAL_OR_KEYWORD, inspect.Parameter.POSITIONAL_ONLY)
         )
+        if self.owner_in_varargs is not None:
+            user = ("self", *user)  # args[0] is the module: args[1] is forward's first parameter
         return FrameArguments(frame=tuple(frame), varargs=varargs, varkw=varkw, user=user, wrapped=self.wrapped)
 
     def argument_names(self) -> tuple[str, ...]:
@@ -117,6 +129,10 @@ class CallBinder:
             bound = self._bind(self.frame_signature, args, kwargs, defaults=True)
         if bound is None:
             return {}
+        if self.owner_in_varargs is not None:
+            varargs = next(p.name for p in self.frame_signature.parameters.values()  # type: ignore[union-attr]
+                           if p.kind is inspect.Parameter.VAR_POSITIONAL)
+            bound[varargs] = (self.owner_in_varargs, *bound.get(varargs, ()))
         if self.closure:
             return {**self.self_local, **bound, **self.closure}
         return {**self.self_local, **bound}
@@ -197,16 +213,24 @@ def tensor_meta(value: torch.Tensor) -> TensorMeta:
 def _walk(path: str, value: Any, tensors: list, lengths: list, scalars: list) -> None:
     if isinstance(value, torch.Tensor):
         tensors.append((path, tensor_meta(value)))
-    elif isinstance(value, (list, tuple)):
+    elif type(value) is list or type(value) is tuple:
         lengths.append((path, len(value)))
         for i, item in enumerate(value):
             _walk(f"{path}[{i}]", item, tensors, lengths, scalars)
-    elif isinstance(value, dict):
+    elif type(value) is dict:
         lengths.append((path, len(value)))
         for key, item in value.items():
             _walk(f"{path}[{key!r}]", item, tensors, lengths, scalars)
     else:
-        scalars.append((path, f"{type(value).__name__}:{value!r}"))
+        found = parts(value)
+        if found is None:
+            scalars.append((path, f"{type(value).__name__}:{value!r}"))
+            return
+        # An object a codec stores (a KV cache, a graph batch, a named tuple): its parts by the
+        # names a user writes (cache.layers[0].keys, batch.x), its type among the scalars.
+        scalars.append((path, f"type:{type_label(value)}"))
+        for suffix, item in found:
+            _walk(f"{path}{suffix}", item, tensors, lengths, scalars)
 
 
 def describe(bound: dict[str, Any], index: int, serving: str | None, error: str | None, **fields: Any) -> SampleMeta:
@@ -235,25 +259,44 @@ def tensors_of(arguments: dict[str, Any]) -> list[tuple[str, torch.Tensor]]:
     def walk(path: str, value: Any) -> None:
         if isinstance(value, torch.Tensor):
             found.append((path, value))
-        elif isinstance(value, (list, tuple)):
+        elif type(value) is list or type(value) is tuple:
             for i, item in enumerate(value):
                 walk(f"{path}[{i}]", item)
-        elif isinstance(value, dict):
+        elif type(value) is dict:
             for key, item in value.items():
                 walk(f"{path}[{key!r}]", item)
+        else:
+            for suffix, item in parts(value) or ():
+                walk(f"{path}{suffix}", item)
 
     for name, value in arguments.items():
         walk(name, value)
     return found
 
 
+_STEP = re.compile(r"\.(\w+)|\[(-?\d+)\]|\[(['\"])(.*?)\3\]")
+
+
 def lookup(bound: dict[str, Any], path: str) -> Any:
-    """Find the value at an argument path such as ``x`` or ``xs[0]`` (KeyError/IndexError when
-    the call has none there)."""
-    name, _, rest = path.partition("[")
-    value = bound[name]
-    while rest:
-        key, _, rest = rest.partition("]")
-        rest = rest.lstrip("[")
-        value = value[int(key)] if key.lstrip("-").isdigit() else value[key.strip("'\"")]
+    """Find the value at an argument path such as ``x``, ``xs[0]``, ``d['k']`` or, in an object a
+    codec stores, ``cache.layers[0].keys`` (KeyError/IndexError/TypeError when the call has
+    none there)."""
+    match = re.match(r"\w+", path)
+    if match is None:
+        raise KeyError(path)
+    value = bound[match.group(0)]
+    position = match.end()
+    while position < len(path):
+        step = _STEP.match(path, position)
+        if step is None:
+            raise KeyError(path)
+        position = step.end()
+        attribute, index, _, key = step.groups()
+        if attribute is not None:
+            named = dict(parts(value) or ())
+            if f".{attribute}" not in named:
+                raise KeyError(path)
+            value = named[f".{attribute}"]
+        else:
+            value = value[int(index)] if index is not None else value[key]
     return value

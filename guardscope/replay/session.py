@@ -22,6 +22,7 @@ import torch
 from .. import torch_compat
 from ..errors import CompileOptionsError
 from ..corpus.reader import SignatureRecord
+from ..corpus.structured import needs_lowering, structural_copy, to_device_structured
 from ..model import CompileEvent, Sample, SampleMeta, TensorMeta, compile_order
 from ..options import ReplayOptions
 from ..sources import FrameArguments
@@ -70,13 +71,13 @@ def _to_device(value: Any, device: torch.device) -> Any:
     if isinstance(value, torch.Tensor):
         # Tensor.to costs ~15 us even when it returns the tensor itself: skip it then.
         return value if value.device == device else value.to(device)
-    if isinstance(value, tuple):
+    if type(value) is tuple:
         return tuple(_to_device(v, device) for v in value)
-    if isinstance(value, list):
+    if type(value) is list:
         return [_to_device(v, device) for v in value]
-    if isinstance(value, dict):
+    if type(value) is dict:
         return {k: _to_device(v, device) for k, v in value.items()}
-    return value
+    return to_device_structured(value, device, _to_device)
 
 
 def check_marks(model: Any, sample: Sample, marks: tuple[tuple[str, int], ...]) -> None:
@@ -146,6 +147,12 @@ class Runner:
         named = self.binder.named_or_positional(args, kwargs)
         if mark:
             self.apply_marks(named)
+        if needs_lowering(args) or needs_lowering(kwargs):
+            # The forward may change the objects it receives (a KV cache grows): the call is
+            # described and guard-checked afterwards on a copy of them as they came in.
+            seen_args, seen_kwargs = structural_copy(args), structural_copy(kwargs)
+            return Call(args, kwargs, self.binder.named_or_positional(seen_args, seen_kwargs),
+                        self.binder.frame_locals(seen_args, seen_kwargs))
         return Call(args, kwargs, named, self.binder.frame_locals(args, kwargs))
 
     def apply_marks(self, named: dict[str, Any]) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import itertools
 import logging
 import math
@@ -582,6 +583,20 @@ class TrafficRecorder(FallbackRecorder):
                 self._reserved_bytes -= size
                 self._full_counts[key] -= 1
             return self._drop(reason)
+
+    def wrap(self, function: Any) -> Any:
+        """``function`` recording every call it gets before running it: with
+        ``model.forward = traffic.wrap(torch.compile(model.forward))``, every forward call that
+        ``model.generate()`` makes (prefill and each decode step, with its KV cache) is recorded,
+        bounded as :meth:`offer` is. The call is recorded as it comes in: the forward may grow
+        the cache afterwards."""
+
+        @functools.wraps(function)
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            self.offer(args, kwargs)
+            return function(*args, **kwargs)
+
+        return recorded
 
     def counts(self) -> dict[str, Any]:
         counted = super().counts()
