@@ -1,9 +1,11 @@
 """Resolve a model spec into a model.
 
 A spec is ``"pkg.mod:attr"`` (an importable module) or ``"path/file.py:attr"`` (a source file;
-a relative path is tried against the corpus directory first, then the working directory).
-``attr`` names an ``nn.Module`` subclass or a zero-argument factory returning the model; a dotted
-``attr`` (``"mod:Factory.build"``) walks attributes.
+a relative path is tried against the corpus directory first, then the working directory). A source
+file imports the modules beside it, as ``python path/file.py`` would: its folder is put on
+``sys.path`` (see :func:`_load_file_module`). ``attr`` names an ``nn.Module`` subclass or a
+zero-argument factory returning the model; a dotted ``attr`` (``"mod:Factory.build"``) walks
+attributes.
 
 Importing runs the user's code: that is the point of a model spec, and the reason a *corpus*
 never carries one that is executed on load — the spec is text the user chose to trust.
@@ -87,6 +89,14 @@ def _load_file_module(path: Path, spec: str) -> Any:
         raise ModelSpecError(f"model spec {spec!r}: cannot load {path} as a Python module")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module
+    # The file's folder goes on the import path, as ``python path/file.py`` puts it there, so
+    # ``models/net.py`` can ``from layers import Block`` with ``models/layers.py`` beside it: at the
+    # front (a module beside the file wins over an installed one of the same name, as for a script),
+    # once, and for the rest of the process (a factory or a forward may import later). As in any
+    # process, a module name already imported is not imported again from a second folder.
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     try:
         module_spec.loader.exec_module(module)
     except Exception as exc:

@@ -24,3 +24,30 @@ def test_help_texts_render_their_examples_and_say_why_defaults_differ():
     assert "analyze defaults to the CPU" in " ".join(fidelity.split())
     for command in ("emit-warmup", "verify", "probe", "bundle", "fidelity"):
         assert "--corpus" in CliRunner().invoke(main, [command, "--help"]).output, command
+
+
+def test_a_model_file_imports_the_modules_beside_it(tmp_path, monkeypatch):
+    import sys
+
+    from guardscope.corpus.spec import load_model
+
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "first_hour_layers.py").write_text(
+        "import torch\n\n\nclass Block(torch.nn.Linear):\n    def __init__(self):\n        super().__init__(2, 3)\n"
+    )
+    (models / "net.py").write_text(
+        "import torch\nfrom first_hour_layers import Block\n\n\n"
+        "class Net(torch.nn.Sequential):\n    def __init__(self):\n        super().__init__(Block())\n"
+    )
+    (models / "other.py").write_text("from first_hour_layers import Block as build\n")
+    (tmp_path / "corpus").mkdir()
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the folder the load adds leaves with the test
+    monkeypatch.chdir(tmp_path)
+    try:
+        # As 'python models/net.py' runs it, from the working directory and from the corpus folder.
+        assert load_model("models/net.py:Net")[0].out_features == 3
+        assert load_model("../models/other.py:build", base_dir=tmp_path / "corpus").out_features == 3
+        assert sys.path.count(str(models)) == 1 and sys.path[0] == str(models)
+    finally:
+        sys.modules.pop("first_hour_layers", None)
