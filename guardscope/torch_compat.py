@@ -153,6 +153,18 @@ DUCK_SHAPE_SETTING = "torch.fx.experimental._config.use_duck_shape"
 # --- cache entries and guards ------------------------------------------------------------------
 
 
+def forward_owner(model: Any) -> Any:
+    """The module whose ``forward`` ``model`` is: the module itself, or the owner of a bound
+    ``forward`` (``torch.compile(model.forward)``, as generate() users compile); None for any
+    other callable (torch.export exports a module's forward only)."""
+    if isinstance(model, torch.nn.Module):
+        return model
+    owner = getattr(model, "__self__", None)
+    if isinstance(owner, torch.nn.Module) and getattr(model, "__name__", None) == "forward":
+        return owner
+    return None
+
+
 def code_of(model: Any) -> Any:
     """The code object Dynamo compiles for ``model(...)``: ``forward`` for an nn.Module."""
     if isinstance(model, torch.nn.Module):
@@ -277,6 +289,21 @@ def _compile_callbacks() -> Any:
     if not callable(getattr(callback_handler, "register_start_callback", None)):
         return None  # pragma: no cover
     return callback_handler
+
+
+@contextlib.contextmanager
+def compile_start_callback(callback: Callable[[Any], None]) -> Iterator[None]:
+    """``callback`` called as each Dynamo compile starts, in any frame, while the block runs
+    (torch 2.5+'s compile callbacks; ``torch._dynamo.reset()`` inside the block would drop it)."""
+    handler = _compile_callbacks()
+    if handler is None:  # pragma: no cover - torch < 2.5
+        raise RuntimeError("this torch has no compile callbacks (torch 2.5+): compiles cannot be counted")
+    handler.register_start_callback(callback)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            handler.remove_start_callback(callback)
 
 
 def skip_recursively(code: Any) -> bool:

@@ -37,14 +37,34 @@ BY_NAME: dict[str, Codec] = {}
 BY_TYPE: dict[type, Codec] = {}
 
 
+def module_label(module: Any) -> str:
+    """A module's name as a corpus writes it: its file's stem (``models`` for ``myapp/models.py``,
+    the package's last name for an ``__init__.py``), not its import name, which differs between a
+    server that imports ``myapp.models`` and guardscope loading the model spec's file."""
+    namespace = getattr(module, "__dict__", None)  # read, never a module __getattr__ (lazy imports)
+    namespace = namespace if isinstance(namespace, dict) else {}
+    name = namespace.get("__name__") or ""
+    name = name if isinstance(name, str) else ""
+    file = namespace.get("__file__")
+    stem = file.replace("\\", "/").rsplit("/", 1)[-1].rsplit(".", 1)[0] if isinstance(file, str) else ""
+    return name.rpartition(".")[2] if stem in ("", "__init__") else stem
+
+
 def type_name(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
+    """``models.Request``: the defining module's label and the class's qualified name."""
+    return f"{module_label(sys.modules.get(cls.__module__))}.{cls.__qualname__}" if cls.__module__ in sys.modules \
+        else f"{cls.__module__.rpartition('.')[2]}.{cls.__qualname__}"
 
 
 def add_codec(codec: Codec) -> None:
+    """Register ``codec``. The same file imported a second time (a server's ``myapp.models`` and
+    guardscope's load of the model spec's file) defines its classes anew: a class of the same
+    label and qualified name takes the name over (loading then builds the class the model
+    uses), and both classes stay storable. Another class under a taken name is a ValueError."""
     with _lock:
         known = BY_NAME.get(codec.name)
-        if known is not None and known.cls is not codec.cls:
+        if known is not None and known.cls is not codec.cls and (
+                known.cls is None or codec.cls is None or type_name(known.cls) != type_name(codec.cls)):
             raise ValueError(f"{codec.name!r} is registered for {known.cls!r} already; pass another name=")
         BY_NAME[codec.name] = codec
         if codec.cls is not None:

@@ -95,6 +95,11 @@ def signature(args: tuple, kwargs: dict[str, Any], *, inference: bool = True) ->
     return ("call", walk(tuple(args)), walk(dict(kwargs)))
 
 
+def holds_objects(sig: tuple) -> bool:
+    """Whether a signature holds an object a codec stores (a ``("value", name, state)`` node)."""
+    return any(type(item) is tuple and (item[:1] == ("value",) or holds_objects(item)) for item in sig)
+
+
 def signature_digest(sig: tuple) -> str:
     """A short stable name for a signature: sha256 of its version and ``repr``, 16 hex digits."""
     return hashlib.sha256(f"{SIGNATURE_VERSION}:{sig!r}".encode()).hexdigest()[:16]

@@ -11,14 +11,15 @@ and state) and loading *raises* it back (:func:`rebuild`: each name looked up, i
 Names are resolved only through the registry, never by importing what a shard says:
 
 * ``register_type(cls, to_state, from_state, name=...)``: a user's own class, under ``name``
-  (default ``"module.QualName"``). Without ``to_state``/``from_state`` the object's attributes
+  (default ``"label.QualName"``, the label being the stem of the file that defines ``cls``, so
+  that the name is the same however that file was imported). Without ``to_state``/``from_state`` the object's attributes
   (its ``__dict__``) are its state and it is rebuilt with ``cls.__new__`` and those attributes,
   so that Dynamo sees the same object structure and guards.
 * transformers caches and cache layers (``transformers.DynamicCache``, ``transformers.StaticLayer``
   ...) and torch_geometric ``Data``, ``HeteroData`` and ``Batch``: built in, in
   :mod:`guardscope.corpus.library_types`, registered the first time a value or name of that
   library is met, and only when the library is installed.
-* named tuples (``namedtuple:module.QualName``), dataclasses (``dataclass:...``) and classes
+* named tuples (``namedtuple:label.QualName``), dataclasses (``dataclass:...``) and classes
   registered with ``torch.utils._pytree`` (``pytree:...``: transformers' ``ModelOutput`` s):
   the class is looked up among the modules already imported (the model's module, imported
   before the corpus is read, defines it), in their namespaces only: nothing is imported and no
@@ -40,7 +41,7 @@ import torch
 
 from ..errors import SampleError
 from . import library_types
-from .codecs import BY_NAME, BY_TYPE, Codec, add_codec, attributes_codec, type_name
+from .codecs import BY_NAME, BY_TYPE, Codec, add_codec, attributes_codec, module_label, type_name
 
 # The values a sample holds as they are (see corpus.format).
 PLAIN_TYPES = (type(None), bool, int, float, complex, str, torch.dtype, torch.device)
@@ -75,7 +76,8 @@ def register_type(cls: type, to_state: Callable[[Any], Any] | None = None,
     tensors, scalars, lists, tuples, dicts, registered objects), rebuilt with
     ``from_state(state)``. Without either, the value's attributes (``vars(value)``) are its
     state and ``cls.__new__(cls)`` with those attributes set is the value again, exactly as
-    Dynamo saw it. Returns the name a corpus stores (``name``, default ``"module.QualName"``).
+    Dynamo saw it. Returns the name a corpus stores (``name``, default ``"label.QualName"``: the defining
+    file's stem and the qualified name, the same however the file is imported).
 
     Register before recording and before loading (in the module that defines the model, which
     guardscope imports before it reads the corpus). Registering a name again for another class
@@ -157,11 +159,11 @@ def codec_named(name: str) -> Codec:
         return _class_codec(codec_named(name[len(CLASS):]))
     for prefix in (NAMEDTUPLE, DATACLASS, PYTREE):
         if name.startswith(prefix):
-            cls = imported_class(name[len(prefix):])
-            codec = _derived(cls) if cls is not None else None
-            if codec is not None and codec.name == name:
-                add_codec(codec)
-                return codec
+            for cls in imported_classes(name[len(prefix):]):
+                codec = _derived(cls)
+                if codec is not None and codec.name == name:
+                    add_codec(codec)
+                    return codec
             raise ValueError(
                 f"type {name!r} is not a {prefix[:-1]} of any module imported now: import the module "
                 "that defines it before loading (the model's module does when it defines it), or "
@@ -173,22 +175,25 @@ def codec_named(name: str) -> Codec:
     )
 
 
-def imported_class(path: str) -> type | None:
-    """The class ``module.QualName`` among the modules imported now, found through their
-    namespaces only (no import, no module ``__getattr__``); None when there is none."""
-    parts = path.split(".")
-    for split in range(len(parts) - 1, 0, -1):
-        module = sys.modules.get(".".join(parts[:split]))
-        if module is None:
+def imported_classes(path: str) -> Iterator[type]:
+    """The classes ``label.QualName`` (:func:`~guardscope.corpus.codecs.module_label`) among the
+    modules imported now, found through their namespaces only: nothing is imported and no module
+    ``__getattr__`` runs."""
+    label, _, qualname = path.partition(".")
+    if not qualname:
+        return
+    for module in list(sys.modules.values()):
+        if module is None or module_label(module) != label:
             continue
         value: Any = module
-        for attribute in parts[split:]:
+        for attribute in qualname.split("."):
             namespace = getattr(value, "__dict__", None)
             if not isinstance(namespace, (dict, type(type.__dict__))) or attribute not in namespace:
-                return None
+                value = None
+                break
             value = namespace[attribute]
-        return value if isinstance(value, type) else None
-    return None
+        if isinstance(value, type):
+            yield value
 
 
 def _derived(cls: type) -> Codec | None:
@@ -383,9 +388,3 @@ def _same(before: Any, after: Any) -> bool:
         return before.keys() == after.keys() and all(_same(before[key], after[key]) for key in before)
     return False
 
-
-def structural_copy(value: Any) -> Any:
-    """``value`` with every object a codec stores made anew around the same tensors: what a
-    replay describes and guard-checks while the original goes to a forward that may change the
-    objects it receives (a ``DynamicCache`` grows by reassigning its layers' tensors)."""
-    return rebuild(lower(value, "value"))

@@ -27,7 +27,7 @@ from .format import (
     check_model_spec,
 )
 from .shards import encode_shard
-from .signature import materialise, signature, signature_digest
+from .signature import holds_objects, materialise, signature, signature_digest
 from .spec import anchored
 from .structured import needs_lowering
 from .values import _copy_call, check_sample, lowered, storage_bytes
@@ -191,6 +191,8 @@ class CorpusWriter:
             materialise(sig, device="meta")  # the check loading makes, without allocating
         except (ValueError, RuntimeError, TypeError) as exc:
             raise SampleError(f"not a call signature this corpus format can store: {message_line(exc)}") from None
+        if not self._structured:
+            self._structured = holds_objects(sig)
         self._add_signature_record(sig, signature_digest(sig))
         return self._advance(set(devices))
 

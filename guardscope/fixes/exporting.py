@@ -73,7 +73,12 @@ def plan_export(model: Any, catalog: dict[str, Any], sample_at: Callable[[int], 
     topologies = catalog["topologies"]
     if not topologies:
         return replace(plan, status="infeasible", reason="the corpus has no samples to export with")
-    model = model.eval()
+    module = torch_compat.forward_owner(model)
+    if module is None:
+        return replace(plan, status="infeasible",
+                       reason=f"torch.export exports a module's forward, and the model spec gives "
+                              f"{getattr(model, '__qualname__', type(model).__qualname__)}: have it return the module")
+    model = module.eval()
     samples = {t["id"]: sample_at(t["first_sample"]) for t in topologies}
     bound = {topology: bind(model, sample) for topology, sample in samples.items()}
     calls = {topology: describe_call(arguments) for topology, arguments in bound.items()}

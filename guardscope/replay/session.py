@@ -12,6 +12,7 @@ replay so it starts as a fresh process would.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import time
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ import torch
 from .. import torch_compat
 from ..errors import CompileOptionsError
 from ..corpus.reader import SignatureRecord
-from ..corpus.structured import needs_lowering, structural_copy, to_device_structured
+from ..corpus.structured import needs_lowering, to_device_structured
 from ..model import CompileEvent, Sample, SampleMeta, TensorMeta, compile_order
 from ..options import ReplayOptions
 from ..sources import FrameArguments
@@ -125,8 +126,9 @@ class Runner:
 
     def __init__(self, model: Any, options: ReplayOptions) -> None:
         options.validate()
-        if isinstance(model, torch.nn.Module):
-            model = model.to(options.device).eval()
+        owner = torch_compat.forward_owner(model)
+        if owner is not None:  # a module, or the module of a compiled bound forward
+            owner.to(options.device).eval()
         self.model = model
         self.options = options
         self.binder = CallBinder(model)
@@ -147,13 +149,14 @@ class Runner:
         named = self.binder.named_or_positional(args, kwargs)
         if mark:
             self.apply_marks(named)
+        frame = self.binder.frame_locals(args, kwargs)
         if needs_lowering(args) or needs_lowering(kwargs):
-            # The forward may change the objects it receives (a KV cache grows): the call is
-            # described and guard-checked afterwards on a copy of them as they came in.
-            seen_args, seen_kwargs = structural_copy(args), structural_copy(kwargs)
-            return Call(args, kwargs, self.binder.named_or_positional(seen_args, seen_kwargs),
-                        self.binder.frame_locals(seen_args, seen_kwargs))
-        return Call(args, kwargs, named, self.binder.frame_locals(args, kwargs))
+            # The forward may change the objects it receives (a DynamicCache grows, a StaticCache
+            # is written in place and counts its length): it runs on a copy (marks included), and
+            # the call is described and guard-checked on the objects as they came in, which a
+            # later run of the same sample (a warmup's coverage trials) finds unchanged.
+            args, kwargs = copy.deepcopy((args, kwargs))
+        return Call(args, kwargs, named, frame)
 
     def apply_marks(self, named: dict[str, Any]) -> None:
         """``mark_unbacked`` the options' dims of a call given by forward's argument names."""

@@ -1,0 +1,116 @@
+"""Proof on the real thing: ``model.generate()`` itself, run with a plan applied, on prompts the
+corpus never held, counting every compile in any frame.
+
+``verify`` replays the recorded forward calls. What a user runs is ``generate()``, which makes
+those calls itself (a prefill, then one decode step per token, its KV cache growing), so this check
+drives it: the analysed forward is compiled with the production options, the plan's set-up runs
+(``warmup.py``'s warmup, or ``unbacked.py``'s configure, marks and residual warmup), the compiled
+forward is put in place of ``model.forward``, and every ``generate()`` request then runs under
+Dynamo's compile-start callback. A compile there is a recompile production would pay.
+
+Example::
+
+    from guardscope.proving.generation import check_generate
+
+    result = check_generate("out/", [(input_ids, {"max_new_tokens": 16}), ...])
+    result.compiles            # [] when the plan covers those prompts
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from .. import plans, store
+from ..errors import GuardscopeError
+from ..options import production_options
+
+# The plans a server applies (warmup, unbacked): those this check can apply.
+PLANS = plans.SERVED
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerateCheck:
+    """What :func:`check_generate` saw: ``requests`` run, ``calls`` (forward calls generate()
+    made), ``compiles`` (``{"request", "call", "frame"}`` for each compile after set-up, ``call``
+    counting the request's forward calls from 0: 0 is its prefill), set-up graphs and seconds."""
+
+    plan: str
+    requests: int
+    calls: int
+    compiles: tuple[dict[str, Any], ...]
+    setup_graphs: int
+    setup_seconds: float
+
+    @property
+    def passed(self) -> bool:
+        return not self.compiles
+
+    def to_json(self) -> dict[str, Any]:
+        return {"plan": self.plan, "requests": self.requests, "calls": self.calls, "compiles": list(self.compiles),
+                "setup_graphs": self.setup_graphs, "setup_seconds": self.setup_seconds, "passed": self.passed}
+
+
+def check_generate(out_dir: str | Path, requests: list[tuple[Any, dict[str, Any]]], *, plan: str = plans.SERVED[0],
+                   model: Any = None, corpus: str | Path | None = None) -> GenerateCheck:
+    """Apply ``plan`` from the analysis folder ``out_dir`` and run ``generate(input_ids, **kwargs)``
+    for each ``(input_ids, kwargs)`` request, counting compiles.
+
+    ``model``: the analysed callable (the bound ``forward`` the corpus's model spec gives); by
+    default the spec is loaded. Its module's ``generate`` is what runs. ``GuardscopeError`` when the
+    analysed model is not a bound forward of a module with ``generate``, or the plan was not
+    emitted (run ``guardscope emit-warmup`` first)."""
+    import torch
+
+    from .. import torch_compat
+    from ..corpus import load_model
+    from .setup import set_up_plan
+
+    out = Path(out_dir)
+    if plan not in PLANS:
+        raise GuardscopeError(f"plan {plan!r}: check_generate applies {' or '.join(PLANS)}")
+    if not (out / plans.MODULES[plan]).is_file():
+        raise GuardscopeError(f"{out / plans.MODULES[plan]} does not exist: run 'guardscope emit-warmup {out}' first")
+    catalog = store.read_catalog(out)
+    if model is None:
+        model = load_model(catalog["model"], base_dir=store.corpus_dir_of(out, catalog, corpus))
+    owner = torch_compat.forward_owner(model)
+    if owner is None or owner is model or not callable(getattr(owner, "generate", None)):
+        raise GuardscopeError(
+            "check_generate needs the analysed model to be a module's bound forward (a model spec "
+            "returning model.forward, as recorded from generate()) whose module has generate()"
+        )
+    # generate() runs the forward under torch.no_grad(), not inference mode: the set-up must too,
+    # or graphs compiled for inference tensors (other dispatch keys) would not serve its calls.
+    options = production_options(catalog, inference_mode=False)
+    module, runner, seconds, _ = set_up_plan(plan, out, model, options, use_bundle=False)
+    compiled = runner.compiled
+    forward = compiled
+    if callable(getattr(module, "mark", None)):  # the unbacked plan marks every call's dims
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            module.mark(*args, **kwargs)
+            return compiled(*args, **kwargs)
+
+    setup_graphs = runner.graphs()
+    seen: list[dict[str, Any]] = []
+    position = {"request": 0, "call": 0, "calls": 0}
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        result = forward(*args, **kwargs)
+        position["call"] += 1
+        position["calls"] += 1
+        return result
+
+    def started(_: Any) -> None:
+        seen.append({"request": position["request"], "call": position["call"]})
+
+    owner.forward = counted
+    try:
+        with torch_compat.compile_start_callback(started), torch.no_grad():
+            for index, (input_ids, kwargs) in enumerate(requests):
+                position["request"], position["call"] = index, 0
+                owner.generate(input_ids, **kwargs)
+    finally:
+        del owner.forward  # the module's own forward again
+    return GenerateCheck(plan, len(requests), position["calls"], tuple(seen), setup_graphs, seconds)
