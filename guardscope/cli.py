@@ -18,7 +18,7 @@ from .errors import GuardscopeError
 from .model import GUARD_TEXT, IGNORABLE
 from .options import BACKENDS
 from .plans import BUNDLED, NAMES, STRATEGIES
-from .text import first_line
+from .text import compile_failure_cause, first_line
 
 
 def _friendly_errors(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -91,7 +91,10 @@ def main() -> None:
 @click.argument("corpus", type=click.Path(file_okay=False, path_type=str))
 @click.option("--out", "out_dir", default="guardscope-out", show_default=True,
               type=click.Path(file_okay=False), help="Folder for catalog.json, timings.json and trace/.")
-@click.option("--model", default=None, help="Model spec overriding the manifest's: 'pkg.mod:attr' or 'path/file.py:attr'.")
+@click.option("--model", default=None,
+              help="Model spec overriding the manifest's: 'pkg.mod:attr' or 'path/file.py:attr' (a relative path "
+              "from the corpus folder, else the working directory; the file's folder is put on the import path, "
+              "as 'python path/file.py' would, so it imports the modules beside it).")
 @click.option("--backend", type=click.Choice(BACKENDS), default="eager",
               show_default=True, help="Analysis backend. Guards come from Dynamo, so 'eager' finds the same recompiles far faster; 'inductor' measures real compile times.")
 @click.option("--device", default="cpu", show_default=True,
@@ -353,8 +356,10 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
 
     Each artifact is applied as its docstring says (warmup; configure + mark + warmup; export),
     then the corpus is replayed with every compile counted as a failure. Writes
-    DIR/verification.json and refreshes DIR/report.html. Exits with status 1 when any artifact
-    fails or crashes. A plan with a compile-cache bundle (guardscope bundle) also gets its set-up
+    DIR/verification.json and refreshes DIR/report.html. The verdict is PASSED, PARTIAL (nothing
+    failed, but a fix serves only part of the corpus: an export with topologies outside its Dims)
+    or FAILED; exits with status 1 when it is FAILED (an artifact failed or crashed, or none
+    passed). A plan with a compile-cache bundle (guardscope bundle) also gets its set-up
     measured with and without the bundle, each in a fresh process with empty cache folders.
 
     \b
@@ -378,6 +383,9 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
         if result["topologies"]:
             passed = sum(t["passed"] for t in result["topologies"])
             line += f"; {passed}/{len(result['topologies'])} topologies run"
+            if result.get("topology_samples"):
+                line += (f", {result['served_samples']}/{result['topology_samples']} samples served "
+                         f"({result['served_samples'] / result['topology_samples']:.0%})")
         click.echo(line)
         if result["reason"]:
             more = "" if "\n" not in result["reason"].strip() else f" (the whole reason is in {store.VERIFICATION})"
@@ -385,9 +393,10 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
         if result.get("bundle"):
             click.echo(f"          {format_bundle_setup(result['bundle'])}")
     statuses = ", ".join(f"{r['name']} {r['status']}" for r in document["artifacts"])
-    click.echo(f"verdict     {'PASSED' if document['passed'] else 'FAILED'}: {statuses} "
-               f"({Path(out_dir) / store.VERIFICATION})")
-    if not document["passed"]:
+    click.echo(f"verdict     {document['verdict'].upper()}: {statuses} ({Path(out_dir) / store.VERIFICATION})")
+    for warning in document["warnings"]:
+        click.secho(f"warning: {warning}", fg="yellow", err=True)
+    if document["verdict"] == "failed":
         sys.exit(1)
 
 
@@ -714,6 +723,13 @@ def format_summary(analysis: Any) -> str:
         f"compiles    {data['compiles']} at samples {data['compile_samples']}",
         f"recompiles  {data['recompiles']} at samples {data['recompile_samples']}",
     ]
+    # A compile that failed and stopped Dynamo compiling a frame matters more than anything below.
+    for skipped in catalog.skipped_frames:
+        eager = skipped["eager_samples"]
+        lines.append(f"compile failed {skipped['compile_id']} of {skipped['frame_label']} at sample {skipped['sample']}: "
+                     f"{compile_failure_cause(skipped)}")
+        lines.append("  eager     Dynamo stopped compiling the frame: every later call ran it eagerly"
+                     + ("" if eager is None else f", {len(eager)} samples, first {eager[:10]}"))
     if data["failures_by_kind"]:
         kinds = ", ".join(f"{k} {v}" for k, v in data["failures_by_kind"].items())
         lines.append(f"failures    {kinds}")
@@ -749,8 +765,12 @@ def format_summary(analysis: Any) -> str:
         lines.append(f"failed      {len(catalog.failed_samples)} samples raised, first sample {first.index}: "
                      f"{first_line(first.error)} (every error, whole, in catalog.json)")
     if catalog.not_analysed:
+        from .catalog.caveats import limit_reached
+
+        cause = ("the first frame reached Dynamo's recompile limit"
+                 if limit_reached(catalog, catalog.compile.get("recompile_limit", 0)) else "no graph accepted them")
         lines.append(f"not analysed {len(catalog.not_analysed)} samples ran without a compiled graph "
-                     f"(recompile limit reached), first {list(catalog.not_analysed[:10])}")
+                     f"({cause}), first {list(catalog.not_analysed[:10])}")
     if catalog.skipped_shards:
         lines.append(f"skipped     {len(catalog.skipped_shards)} corrupt shards: "
                      + ", ".join(s['file'] for s in catalog.skipped_shards))

@@ -318,7 +318,9 @@ class Catalog:
     dimensions: tuple[DimensionStats, ...]
     failed_samples: tuple[FailedSample, ...] = ()
     arguments: tuple[str, ...] = ()  # forward's parameter names, in order
-    not_analysed: tuple[int, ...] = ()  # samples no compiled graph served (recompile limit)
+    # Samples no compiled graph accepted while their frame still compiled (the recompile limit);
+    # those run eagerly after a failed compile are in skipped_frames.
+    not_analysed: tuple[int, ...] = ()
     skipped_shards: tuple[dict[str, str], ...] = ()  # {"file", "error"} with --skip-bad-shards
     replay_mode: str = "full"
     unparsed: dict[str, int] = field(default_factory=dict)
@@ -335,6 +337,10 @@ class Catalog:
     # catalog.CatalogBuilder: how many, and what those that ran were run on; None when every
     # sample was recorded in full.
     signatures: dict[str, Any] | None = None
+    # Frames Dynamo stopped compiling after a compile of them failed (plain JSON dicts,
+    # catalog.skipped_frames): every later call ran that frame eagerly. Absent from catalog.json
+    # when none was.
+    skipped_frames: tuple[dict[str, Any], ...] = ()
 
     SCHEMA = 1
 
@@ -430,5 +436,6 @@ class Catalog:
             "failed_samples": [f.to_json() for f in self.failed_samples],
             "not_analysed": list(self.not_analysed),
             "skipped_shards": [dict(s) for s in self.skipped_shards],
+            **({"skipped_frames": [dict(s) for s in self.skipped_frames]} if self.skipped_frames else {}),
             **({"cudagraphs": self.cudagraphs} if self.cudagraphs is not None else {}),
         }

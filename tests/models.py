@@ -37,6 +37,16 @@ class Fails(torch.nn.Module):
         return x.sum()
 
 
+class RaisesOnThreeRows(torch.nn.Module):
+    """Raises on a 3-row input: Dynamo traces the raise when it compiles for one, the compile fails,
+    and Dynamo skips the forward for good (every later call runs eagerly)."""
+
+    def forward(self, x):
+        if x.shape[0] == 3:
+            raise ValueError("three rows")
+        return x.sin() * 2
+
+
 @torch._dynamo.disable
 def _crash_on_large(x):
     if x.numel() > 3:

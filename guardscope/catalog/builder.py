@@ -33,7 +33,7 @@ from ..model import (
     compile_order,
 )
 from ..sources import FrameArguments, strip_locals
-from ..text import dim_words, normalize_reason
+from ..text import dim_words, first_line, normalize_reason
 from .buckets import MAX_BUCKETS, SHAPES_PER_GRAPH, ShapeRow, dim_groups, recommend
 from .classify import classify_reasons
 
@@ -245,6 +245,52 @@ def break_summaries(breaks: tuple[GraphBreak, ...], events: list[CompileEvent]) 
             "first_sample": samples[0] if samples else None,
         })
     return tuple(summaries)
+
+
+# Compile failures Dynamo suppresses ("soft" ones, torch/_dynamo/convert_frame.py): unless
+# fullgraph turns them into errors, it then marks the frame's code to be skipped for good (the
+# default FrameExecStrategy of ConvertFrameReturn, SKIP, applied to the code), so every later call
+# runs that frame eagerly, even one a graph compiled before would accept, and the frame never
+# compiles again. The recompile limit fails the same way but keeps running the graphs it has.
+SKIPPING_FAILURES = ("Unsupported", "UserError")
+# torch's summary of a failure that is the user's code raising while Dynamo traced it.
+OBSERVED_EXCEPTION = "Observed exception"
+
+
+def hit_recompile_limit(event: CompileEvent) -> bool:
+    """Whether a failed compile is Dynamo's recompile limit ("Dynamo recompile limit exceeded")."""
+    return "recompile limit" in first_line(event.fail_reason).lower()
+
+
+def skipped_frames(events: list[CompileEvent], breaks: tuple[GraphBreak, ...], *, fullgraph: bool,
+                   errors: dict[int, str]) -> tuple[dict[str, Any], ...]:
+    """Each frame whose last compile failed in a way that makes Dynamo skip it from then on
+    (:data:`SKIPPING_FAILURES`, not the recompile limit, not under ``fullgraph``): the failed
+    compile, torch's one-line reason, and ``error``, the exception the sample raised when that
+    reason is the user's code raising (``errors``: the samples that raised, by index). Only a
+    frame's last compile is looked at: a frame that compiled again was not skipped."""
+    if fullgraph:
+        return ()
+    last: dict[int, CompileEvent] = {}
+    for event in events:
+        if event.frame_id not in last or event.frame_compile_id > last[event.frame_id].frame_compile_id:
+            last[event.frame_id] = event
+    found = []
+    for frame, event in sorted(last.items()):
+        if event.fail_type not in SKIPPING_FAILURES or event.sample is None or hit_recompile_limit(event):
+            continue
+        reason = first_line(event.fail_reason) or event.fail_type
+        found.append({
+            "frame": frame,
+            "frame_label": frame_label(event.co_name, event.location),
+            "compile_id": event.compile_id,
+            "sample": event.sample,
+            "fail_type": event.fail_type,
+            "reason": reason,
+            "location": next((b.location for b in breaks if b.compile_id == event.compile_id), None),
+            "error": errors.get(event.sample) if reason == OBSERVED_EXCEPTION else None,
+        })
+    return tuple(found)
 
 
 # --- the builder -------------------------------------------------------------------------------
@@ -489,10 +535,11 @@ class CatalogBuilder:
             )
         return tuple(stats)
 
-    def _absent_facts(self, key: str) -> tuple[str, ...]:
-        """"without mask" when some topology's first sample passes an argument this one leaves
-        out or passes as None (optional arguments choose graphs too)."""
-        everything = set().union(*(set(names) for names in self.first_arguments.values())) if self.first_arguments else set()
+    def _absent_facts(self, key: str, keys: Iterable[str]) -> tuple[str, ...]:
+        """"without mask" when the first sample of some topology among ``keys`` passes an argument
+        this one leaves out or passes as None (optional arguments choose graphs too)."""
+        passed = [set(self.first_arguments[k]) for k in keys if k in self.first_arguments]
+        everything = set().union(*passed) if passed else set()
         missing = everything - set(self.first_arguments.get(key, everything))
         if not missing:
             return ()
@@ -509,22 +556,25 @@ class CatalogBuilder:
                     facts.append(f"{path} dim {axis} is {value}")
         return tuple(facts)
 
-    def topologies(self, events: list[CompileEvent], rename: Callable[[str], str] = strip_locals) -> tuple[Topology, ...]:
+    def topologies(self, events: list[CompileEvent], rename: Callable[[str], str] = strip_locals,
+                   members: dict[str, list[int]] | None = None) -> tuple[Topology, ...]:
         """One topology per distinct set of graphs run, in order of first sample. Facts come from
         the first frame's graph (what it guards that not every graph of that frame does), then
-        from each later frame's graph that not every topology runs through."""
+        from each later frame's graph that not every topology runs through. ``members``: the
+        samples each graph set really served, when not all the replay described (the builder's)."""
+        members = self.members if members is None else members
         guards = {e.compile_id: e.guards for e in events}
         labels = {e.frame_id: frame_label(e.co_name, e.location) for e in sorted(events, key=lambda e: e.frame_compile_id, reverse=True)}
-        paths = {key: key.split("|") for key in self.members}
+        paths = {key: key.split("|") for key in members}
         servings = {path[0] for path in paths.values()}
         atoms = {cid: guard_atoms(guards[cid], rename) for cid in servings if guards.get(cid)}
         shared = set.intersection(*atoms.values()) if atoms else set()
         rank = {dim: position for position, dim in enumerate(self.dims)}
         aliases = always_equal(shared, rank)
         later = self._later_frame_facts(paths, guards, labels)
-        ordered = sorted(self.members.items(), key=lambda item: item[1][0])
+        ordered = sorted(members.items(), key=lambda item: item[1][0])
         topologies = []
-        for position, (key, members) in enumerate(ordered):
+        for position, (key, served) in enumerate(ordered):
             compile_id, *graphs = paths[key]
             if compile_id in atoms:
                 own = atoms[compile_id] - shared
@@ -532,13 +582,13 @@ class CatalogBuilder:
                 facts = render_facts(own, static, aliases, rank) if own else ("the graph every other input shares",)
             else:
                 facts = self._fallback_facts(self.first_shapes[key])
-            facts = self._absent_facts(key) + facts + later.get(key, ())
+            facts = self._absent_facts(key, members) + facts + later.get(key, ())
             topologies.append(
                 Topology(
                     id=position,
                     compile_id=compile_id,
-                    first_sample=members[0],
-                    samples=tuple(members),
+                    first_sample=served[0],
+                    samples=tuple(served),
                     facts=facts,
                     graphs=(compile_id, *graphs),
                 )
@@ -617,6 +667,9 @@ class CatalogBuilder:
             counts["unclassified_failures"] = others
         dimensions = self.dimensions()
         frames = frame_summaries(ordered)
+        skipped = skipped_frames(ordered, graph_breaks, fullgraph=bool(compile_options.get("fullgraph")),
+                                 errors={f.index: f.error for f in self.failed})
+        members, not_analysed, skipped = self._eager_after_skip(skipped)
         return Catalog(
             torch_version=torch_version,
             corpus_path=corpus_path,
@@ -624,11 +677,11 @@ class CatalogBuilder:
             model=model,
             compile=compile_options,
             compiles=compiles,
-            topologies=self.topologies(ordered, rename),
+            topologies=self.topologies(ordered, rename, members),
             dimensions=dimensions,
             failed_samples=tuple(self.failed),
             arguments=arguments,
-            not_analysed=tuple(self.not_analysed),
+            not_analysed=tuple(not_analysed),
             skipped_shards=skipped_shards,
             replay_mode=replay_mode,
             unparsed=counts,
@@ -637,7 +690,26 @@ class CatalogBuilder:
             graph_breaks=break_summaries(graph_breaks, ordered),
             frame_arguments=frame_arguments if frame_arguments is not None and frame_arguments.wrapped else None,
             signatures=self.signature_section(len(frames)),
+            skipped_frames=skipped,
         )
+
+    def _eager_after_skip(self, skipped: tuple[dict[str, Any], ...]) -> tuple[
+            dict[str, list[int]], list[int], tuple[dict[str, Any], ...]]:
+        """The topologies' members and the samples not analysed, without the samples that ran
+        eagerly because the first frame was skipped, and ``skipped`` with those samples as the
+        first frame's ``eager_samples``. From the failed compile's sample on, no call ran a
+        compiled graph of the forward, though the replay's guard check finds graphs that would
+        have accepted some; those that raised stay failed samples. Which calls reached a later
+        frame after it was skipped is not known: its ``eager_samples`` is None."""
+        first = next((s for s in skipped if s["frame"] == 0), None)
+        if first is None:
+            return self.members, self.not_analysed, tuple({**s, "eager_samples": None} for s in skipped)
+        cut = first["sample"]
+        members = {key: [i for i in found if i < cut] for key, found in self.members.items()}
+        eager = sorted([i for found in self.members.values() for i in found if i >= cut]
+                       + [i for i in self.not_analysed if i >= cut])
+        return ({key: found for key, found in members.items() if found}, [i for i in self.not_analysed if i < cut],
+                tuple({**s, "eager_samples": eager if s is first else None} for s in skipped))
 
     def signature_section(self, frames: int) -> dict[str, Any] | None:
         """catalog.json's ``corpus.signatures``: None when every sample was recorded in full.

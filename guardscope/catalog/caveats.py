@@ -5,14 +5,18 @@ warnings out; ``analyze`` prints them).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable
 
 from ..model import Catalog
+from ..text import compile_failure_cause
+from .builder import hit_recompile_limit
 
 
 def caveats(catalog: Catalog, *, recompile_limit: int, frames_followed: bool, torch_version: str,
             out: Path) -> list[str]:
-    """What the user should know about an analysis that its numbers do not say."""
-    warnings = []
+    """What the user should know about an analysis that its numbers do not say; a frame Dynamo
+    stopped compiling comes first (in production it silently loses the compile)."""
+    warnings = [skipped_frame_warning(catalog, skipped) for skipped in catalog.skipped_frames]
     if catalog.not_analysed:
         warnings.append(not_analysed_warning(catalog, recompile_limit))
     if len(catalog.frames) > 1 and not frames_followed:
@@ -28,7 +32,42 @@ def caveats(catalog: Catalog, *, recompile_limit: int, frames_followed: bool, to
         )
     if catalog.signatures is not None:
         warnings.extend(signature_warnings(catalog))
+    # After a failed compile skipped the forward, few samples ran a graph: the estimate says nothing.
+    small = None if forward_skipped(catalog.skipped_frames) else small_corpus_warning(catalog.risk())
+    if small:
+        warnings.append(small)
     return warnings
+
+
+def forward_skipped(skipped_frames: Iterable[dict]) -> bool:
+    """Whether a failed compile made Dynamo skip the first frame (catalog.json's ``skipped_frames``)."""
+    return any(skipped["frame"] == 0 for skipped in skipped_frames)
+
+
+# The chance that the next request needs a graph the corpus never compiled from which the
+# corpus is too small to speak for production (a fix proven on it is proven for its inputs only).
+UNSEEN_WARNING = 0.1
+# The rule of three: a corpus of n samples that shows no new topology still leaves a chance of up
+# to 3/n (95% confidence) that the next request is one.
+RULE_OF_THREE = 3
+
+
+def small_corpus_warning(risk: dict) -> str | None:
+    """One line when catalog.json's ``risk`` cannot mean much: its Good-Turing chance of an
+    unseen topology is high, or the corpus is too small to show that chance is low."""
+    samples, probability = risk.get("samples"), risk.get("unseen_topology_probability")
+    if not samples or probability is None or max(probability, RULE_OF_THREE / samples) < UNSEEN_WARNING:
+        return None
+    singletons = risk["singleton_topologies"]
+    if probability >= UNSEEN_WARNING:
+        why = (f"{singletons} of {samples} sample{'s' if samples != 1 else ''} had a topology seen only once, so "
+               f"the chance the next request needs a graph the corpus never compiled is about {probability:.0%} "
+               "(Good-Turing)")
+    else:
+        why = (f"{samples} samples cannot show that the chance the next request needs a graph the corpus never "
+               f"compiled is below {RULE_OF_THREE / samples:.0%} (the rule of three)")
+    return (f"the corpus is too small to speak for production: {why}; fixes proven on it are proven for these "
+            "inputs only: record more requests")
 
 
 def signature_warnings(catalog: Catalog) -> list[str]:
@@ -53,14 +92,39 @@ def signature_warnings(catalog: Catalog) -> list[str]:
     return found
 
 
+def skipped_frame_warning(catalog: Catalog, skipped: dict) -> str:
+    """A failed compile that made Dynamo skip its frame: which compile, why, and what it cost."""
+    failed = (f"compile {skipped['compile_id']} of {skipped['frame_label']} failed at sample {skipped['sample']} "
+              f"({compile_failure_cause(skipped)})")
+    if skipped["eager_samples"] is None:
+        return (f"{failed}; Dynamo then stopped compiling that frame: every later call ran it eagerly, and "
+                "in production one such request silently loses that part of the compile for the rest of the process")
+    return (f"{failed}; Dynamo then stopped compiling the forward and ran every later call eagerly "
+            f"({len(skipped['eager_samples'])} of the {catalog.samples} samples ran without a compiled graph): in "
+            "production one such request silently turns torch.compile off for the rest of the process. "
+            "Check requests before the compiled call, or raise from a function decorated with "
+            "torch.compiler.disable (Dynamo does not trace it, so its exception stops no compile)")
+
+
+def _first_frame_attempts(catalog: Catalog) -> int:
+    """The first frame's graphs and failed compiles."""
+    first_frame = next((f for f in catalog.frames if f["frame"] == 0), None)
+    return first_frame["graphs"] + first_frame["failed_compiles"] if first_frame else len(catalog.graphs)
+
+
+def limit_reached(catalog: Catalog, recompile_limit: int) -> bool:
+    """Whether the first frame hit Dynamo's recompile limit: a failed compile of it says so, or
+    it has as many graphs and failed compiles as the limit allows."""
+    return _first_frame_attempts(catalog) >= recompile_limit or any(
+        c.event.frame_id == 0 and hit_recompile_limit(c.event) for c in catalog.compiles)
+
+
 def not_analysed_warning(catalog: Catalog, recompile_limit: int) -> str:
     """Why samples ran without a compiled graph, as far as the catalog shows it: the first
-    frame's graphs against the recompile limit, else no claim about the cause."""
-    first_frame = next((f for f in catalog.frames if f["frame"] == 0), None)
-    graphs = first_frame["graphs"] + first_frame["failed_compiles"] if first_frame else len(catalog.graphs)
+    frame's recompile limit when it was reached, else no claim about the cause."""
     count = len(catalog.not_analysed)
-    if graphs >= recompile_limit:
+    if limit_reached(catalog, recompile_limit):
         return (f"{count} samples ran without a compiled graph: the first frame reached Dynamo's recompile "
                 f"limit ({recompile_limit}); they are listed as not analysed")
-    return (f"{count} samples ran without a compiled graph accepting them in the first frame ({graphs} graphs, "
-            f"recompile limit {recompile_limit}); they are listed as not analysed")
+    return (f"{count} samples ran without a compiled graph accepting them in the first frame "
+            f"({_first_frame_attempts(catalog)} graphs, recompile limit {recompile_limit}); they are listed as not analysed")

@@ -49,6 +49,7 @@ DIMENSION_FIELDS = ("min", "max", "dynamic", "ever_zero", "ever_one", "equal_to"
 # Where a sample can be in one analysis besides a topology.
 RAISED = "raised"
 NOT_ANALYSED = "not analysed"
+RAN_EAGERLY = "ran eagerly"        # after a failed compile made Dynamo skip the forward
 NOT_REPLAYED = "not replayed"      # in the corpus, but in no topology (a skipped shard)
 NOT_IN_CORPUS = "not in corpus"    # past the end of a shorter corpus
 
@@ -750,6 +751,9 @@ def _places(catalog: dict) -> dict[int, str]:
             places[sample] = f"T{t['id']}"
     for sample in catalog.get("not_analysed", []):
         places.setdefault(sample, NOT_ANALYSED)
+    for skipped in catalog.get("skipped_frames", []):
+        for sample in skipped["eager_samples"] or ():
+            places.setdefault(sample, RAN_EAGERLY)
     for failed in catalog.get("failed_samples", []):
         places.setdefault(failed["sample"], RAISED)
     return places

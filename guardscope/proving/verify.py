@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .. import plans, store
+from ..catalog.caveats import forward_skipped, small_corpus_warning
 from ..catalog.classify import classify_reasons
 from ..errors import CompileOptionsError, GuardscopeError
 from ..options import production_options
@@ -34,6 +35,18 @@ from .setup import cache_dirs_empty, isolated_caches, set_up_plan
 # A fix that cannot work on this model (emit-warmup said why) is "infeasible": not a failure of
 # the fixes that can.
 OK_STATUSES = ("passed", "skipped", "infeasible")
+# An export that ran every topology it was planned for but leaves others outside its Dims
+# serves only part of the corpus: not a failure, and not a pass either.
+PARTIAL = "partial"
+
+
+def verdict(results: list[dict[str, Any]]) -> str:
+    """The verdict on a set of results: ``failed`` when one failed or crashed or none passed,
+    ``partial`` when one serves only part of the corpus, else ``passed``."""
+    statuses = {r["status"] for r in results}
+    if not statuses <= {*OK_STATUSES, PARTIAL} or not statuses & {"passed", PARTIAL}:
+        return "failed"
+    return PARTIAL if PARTIAL in statuses else "passed"
 
 
 def verify_fixes(
@@ -51,7 +64,9 @@ def verify_fixes(
     With ``bundle``, a plan that has a compile-cache bundle also gets its set-up measured with
     and without it, each in a fresh process with empty cache folders (the result's ``bundle``).
     Fixes not verified this time keep their last result. Returns the document:
-    ``{"schema": 1, "passed": bool, "artifacts": [...]}``.
+    ``{"schema": 1, "verdict": ..., "passed": bool, "warnings": [...], "artifacts": [...]}``
+    (:func:`verdict`; ``passed`` only for a full pass; ``warnings``: what a pass does not prove,
+    a corpus too small for its risk estimate).
     """
     if holdout is not None and not 0.0 < holdout < 1.0:
         raise CompileOptionsError(f"--holdout {holdout} must be a fraction between 0 and 1")
@@ -68,11 +83,15 @@ def verify_fixes(
     if previous is not None:
         kept = [r for r in previous.get("artifacts", []) if r.get("name") not in chosen]
         results = sorted(kept + results, key=lambda r: plans.NAMES.index(r["name"]))
+    catalog = store.read_catalog(out)
+    small = None if forward_skipped(catalog.get("skipped_frames", [])) else small_corpus_warning(catalog.get("risk") or {})
+    found = verdict(results)
     document = {
         "schema": 1,
         "holdout": holdout,
-        "passed": all(r["status"] in OK_STATUSES for r in results)
-        and any(r["status"] == "passed" for r in results),
+        "verdict": found,
+        "passed": found == "passed",
+        "warnings": [small] if small else [],
         "artifacts": results,
     }
     store.write_document(out, store.VERIFICATION, document)
@@ -321,10 +340,11 @@ def _verify_export(out_dir: Path, catalog: dict, corpus: Any, model: Any) -> dic
     Dims (fixes.json) are reported as such, not run."""
     import torch
 
+    from .. import torch_compat
     from ..fixes.exporting import explain_failure, torch_error
 
     module = import_file(out_dir / plans.MODULES["export"])
-    model = model.eval()
+    model = (torch_compat.forward_owner(model) or model).eval()
     example = corpus.sample(module_example(out_dir, catalog))
     started = time.perf_counter()
     try:
@@ -364,24 +384,39 @@ def _verify_export(out_dir: Path, catalog: dict, corpus: Any, model: Any) -> dic
             error = torch_error(exc)
         topologies.append({**entry, "status": "passed" if error is None else "failed",
                            "passed": error is None, "error": error})
+    return _export_result(topologies, counts={t["id"]: t["count"] for t in catalog["topologies"]},
+                          setup_seconds=setup_seconds)
+
+
+def _export_result(topologies: list[dict[str, Any]], *, counts: dict[int, int], setup_seconds: float) -> dict:
+    """The export's result from each topology's outcome (pure): ``failed`` when the program
+    rejects one it was planned for; ``partial`` when it runs all of those but the plan leaves
+    others outside its Dims (an export that serves part of the traffic is not a pass);
+    ``served_samples`` and ``topology_samples``: the samples of the topologies it ran, of all."""
     failed = [t for t in topologies if t["status"] == "failed"]
     left_out = [t for t in topologies if t["status"] == "outside"]
+    served = sum(counts[t["id"]] for t in topologies if t["status"] == "passed")
+    total = sum(counts[t["id"]] for t in topologies)
     if failed:
-        reason = "the exported program rejects " + ", ".join(
+        status, reason = "failed", "the exported program rejects " + ", ".join(
             f"T{t['id']} ({(t['error'].splitlines() or [''])[0][:400]})" for t in failed)
     elif left_out:
-        reason = (f"{len(left_out)} of {len(topologies)} topologies are outside the Dims, as planned: "
-                  + ", ".join(f"T{t['id']}" for t in left_out))
+        status, reason = PARTIAL, (
+            f"serves {len(topologies) - len(left_out)} of {len(topologies)} topologies, {served} of their {total} "
+            f"samples ({served / total:.0%}): " + ", ".join(f"T{t['id']}" for t in left_out)
+            + " are outside the Dims, as planned")
     else:
-        reason = None
+        status, reason = "passed", None
     return _result(
         "export",
-        "passed" if not failed else "failed",
+        status,
         reason,
         setup_graphs=1,
         setup_seconds=round(setup_seconds, 3),
         samples_replayed=len(topologies) - len(left_out),
         topologies=topologies,
+        served_samples=served,
+        topology_samples=total,
     )
 
 

@@ -123,7 +123,7 @@ KIND_EXPLANATIONS: dict[str, tuple[str, str]] = {
     ),
 }
 
-VERIFY_STATUSES = ("passed", "failed", "crashed", "infeasible", "skipped")
+VERIFY_STATUSES = ("passed", "partial", "failed", "crashed", "infeasible", "skipped")
 
 
 # --- formatting (also jinja filters) ---------------------------------------------------------

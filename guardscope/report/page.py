@@ -21,6 +21,7 @@ from .environment import ENVIRONMENT
 from .recommendation import recommendation_context
 from .sections import (
     bench_context,
+    compile_failed_context,
     dimensions_context,
     failures_context,
     fidelity_context,
@@ -63,6 +64,7 @@ def build_context(catalog: dict, *, timings: dict | None, fixes: dict | None,
         "fidelity": fidelity_context(catalog, fidelity),
         "risk": risk_context(catalog, probe),
         "title": f"guardscope report: {model_label(catalog['model'])}",
+        "compile_failed": compile_failed_context(catalog),
         "summary": summary_context(catalog, timings, verification),
         "timeline": timeline_context(catalog, timings),
         "failure_kinds": failures_context(catalog),

@@ -19,13 +19,13 @@ RECOMMENDATION_RULE = (
     "A fix guardscope verify passed beats one it did not pass; among those passed, the plan bench.json "
     "recommends when it names one, otherwise the plan that compiles the fewest graphs at set-up. "
     "torch.export only when it passed and nothing else did. Never a fix verify failed or crashed, nor "
-    "one not possible on this model. Before verify has run, the same rule picks provisionally among "
-    "the fixes not verified, export excepted."
+    "one that serves only part of the corpus (partial), nor one not possible on this model. Before verify "
+    "has run, the same rule picks provisionally among the fixes not verified, export excepted."
 )
 
 
 def _fix_states(fixes: dict | None, verification: dict | None) -> list[dict]:
-    """Each artifact of fixes.json: ``state`` (passed, failed, crashed, infeasible or unverified),
+    """Each artifact of fixes.json: ``state`` (passed, partial, failed, crashed, infeasible or unverified),
     the reason for it, and the graphs it compiles at set-up (verify's count, else emit-warmup's)."""
     verified = verification_by_name(verification)
     states = []
@@ -55,7 +55,8 @@ def choose_fix(fixes: dict | None, verification: dict | None, bench: dict | None
     Candidates in turn, the first non-empty set deciding: the fixes verify passed other than
     export; export when verify passed it; the fixes not yet verified other than export (a
     provisional choice). Within the set: bench.json's recommended plan, else the fewest graphs
-    at set-up, ties in :data:`FIX_ORDER`. Infeasible, failed and crashed fixes never qualify."""
+    at set-up, ties in :data:`FIX_ORDER`. Infeasible, failed, crashed and partial fixes (an export
+    that serves part of the corpus) never qualify: only a full pass proves a fix."""
     states = _fix_states(fixes, verification)
     benched = ((bench or {}).get("recommendation") or {}).get("strategy")
     tiers = (

@@ -7,7 +7,16 @@ from collections import Counter, defaultdict
 from .. import store
 from ..catalog.diff import diff_catalogs
 from ..corpus.spec import model_label
-from ..text import format_duration, format_ms, format_samples, format_seconds, guard_text, missed_targets, sample_runs
+from ..text import (
+    compile_failure_cause,
+    format_duration,
+    format_ms,
+    format_samples,
+    format_seconds,
+    guard_text,
+    missed_targets,
+    sample_runs,
+)
 from .common import (
     GUARD_TEXTS_SHOWN,
     KIND_EXPLANATIONS,
@@ -23,7 +32,8 @@ from .diff_page import diff_context
 
 
 def verdict_context(verification: dict | None) -> dict | None:
-    """Overall result of ``guardscope verify``: passed only when every artifact passed."""
+    """Overall result of ``guardscope verify``: passed only when every artifact passed (or could
+    not apply), partial when one serves only part of the corpus."""
     if verification is None:
         return None
     artifacts = verification.get("artifacts", [])
@@ -32,6 +42,8 @@ def verdict_context(verification: dict | None) -> dict | None:
         status = "skipped"
     elif counts["failed"] or counts["crashed"]:
         status = "failed"
+    elif counts["partial"]:
+        status = "partial"
     elif counts["passed"]:
         status = "passed"
     else:
@@ -84,6 +96,34 @@ def summary_context(catalog: dict, timings: dict | None, verification: dict | No
         "not_analysed_count": len(catalog.get("not_analysed", [])),
         "verdict": verdict_context(verification),
         "signatures": catalog["corpus"].get("signatures"),
+    }
+
+
+def compile_failed_context(catalog: dict) -> dict | None:
+    """The frames Dynamo stopped compiling after a compile of them failed (catalog.json's
+    ``skipped_frames``), None when there are none. ``forward``: the first frame's, with where every
+    sample went (graphs, raised, not analysed, eager: together the corpus), which the report
+    leads with: in production one such request turns the whole compile off, silently."""
+    skipped = catalog.get("skipped_frames") or []
+    if not skipped:
+        return None
+    total = catalog["corpus"]["samples"]
+    frames = [{
+        **entry,
+        "cause": compile_failure_cause(entry),
+        "eager_count": None if entry["eager_samples"] is None else len(entry["eager_samples"]),
+        "eager": None if entry["eager_samples"] is None else format_samples(entry["eager_samples"]),
+        "eager_share": None if entry["eager_samples"] is None else percent_text(len(entry["eager_samples"]), total),
+    } for entry in skipped]
+    forward = next((f for f in frames if f["frame"] == 0), None)
+    return {
+        "frames": frames,
+        "forward": forward,
+        "samples": total,
+        "served": sum(t["count"] for t in catalog["topologies"]),
+        "topologies": len(catalog["topologies"]),
+        "raised": len(catalog.get("failed_samples", [])),
+        "not_analysed": len(catalog.get("not_analysed", [])),
     }
 
 

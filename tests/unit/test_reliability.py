@@ -211,3 +211,55 @@ def test_torch_outside_the_tested_range_warns(monkeypatch):
     monkeypatch.setattr(torch_compat, "torch_version", lambda: "2.16.0")
     warning = torch_compat.check_supported_version()
     assert "2.16.0" in warning and "other" in warning
+
+
+# --- 8: a failed compile that makes Dynamo skip a frame -------------------------------------------
+
+OBSERVED = "Observed exception\n  Explanation: Dynamo found no exception handler at the top-level compiled function"
+
+
+def catalog_of(events, samples, fullgraph=False):
+    """A catalog built from compile events and (index, serving graph or error) samples."""
+    from guardscope.catalog.builder import CatalogBuilder
+    from guardscope.model import SampleMeta, TensorMeta
+
+    builder = CatalogBuilder()
+    for index, (serving, error) in enumerate(samples):
+        builder.add_sample(SampleMeta(index=index, tensors=(("x", TensorMeta((2,), (1,), "float32", "cpu", False)),),
+                                      lengths=(), scalars=(), serving=serving, error=error))
+    return builder.build(events=events, torch_version="2.13.0", corpus_path="../corpus", model="m.py:M",
+                         compile_options={"backend": "eager", "fullgraph": fullgraph})
+
+
+def failed_compile(compile_id, sample, reason=OBSERVED):
+    from guardscope.model import CompileEvent
+
+    frame, number = map(int, compile_id.split("/"))
+    return CompileEvent(compile_id, frame, number, sample, "forward", None, fail_type="Unsupported", fail_reason=reason)
+
+
+def test_a_failed_compile_of_the_forward_sends_every_later_call_to_eager():
+    from guardscope.model import CompileEvent
+
+    compiled = CompileEvent("0/0", 0, 0, 0, "forward", None)
+    # sample 1 raised (its compile failed on the raise); 2 found no graph; 3 passed 0/0's guards, but ran eagerly
+    samples = [("0/0", None), (None, "ValueError: three rows"), (None, None), ("0/0", None)]
+    catalog = catalog_of([compiled, failed_compile("0/1", 1)], samples).to_json()
+    (skipped,) = catalog["skipped_frames"]
+    assert skipped == {"frame": 0, "frame_label": "forward", "compile_id": "0/1", "sample": 1,
+                       "fail_type": "Unsupported", "reason": "Observed exception", "location": None,
+                       "error": "ValueError: three rows", "eager_samples": [2, 3]}
+    assert [t["samples"] for t in catalog["topologies"]] == [[0]] and catalog["not_analysed"] == []
+
+    # fullgraph makes the failure the sample's error: Dynamo goes on compiling the frame
+    assert "skipped_frames" not in catalog_of([compiled, failed_compile("0/1", 1)], samples, fullgraph=True).to_json()
+    # the recompile limit keeps the graphs running: samples no graph accepts are not analysed
+    limit = catalog_of([compiled, failed_compile("0/1", 2, "Dynamo recompile limit exceeded\n  ...")], samples)
+    assert limit.skipped_frames == () and limit.not_analysed == (2,)
+    assert [t.samples for t in limit.topologies] == [(0, 3)]
+    # a frame that compiled again after a failure was not skipped
+    later = CompileEvent("0/2", 0, 2, 3, "forward", None)
+    assert catalog_of([compiled, failed_compile("0/1", 1), later], samples).skipped_frames == ()
+    # a later frame's failure: its calls ran that frame eagerly, which calls reached it is not known
+    (skipped,) = catalog_of([compiled, failed_compile("1/0", 1, "Unsupported context manager")], samples).skipped_frames
+    assert (skipped["frame"], skipped["error"], skipped["eager_samples"]) == (1, None, None)

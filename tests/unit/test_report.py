@@ -324,11 +324,16 @@ def test_when_every_fix_failed_or_is_infeasible_the_box_says_so():
     assert choose_fix(fixes, verification, None)["name"] is None
     box = _box(fixes, verification)
     assert "recommendation-nothing" in box.attrs["class"] and words(box.find("h2")) == "No fix to recommend"
-    assert words(box.find("p")).startswith("Every fix guardscope made failed verification or is not possible")
+    assert words(box.find("p")).startswith("Every fix guardscope made failed verification, serves only part of "
+                                           "the corpus, or is not possible")
     assert box.find_all("pre") == [] and box.find_all("dl") == []
     assert _others(box) == {"warmup": "warmup failed: warmup failed here",
                             "unbacked": "unbacked infeasible: no dimension to mark",
                             "export": "export crashed: export crashed here"}
+    # an export that serves only part of the corpus is no full pass: it is not recommended either
+    partial = _verification(warmup="failed", unbacked="infeasible", export="partial")
+    assert choose_fix(fixes, partial, None)["name"] is None
+    assert _others(_box(fixes, partial))["export"] == "export partial: export partial here"
 
 
 def test_no_fixes_yet_names_the_two_commands():
