@@ -11,9 +11,10 @@ full_per_signature=0)``, so that neither holds tensor data:
   ``DynamicCache``, ``attention_mask``, ``use_cache``, ``return_dict``, as transformers 5 passes
   them) and one call per further token (one new token, the cache holding every earlier one), until
   ``--calls`` calls; the model spec is the bound ``forward``;
-* ``tensors``: GPT-2 called directly, ``forward(input_ids, attention_mask)``, with exactly as many
-  distinct signatures (batch and length pairs), repeated in a fixed order to the same number of
-  calls.
+* ``tensors``: GPT-2 called directly, ``forward(input_ids=..., attention_mask=...)``, with exactly as many
+  distinct signatures (batch 1..8 and length 1..128 pairs, short so that the forwards cost about
+  what generation's mostly one-token decode calls cost), repeated in a fixed order to the same
+  number of calls.
 
 Each corpus is analysed by ``guardscope analyze`` in a fresh process (its defaults:
 ``dynamic=None``, eager backend). The target: the generation corpus analysed in at most 2x the
@@ -130,7 +131,7 @@ def write_corpora(work: pathlib.Path, calls: int) -> dict[str, object]:
     rng = random.Random(1)
     seen = set()
     while len(shapes) < distinct:
-        shape = (rng.choice([1, 2, 4, 8]), rng.randint(1, 1024))
+        shape = (rng.randint(1, 8), rng.randint(1, 128))
         if shape not in seen:
             seen.add(shape)
             shapes.append(shape)
@@ -141,7 +142,8 @@ def write_corpora(work: pathlib.Path, calls: int) -> dict[str, object]:
                                  overwrite=True) as writer:
         for position in range(calls):
             batch, length = shapes[position % distinct]
-            writer.add(torch.zeros(batch, length, dtype=torch.long), torch.ones(batch, length, dtype=torch.long))
+            writer.add(input_ids=torch.zeros(batch, length, dtype=torch.long),
+                       attention_mask=torch.ones(batch, length, dtype=torch.long))
     return {"calls": calls, "distinct_signatures": distinct, "write_seconds": {
         "generation": round(generation_seconds, 1), "tensors": round(time.perf_counter() - started, 1)}}
 

@@ -67,6 +67,24 @@ def dim_words(dim: str) -> str:
     return words
 
 
+# A bool attribute a library gives a meaning: a transformers cache layer that is not initialized
+# holds no tokens yet, which is generate()'s prefill call; an initialized one, a decode step.
+_FLAG_ROLES: tuple[tuple[re.Pattern[str], str, str], ...] = (
+    (re.compile(r"(?P<cache>.*)\.layers\[\d+\]\.is_initialized$"),
+     "decode step: {cache} holds tokens ({path} is True)", "prefill: {cache} is empty ({path} is False)"),
+)
+
+
+def flag_words(path: str, value: bool) -> str:
+    """A topology fact from a guard on a bool attribute: ``prefill: cache is empty
+    (cache.layers[0].is_initialized is False)``, else ``x.flag is True``."""
+    for pattern, true, false in _FLAG_ROLES:
+        match = pattern.match(path)
+        if match:
+            return (true if value else false).format(path=path, **match.groupdict())
+    return f"{path} is {value}"
+
+
 def sample_runs(samples: Iterable[int]) -> list[tuple[int, int]]:
     """Sorted sample indices as runs of consecutive indices: [1, 2, 3, 5] -> [(1, 3), (5, 5)]."""
     runs: list[tuple[int, int]] = []

@@ -85,3 +85,23 @@ class DataBranch(torch.nn.Module):
         if y.sum().item() > 0:
             return y * 2
         return y - 1
+
+
+class TextClassifier(torch.nn.Module):
+    """Embedding, a 2-layer ``nn.TransformerEncoder`` with a key padding mask, mean pool, a linear
+    head; an optional temperature. Under ``fullgraph=False`` its encoder's fast path breaks the
+    graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(100, 16)
+        layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 2)
+        self.head = torch.nn.Linear(16, 3)
+        self.eval()
+
+    def forward(self, token_ids, padding_mask, temperature=None):
+        h = self.encoder(self.embed(token_ids), src_key_padding_mask=padding_mask)
+        out = self.head(h.mean(dim=1))
+        return out if temperature is None else out / temperature

@@ -14,6 +14,7 @@ recorder, and reports which calls compiled, as plain ``torch.compile`` did it.
 from __future__ import annotations
 
 import collections
+import functools
 import random
 from typing import Any
 
@@ -95,6 +96,7 @@ def record_generation(directory: str, factory: str, requests: list[tuple[torch.T
     with torch_compat.raised_recompile_limit(4096), CompileCounter() as counter, \
             guardscope.CorpusWriter(directory, model=spec, compile={"dynamic": dynamic}, overwrite=True,
                                     **writer_options) as writer:
+        @functools.wraps(compiled)  # generate() reads forward's signature to choose what it passes
         def forward(*args: Any, **kwargs: Any) -> Any:
             index = writer.add(*args, **kwargs)
             before = counter.count

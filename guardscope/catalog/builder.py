@@ -33,7 +33,7 @@ from ..model import (
     compile_order,
 )
 from ..sources import FrameArguments, strip_locals
-from ..text import dim_words, first_line, normalize_reason
+from ..text import dim_words, first_line, flag_words, normalize_reason
 from .buckets import MAX_BUCKETS, SHAPES_PER_GRAPH, ShapeRow, dim_groups, recommend
 from .classify import classify_reasons
 
@@ -50,6 +50,7 @@ _OVERFLOW_BOUND = re.compile(rf"<= {_LIMIT}$")
 _OVERFLOW_END = re.compile(rf"^(?P<bounded>-?\d+ <= .+?) <= {_LIMIT}$")
 # A guard on the frame's inputs reads a local (``L['x']``), not the wrapper's closure or globals.
 _ON_INPUTS = re.compile(r"L\[['\"](?!self['\"])\w+['\"]\](?!(?:\[[^\]]*\])*\.__(?:closure|defaults|code|kwdefaults)__)")
+_LAYER = re.compile(r"\.layers\[\d+\]")
 _LOWER_TWO = re.compile(r"^2 <= (?P<dim>\S+\.size\(\)\[\d+\])(?: <= \d+)?$")
 
 
@@ -109,6 +110,10 @@ def guard_atoms(guards: Iterable[str], rename: Callable[[str], str] = strip_loca
                 atoms.add(("relation", expression))
         elif kind == "LENGTH_CHECK":
             atoms.add(("relation", rename(body.split(" # ")[0]).strip()))
+        elif kind in ("TRUE_MATCH", "FALSE_MATCH") and _ON_INPUTS.search(body.split("  # ")[0]):
+            # A bool attribute of an input object (a cache layer's is_initialized): the graph is
+            # for one value of it.
+            atoms.add(("flag", expression.partition(" == ")[0].strip(), kind == "TRUE_MATCH"))
     # Dims fixed to the same value are equal too: that keeps "les dim 0 equals lei dim 1" a
     # shared constraint when both are 0 in one entry and tied by a guard in another.
     by_value: dict[int, list[str]] = {}
@@ -165,6 +170,14 @@ def render_facts(
             facts.append((4, f"{atom[1]} is {atom[2]}"))
         elif atom[0] == "relation":
             facts.append((5, f"guard: {atom[1]}"))
+
+    # A flag every layer of a cache repeats (is_initialized) is said once, for its first layer.
+    said: set[tuple[str, bool]] = set()
+    for _, path, value in sorted(atom for atom in atoms if atom[0] == "flag"):
+        key = (_LAYER.sub(".layers[*]", path), value)
+        if key not in said:
+            said.add(key)
+            facts.append((-1, flag_words(path, value)))
     return tuple(text for _, text in sorted(facts))
 
 

@@ -48,6 +48,8 @@ ERROR_LIMIT = 2000  # characters of torch's explanation kept where one error is 
 # (torch.utils._pytree), data-dependent guards (GuardOnDataDependentSymNode), and the frames torch
 # names when it has no Python traceback of the user's code (strict mode).
 UNKNOWN_TYPE = re.compile(r"Found <class '([\w.]+)'> in (input|output), which is not a known type")
+# torch.export's refusal of an argument it cannot flatten (a KV cache generate() passes).
+UNSUPPORTED_INPUT = re.compile(r"Unsupported input type <class '([\w.]+)'>")
 DATA_DEPENDENT = re.compile(r"data-dependent|data dependent|DataDependent")
 CONSTRAINTS_VIOLATED = "Constraints violated"
 CALL_RAISED = re.compile(r'The following call raised this error:\s*\n\s*File "([^"]+)", line (\d+), in (\w+)\n[ \t]*(.*)')
@@ -214,6 +216,16 @@ def explain(kind: str, message: str, location: str | None) -> str:
         verb, plain = ("returns", "return") if side == "output" else ("takes", "pass")
         return (f"the model {verb} a {qualname}, which torch.export cannot flatten: register the type with "
                 f"torch.utils._pytree.register_pytree_node, or {plain} plain tensors")
+    if unsupported := UNSUPPORTED_INPUT.search(message):
+        qualname = unsupported.group(1)
+        name = qualname.rsplit(".", 1)[-1]
+        if qualname.startswith("transformers.") and name.endswith("Cache"):
+            return (f"the model takes a transformers {name} (generate()'s KV cache), which torch.export cannot "
+                    "take as an input: export the decoder without one (use_cache=False), or with a static cache "
+                    "the exported module owns (transformers.integrations.executorch."
+                    "TorchExportableModuleWithStaticCache, or convert_and_export_with_cache)")
+        return (f"the model takes a {qualname}, which torch.export cannot take as an input: register it with "
+                "torch.export.register_dataclass or torch.utils._pytree.register_pytree_node, or pass plain tensors")
     if DATA_DEPENDENT.search(kind) or DATA_DEPENDENT.search(message):
         at = f" at {location}" if location else ""
         return (f"torch.export met data-dependent control flow{at}: a tensor's value decides a branch or a size, "

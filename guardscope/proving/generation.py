@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,7 @@ def check_generate(out_dir: str | Path, requests: list[tuple[Any, dict[str, Any]
     compiled = runner.compiled
     forward = compiled
     if callable(getattr(module, "mark", None)):  # the unbacked plan marks every call's dims
+        @functools.wraps(compiled)
         def forward(*args: Any, **kwargs: Any) -> Any:
             module.mark(*args, **kwargs)
             return compiled(*args, **kwargs)
@@ -96,6 +98,9 @@ def check_generate(out_dir: str | Path, requests: list[tuple[Any, dict[str, Any]
     seen: list[dict[str, Any]] = []
     position = {"request": 0, "call": 0, "calls": 0}
 
+    # generate() reads model.forward's signature to choose what it passes (an attention mask,
+    # position ids...): the wrappers keep forward's, as torch.compile's does.
+    @functools.wraps(compiled)
     def counted(*args: Any, **kwargs: Any) -> Any:
         result = forward(*args, **kwargs)
         position["call"] += 1

@@ -278,7 +278,7 @@ def parse_reasons(payload: str | None) -> list[str] | None:
 
 
 _TREE_PREFIX = re.compile(r"^[\s|]*\+-\s*")
-_INPUT_GUARD = re.compile(r"^(TENSOR_MATCH|LAMBDA_GUARD|LENGTH_CHECK|EQUALS_MATCH|TYPE_MATCH|ID_MATCH)\b")
+_INPUT_GUARD = re.compile(r"^(TENSOR_MATCH|LAMBDA_GUARD|LENGTH_CHECK|EQUALS_MATCH|TYPE_MATCH|ID_MATCH|TRUE_MATCH|FALSE_MATCH)\b")
 
 
 def guard_lines(payload: str | None) -> tuple[str, ...]:

@@ -144,6 +144,13 @@ class Runner:
         self.compiled = compile_model(model, options)
 
     def prepare(self, sample: Sample, mark: bool) -> Call:
+        # Outside inference mode, wherever it is called from: a tensor copied (to the device, or
+        # from a mutable input) under it would be an inference tensor, whose dispatch keys no
+        # request's have, and would compile a graph of its own.
+        with torch.inference_mode(False):
+            return self._prepare(sample, mark)
+
+    def _prepare(self, sample: Sample, mark: bool) -> Call:
         args = _to_device(sample.args, self.device)
         kwargs = _to_device(sample.kwargs, self.device)
         named = self.binder.named_or_positional(args, kwargs)
@@ -488,7 +495,9 @@ class ReplaySession:
                     # On the data of the full sample of its signature when there is one, else on
                     # the tensors materialised from the signature.
                     if sample.data_of is not None and self.full_sample is not None:
-                        call = runner.prepare(self.full_sample(sample.data_of), mark)
+                        with torch.inference_mode(False):  # loaded as a request arrives: normal tensors
+                            full = self.full_sample(sample.data_of)
+                        call = runner.prepare(full, mark)
                         fields["ran_on"] = "full"
                     else:
                         fields["ran_on"] = "materialised"

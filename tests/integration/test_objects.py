@@ -28,7 +28,8 @@ def _catalog(corpus, out):
 ])
 def test_generate_calls_are_analysed_as_plain_compile_compiled_them(tmp_path, factory, dynamic, keep, cache):
     requests = om.prompts(6, seed=3, longest=96, max_batch=4, max_new=6)
-    options = {"keep": keep, "full_per_signature": 0} if keep == "signatures" else {}
+    # By signature, the first call of each kept in full: signature samples that must run run on it.
+    options = {"keep": keep} if keep == "signatures" else {}
     production = om.record_generation(str(tmp_path / "c"), factory, requests, dynamic=dynamic, cache=cache,
                                       **options)
     corpus = load_corpus(tmp_path / "c")

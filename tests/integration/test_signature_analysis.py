@@ -266,3 +266,23 @@ def test_records_with_containers_are_described_as_their_samples(tmp_path):
     assert described["records"] == described["samples"]
     assert described["records"][3].lengths == (("cache", 3), ("cache[0]", 2), ("cache[1]", 2), ("cache[2]", 2),
                                               ("options", 1))
+
+
+@pytest.mark.parametrize("full_per_signature", [1, 0])
+def test_signature_samples_run_on_normal_tensors_under_fullgraph_false(tmp_path, full_per_signature):
+    """Issue 23 item 5: a signature sample run on its full sample's data (loaded while the replay
+    is in inference mode) must not become an inference tensor and invent a recompile."""
+    calls = [(4, 50), (1, 1), (2, 7), (1, 1)]
+    catalogs = []
+    for keep in ("all", "signatures"):
+        options = {"full_per_signature": full_per_signature} if keep == "signatures" else {}
+        with CorpusWriter(tmp_path / keep, model=model_spec("TextClassifier"), compile={"dynamic": None}, keep=keep,
+                          **options) as writer:
+            for batch, length in calls:
+                writer.add(torch.randint(0, 100, (batch, length)), torch.zeros(batch, length, dtype=torch.bool))
+        guardscope.analyze(tmp_path / keep, tmp_path / f"out-{keep}")
+        catalogs.append(json.loads((tmp_path / f"out-{keep}" / "catalog.json").read_text()))
+    full, signatures = catalogs
+    assert [c["sample"] for c in signatures["compiles"]] == [c["sample"] for c in full["compiles"]] == [0, 1, 2]
+    assert signatures["summary"]["failures_by_kind"] == full["summary"]["failures_by_kind"] == {"size_mismatch": 3}
+    assert signatures["topologies"] == full["topologies"]

@@ -213,3 +213,24 @@ def test_cache_guards_are_classified():
     assert failure.kind.value == "constant_value"
     failure = classify_reason("0/1: tensor 'kwargs['cache'].layers[0].keys' size mismatch at index 2. expected 5, actual 6")
     assert failure.kind.value == "size_mismatch"
+
+
+def test_a_cache_flag_guard_is_a_prefill_or_decode_fact():
+    from guardscope.catalog.builder import guard_atoms, render_facts
+    from guardscope.text import flag_words
+
+    lines = ["FALSE_MATCH: L['cache'].layers[0].is_initialized == False  # if not self.is_initialized",
+             "FALSE_MATCH: L['cache'].layers[1].is_initialized == False  # if not self.is_initialized"]
+    atoms = guard_atoms(lines)
+    assert atoms == {("flag", "cache.layers[0].is_initialized", False), ("flag", "cache.layers[1].is_initialized", False)}
+    assert render_facts(atoms, set(), {}, {}) == ("prefill: cache is empty (cache.layers[0].is_initialized is False)",)
+    assert flag_words("cache.layers[2].is_initialized", True).startswith("decode step: cache holds tokens")
+    assert flag_words("request.ready", True) == "request.ready is True"
+
+
+def test_export_of_a_cache_input_says_the_remedy():
+    from guardscope.fixes.exporting import explain
+
+    text = explain("ValueError", "Unsupported input type <class 'transformers.cache_utils.DynamicCache'>. Export "
+                   "only supports pytree containers", None)
+    assert "use_cache=False" in text and "TorchExportableModuleWithStaticCache" in text
