@@ -70,3 +70,23 @@ def write_sized_corpus(path, sizes, seed=0):
         for size in sizes:
             writer.add(torch.randn(size, generator=generator))
     return path
+
+
+def replace_shard(directory, content) -> None:
+    """Write ``content`` (what ``torch.save`` takes) as the first shard of the corpus in
+    ``directory`` and fix the manifest's checksum, as a forger who knows the format would: for
+    tests of what loading refuses beyond a wrong checksum."""
+    import hashlib
+    import io
+    import json
+    from pathlib import Path
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(content, buffer)
+    (Path(directory) / "shard-00000.pt").write_bytes(buffer.getvalue())
+    manifest_path = Path(directory) / "corpus.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["shards"][0]["sha256"] = hashlib.sha256(buffer.getvalue()).hexdigest()
+    manifest_path.write_text(json.dumps(manifest))

@@ -22,6 +22,8 @@ from guardscope.corpus.signature import materialise, signature, signature_from_j
 from guardscope.errors import CorpusError, SampleError, ShardError
 from guardscope.model import Catalog, SampleMeta
 
+from ..builders import replace_shard
+
 MODEL = "pkg.models:build"
 
 
@@ -259,12 +261,7 @@ def test_a_format_3_index_must_be_deflated_json(tmp_path, index):
     path = tmp_path / "c" / "shard-00000.pt"
     content = torch.load(path, weights_only=True)
     content["index"] = index
-    buffer = io.BytesIO()
-    torch.save(content, buffer)
-    path.write_bytes(buffer.getvalue())
-    manifest = json.loads((tmp_path / "c" / "corpus.json").read_text())
-    manifest["shards"][0]["sha256"] = hashlib.sha256(buffer.getvalue()).hexdigest()
-    (tmp_path / "c" / "corpus.json").write_text(json.dumps(manifest))
+    replace_shard(tmp_path / "c", content)
     with pytest.raises(ShardError, match="no 'index'.*deflated"):
         list(load_corpus(tmp_path / "c"))
 

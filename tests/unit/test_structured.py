@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import io
-import json
 import sys
 import zlib
 
@@ -20,6 +18,8 @@ from guardscope.corpus.signature import signature
 from guardscope.corpus.structured import Structured
 from guardscope.corpus.writer import CorpusWriter
 from guardscope.errors import SampleError, ShardError
+
+from ..builders import replace_shard
 
 Pair = collections.namedtuple("Pair", ["left", "right"])
 
@@ -136,16 +136,8 @@ def _forged_corpus(path, name):
     _record(path, [((Box(torch.ones(1), "x"),), {})])
     from guardscope.corpus.shards import encode_shard
 
-    shard = encode_shard([{"args": (Structured(name, [{"t": torch.ones(1), "label": "x"}]),), "kwargs": {}}], 4)
-    buffer = io.BytesIO()
-    torch.save(shard, buffer)
-    data = buffer.getvalue()
-    (path / "shard-00000.pt").write_bytes(data)
-    manifest = json.loads((path / "corpus.json").read_text())
-    import hashlib
-
-    manifest["shards"][0]["sha256"] = hashlib.sha256(data).hexdigest()
-    (path / "corpus.json").write_text(json.dumps(manifest))
+    replace_shard(path, encode_shard([{"args": (Structured(name, [{"t": torch.ones(1), "label": "x"}]),),
+                                       "kwargs": {}}], 4))
     return path
 
 
@@ -173,14 +165,7 @@ def test_a_signature_record_of_an_unknown_type_is_refused_when_read(tmp_path):
     index = zlib.decompress(content["index"].numpy().tobytes()).decode().replace(
         "test_structured.Box", "os.system")
     content["index"] = torch.frombuffer(bytearray(zlib.compress(index.encode())), dtype=torch.uint8)
-    buffer = io.BytesIO()
-    torch.save(content, buffer)
-    path.write_bytes(buffer.getvalue())
-    manifest = json.loads((tmp_path / "c" / "corpus.json").read_text())
-    import hashlib
-
-    manifest["shards"][0]["sha256"] = hashlib.sha256(buffer.getvalue()).hexdigest()
-    (tmp_path / "c" / "corpus.json").write_text(json.dumps(manifest))
+    replace_shard(tmp_path / "c", content)
     with pytest.raises(ShardError, match=r"sample 0.*os\.system.*not registered"):
         list(load_corpus(tmp_path / "c"))
 
