@@ -12,7 +12,7 @@ full_per_signature=0)``, so that neither holds tensor data:
   them) and one call per further token (one new token, the cache holding every earlier one), until
   ``--calls`` calls; the model spec is the bound ``forward``;
 * ``tensors``: GPT-2 called directly, ``forward(input_ids=..., attention_mask=...)``, with exactly as many
-  distinct signatures (batch 1..8 and length 1..128 pairs, short so that the forwards cost about
+  distinct signatures (batch 1..8 and length 1..128 pairs, longer when more are needed, short so that the forwards cost about
   what generation's mostly one-token decode calls cost), repeated in a fixed order to the same
   number of calls.
 
@@ -130,8 +130,9 @@ def write_corpora(work: pathlib.Path, calls: int) -> dict[str, object]:
     shapes = []
     rng = random.Random(1)
     seen = set()
+    longest = max(128, 2 * -(-distinct // 8))  # room for that many pairs, short when it can be
     while len(shapes) < distinct:
-        shape = (rng.randint(1, 8), rng.randint(1, 128))
+        shape = (rng.randint(1, 8), rng.randint(1, longest))
         if shape not in seen:
             seen.add(shape)
             shapes.append(shape)
