@@ -71,9 +71,9 @@ def add_codec(codec: Codec) -> None:
             BY_TYPE[codec.cls] = codec
 
 
-def attributes_codec(cls: type, name: str, after: Callable[[Any], None] | None = None) -> Codec:
+def attributes_codec(cls: type, name: str) -> Codec:
     """A codec whose state is the object's attributes, in order, and which tensors among them
-    were marked with a static address; ``after(value)`` finishes a rebuilt value."""
+    were marked with a static address."""
 
     def to_state(value: Any) -> Any:
         attributes = dict(vars(value))
@@ -88,8 +88,6 @@ def attributes_codec(cls: type, name: str, after: Callable[[Any], None] | None =
         value.__dict__.update(state[0])
         for key, kind in (state[1] if len(state) == 2 else {}).items():
             torch._dynamo.mark_static_address(state[0][key], guard=kind == "guarded")
-        if after is not None:
-            after(value)
         return value
 
     def parts(state: Any) -> Iterator[tuple[str, Any]]:

@@ -121,17 +121,22 @@ def _walk_parts(state: Any) -> Iterator[tuple[str, Any]]:
 # --- finding a codec -----------------------------------------------------------------------------
 
 
+def _known(registry: dict, key: Any, register_library: Callable[[Any], bool]) -> Codec | None:
+    """A registered codec, after letting a library's built-in codecs register when ``key``
+    belongs to one (they load on first use only)."""
+    codec = registry.get(key)
+    if codec is None and register_library(key):
+        codec = registry.get(key)
+    return codec
+
+
 def codec_for(value: Any) -> Codec | None:
     """The codec that stores ``value`` (None: none does). Registers what it derives (a named
     tuple's, a dataclass's, a library's), so loading in this process finds it by name."""
     cls = type(value)
-    codec = BY_TYPE.get(cls)
+    codec = _known(BY_TYPE, cls, library_types.register_for_type)
     if codec is not None:
         return codec
-    if library_types.register_for_type(cls):
-        codec = BY_TYPE.get(cls)
-        if codec is not None:
-            return codec
     if isinstance(value, type):
         target = BY_TYPE.get(value)
         return None if target is None else _class_codec(target)
@@ -148,13 +153,9 @@ def codec_named(name: str) -> Codec:
     codecs for an installed library."""
     if type(name) is not str:
         raise ValueError(f"a type name is a str, not {name!r}")
-    codec = BY_NAME.get(name)
+    codec = _known(BY_NAME, name, library_types.register_for_name)
     if codec is not None:
         return codec
-    if library_types.register_for_name(name):
-        codec = BY_NAME.get(name)
-        if codec is not None:
-            return codec
     if name.startswith(CLASS):
         return _class_codec(codec_named(name[len(CLASS):]))
     for prefix in (NAMEDTUPLE, DATACLASS, PYTREE):
