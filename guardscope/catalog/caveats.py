@@ -9,7 +9,7 @@ from typing import Iterable
 
 from ..model import Catalog
 from ..text import compile_failure_cause
-from .builder import hit_recompile_limit
+from .frames import hit_recompile_limit
 
 
 def caveats(catalog: Catalog, *, recompile_limit: int, frames_followed: bool, torch_version: str,
