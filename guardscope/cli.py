@@ -481,7 +481,8 @@ def probe(out_dir: str, values: str, pairwise: str, max_candidates: int, break_r
 @click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True,
               help="Entries shown per list in the terminal (0: all).")
 @click.option("--exit-code", is_flag=True,
-              help="Exit with status 1 when the analyses differ (like 'git diff --exit-code').")
+              help="Exit with status 1 when the analyses differ (like 'git diff --exit-code'); with "
+              "--ignore guard-text, wording alone (facts or guard texts only one side has) does not count.")
 @_friendly_errors
 def diff(old: str, new: str, html_path: str | None, json_path: str | None, ignore: tuple[str, ...],
          limit: int, exit_code: bool) -> None:
@@ -489,9 +490,11 @@ def diff(old: str, new: str, html_path: str | None, json_path: str | None, ignor
 
     Each is an analysis folder (from 'guardscope analyze CORPUS --out DIR') or its catalog.json.
     Lists compiles added, removed or failing other guards, failure counts by kind, topologies
-    new, vanished or changed (matched by their facts, not their ids), samples that moved between
-    topologies, and dimension changes. Context (torch version, backend, compile options) is
-    shown but does not make the analyses differ. Nothing is replayed.
+    new, vanished or changed (matched by their members, then facts, then graphs, not their
+    ids), samples that moved between topologies, and dimension changes. A topology with the same
+    members and graphs but other facts is 'reworded': a wording difference, not a production
+    one. Context (torch version, backend, compile options) is shown but does not make the
+    analyses differ. Nothing is replayed.
 
     \b
     Examples:
@@ -508,7 +511,7 @@ def diff(old: str, new: str, html_path: str | None, json_path: str | None, ignor
     written = [p for p in (html_path, json_path) if p]
     if written:
         click.echo(f"wrote       {', '.join(written)}")
-    if exit_code and not result.identical:
+    if exit_code and result.differs:
         sys.exit(1)
 
 
@@ -521,7 +524,8 @@ def diff(old: str, new: str, html_path: str | None, json_path: str | None, ignor
               "what serving really runs (analyze defaults to the CPU, where guards are the same).")
 @click.option("--mode", default=None, help="torch.compile mode for the check (e.g. max-autotune); default the manifest's.")
 @click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds allowed for the re-analysis.")
-@click.option("--exit-code", is_flag=True, help="Exit with status 1 when the two analyses differ.")
+@click.option("--exit-code", is_flag=True,
+              help="Exit with status 1 when the two analyses differ in production (not for wording alone).")
 @_corpus_option
 @_friendly_errors
 def fidelity(out_dir: str, backend: str, device: str, mode: str | None, timeout: float, exit_code: bool,
@@ -531,8 +535,10 @@ def fidelity(out_dir: str, backend: str, device: str, mode: str | None, timeout:
     guardscope analyses with the eager backend because Dynamo's guards, and so the recompiles
     and topologies, do not depend on the backend. This re-analyses the same corpus with BACKEND
     on DEVICE in a child process (a crash is reported, not fatal), into DIR/fidelity/, and
-    compares the two catalogs. Guard wording that differs between backends is ignored; any other
-    difference is printed, written to DIR/fidelity.json and shown in DIR/report.html.
+    compares the two catalogs on what production feels: which samples compile, in which frame,
+    failing which guards against which graph, and which samples share a graph. The verdict is
+    IDENTICAL, SAME IN PRODUCTION (wording differs: a guard only one backend adds, listed apart)
+    or DIFFERENT; it is printed, written to DIR/fidelity.json and shown in DIR/report.html.
 
     \b
     Example (on the GPU machine):
@@ -541,14 +547,17 @@ def fidelity(out_dir: str, backend: str, device: str, mode: str | None, timeout:
       guardscope fidelity out/ --device cpu      # inductor on the CPU
     """
     from . import pipeline
+    from .catalog.diff import VERDICT_TITLES
 
     click.echo(f"re-analysing with {backend} on {device} (compiles every graph for real)...", err=True)
     document = pipeline.fidelity(out_dir, backend=backend, device=device, mode=mode, timeout=timeout, corpus=corpus)
     for line in document["summary"]:
         click.echo(line)
-    click.echo(f"fidelity    {'IDENTICAL' if document['identical'] else 'DIFFERENT'}: "
+    for item in document["wording_only"]:
+        click.echo(f"wording     only {item['label']}: {item['text']} ({', '.join(item['where'])})")
+    click.echo(f"fidelity    {VERDICT_TITLES[document['verdict']]}: "
                f"{document['labels'][0]} vs {document['labels'][1]} (DIR/fidelity.json, report.html)")
-    if exit_code and not document["identical"]:
+    if exit_code and not document["same_in_production"]:
         sys.exit(1)
 
 

@@ -11,9 +11,11 @@ shifts as soon as one graph more or less is compiled:
 
 - a **compile** is identified by the sample that triggered it (and its frame's code name, and
   its rank when one sample compiled one frame twice);
-- a **topology** is identified by its facts (the set of fact strings, order aside). Two
-  topologies with the same facts inside one catalog are paired by their compile sample, then in
-  order of first sample;
+- a **topology** is identified by its members first: two topologies with the same member samples
+  are the same class of inputs, whatever their facts say (a guard one backend adds changes the
+  facts, not the graph those samples share). The others are paired by their facts (the set of
+  fact strings, order aside; by compile sample, then in order of first sample, when several
+  share them), then by their graphs (the samples whose compiles made them);
 - a guard **failure** is compared on its fields (less ``ignore``), naming the graph it failed
   against by the topology that graph serves when that topology is in both analyses, else by the
   sample whose compile made the graph: a failure against "the general graph" is the same failure
@@ -24,6 +26,15 @@ shifts as soon as one graph more or less is compiled:
 Context (torch version, compile options, backend, device, model, corpus path, replay mode) is
 listed in :attr:`CatalogDiff.context` but never makes two analyses different:
 :attr:`CatalogDiff.identical` is about compiles, failures, topologies, samples and dimensions.
+
+:attr:`CatalogDiff.verdict` tells what production would feel apart from wording:
+``different`` when a sample compiles in one analysis only, in another frame, or fails other kinds
+of guard or against other graphs, when a topology has other members or a graph compiled at
+another sample, when samples move, dimensions or errors change; ``wording`` when only words
+differ: a topology with the same members and graphs but other facts (a guard only one backend
+adds, such as inductor's ``((96*___stack1.size()[0]) / (96 + 35*___stack1.size()[0])) > 0.0034``),
+a compile whose failures have the same kinds against the same graphs but other texts;
+``identical`` when nothing does.
 
 ``ignore`` drops failure fields from the comparison, for texts that legitimately differ:
 inductor prints a 0/1 guard as ``2 <= x.size()[0] <= 2147483647`` where eager prints
@@ -41,7 +52,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from ..model import FAILURE_FIELDS, IGNORABLE
+from ..model import FAILURE_FIELDS, GUARD_TEXT, IGNORABLE
 from ..text import format_samples, guard_text, normalize_reason
 
 DIMENSION_FIELDS = ("min", "max", "dynamic", "ever_zero", "ever_one", "equal_to")
@@ -53,7 +64,14 @@ RAN_EAGERLY = "ran eagerly"        # after a failed compile made Dynamo skip the
 NOT_REPLAYED = "not replayed"      # in the corpus, but in no topology (a skipped shard)
 NOT_IN_CORPUS = "not in corpus"    # past the end of a shorter corpus
 
-TOPOLOGY_STATUSES = ("vanished", "new", "changed", "unchanged")
+# "reworded": the same members and graphs, other facts (wording only, not a production difference)
+TOPOLOGY_STATUSES = ("vanished", "new", "changed", "reworded", "unchanged")
+PRODUCTION_STATUSES = TOPOLOGY_STATUSES[:3]
+
+# The verdicts, strongest last: nothing differs; only wording does; production would feel it.
+IDENTICAL, WORDING, DIFFERENT = "identical", "wording", "different"
+VERDICT_WORDS = {IDENTICAL: "identical", WORDING: "same in production (wording differs)", DIFFERENT: "different"}
+VERDICT_TITLES = {IDENTICAL: "IDENTICAL", WORDING: "SAME IN PRODUCTION (wording differs)", DIFFERENT: "DIFFERENT"}
 
 CompileKey = tuple[int | None, str, int]   # (sample, co_name, rank of that frame's compile at the sample)
 
@@ -85,6 +103,9 @@ class CompileChange:
     new_fail_type: str | None
     removed_failures: tuple[dict, ...]   # catalog failure dicts plus "against_sample", "against_topology"
     added_failures: tuple[dict, ...]
+    # "changed" with the same outcome and the same failure kinds against the same graphs: only the
+    # failures' other fields (their guard text...) differ
+    wording_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,16 +118,20 @@ class TopologySide:
     first_sample: int
     count: int
     facts: tuple[str, ...]
+    # the graphs its samples run, one per frame, each named by its compile (sample, frame, rank)
+    graphs: tuple[tuple, ...] = ()
 
 
 @dataclass(frozen=True)
 class TopologyChange:
-    status: str                     # "vanished", "new", "changed" or "unchanged"
+    status: str                     # "vanished", "new", "changed", "reworded" or "unchanged"
     facts: tuple[str, ...]          # the new side's order when both exist
     old: TopologySide | None
     new: TopologySide | None
     lost: tuple[int, ...]           # member samples of the old topology that the new one lacks
     gained: tuple[int, ...]
+    old_only: tuple[str, ...] = ()  # facts only the old side states (both sides exist)
+    new_only: tuple[str, ...] = ()  # facts only the new side states
 
 
 @dataclass(frozen=True)
@@ -155,16 +180,61 @@ class CatalogDiff:
 
     @property
     def identical(self) -> bool:
-        """No change in compiles, failures, topologies, sample placement, dimensions or errors;
-        context differences (torch version, backend, options) do not count."""
-        return not (
-            self.compiles
+        """No change in compiles, failures, topologies, sample placement, dimensions or errors,
+        wording included; context differences (torch version, backend, options) do not count."""
+        return self.verdict == IDENTICAL
+
+    @property
+    def production_different(self) -> bool:
+        """A difference production would feel: which samples compile, in which frame, failing
+        which kinds of guard against which graph, which samples share a graph, dimensions,
+        errors."""
+        return bool(
+            any(not c.wording_only for c in self.compiles)
             or any(old != new for _, old, new in self.failures_by_kind)
-            or any(t.status != "unchanged" for t in self.topologies)
+            or any(t.status in PRODUCTION_STATUSES for t in self.topologies)
             or self.moves
             or self.dimensions
             or self.errors
         )
+
+    @property
+    def verdict(self) -> str:
+        """:data:`DIFFERENT` (production would feel it), :data:`WORDING` (only facts or guard
+        texts differ: a guard one analysis adds, another printing) or :data:`IDENTICAL`."""
+        if self.production_different:
+            return DIFFERENT
+        if self.reworded_compiles() or self.topologies_with("reworded"):
+            return WORDING
+        return IDENTICAL
+
+    @property
+    def differs(self) -> bool:
+        """What ``--exit-code`` fails on: any difference, except that wording alone does not
+        count when the guard text is ignored."""
+        if self.verdict == WORDING:
+            return not set(GUARD_TEXT) <= set(self.ignore)
+        return self.verdict == DIFFERENT
+
+    def reworded_compiles(self) -> tuple[CompileChange, ...]:
+        return tuple(c for c in self.compiles if c.wording_only)
+
+    def wording_only(self) -> list[dict[str, Any]]:
+        """The wording-only differences, apart, one entry per text: a fact only one side's
+        reworded topologies state (a guard only that backend adds), or a guard text only one
+        side's reworded compiles fail; ``only`` is ``old`` or ``new``, ``where`` the topologies
+        and compiles (``T1 → T2``, ``sample 4 (0/2)``) that have it."""
+        found: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for t in self.topologies_with("reworded"):
+            for side, facts in (("old", t.old_only), ("new", t.new_only)):
+                for fact in facts:
+                    found[(side, fact)].append(topology_label(t))
+        for c in self.reworded_compiles():
+            for side, failures in (("old", c.removed_failures), ("new", c.added_failures)):
+                for failure in failures:
+                    found[(side, failure.get("guard") or guard_text(failure))].append(compile_label(c))
+        return [{"only": side, "label": self.labels[side == "new"], "text": text, "where": list(dict.fromkeys(where))}
+                for (side, text), where in sorted(found.items())]
 
     def topologies_with(self, status: str) -> tuple[TopologyChange, ...]:
         return tuple(t for t in self.topologies if t.status == status)
@@ -173,13 +243,28 @@ class CatalogDiff:
     def moved_samples(self) -> int:
         return sum(len(m.samples) for m in self.moves)
 
+    def _wording_words(self) -> str:
+        parts = []
+        topologies = len(self.topologies_with("reworded"))
+        if topologies:
+            parts.append(f"facts of {topologies} topolog{'y' if topologies == 1 else 'ies'}")
+        compiles = len(self.reworded_compiles())
+        if compiles:
+            parts.append(f"guard texts of {compiles} compile{'' if compiles == 1 else 's'}")
+        return ", ".join(parts)
+
     def headline(self) -> str:
-        """One line: ``identical`` or what kind of changes there are, with counts."""
-        if self.identical:
+        """One line: ``identical``, ``same in production`` (wording differs) or what kind of
+        changes there are, with counts."""
+        verdict = self.verdict
+        if verdict == IDENTICAL:
             return "identical: same compiles, failures and topologies" + (
                 " (context differs)" if self.context else "")
+        if verdict == WORDING:
+            return ("same in production: same compiles, failures and topology members; wording differs: "
+                    + self._wording_words())
         parts = []
-        by_status = Counter(c.status for c in self.compiles)
+        by_status = Counter(c.status for c in self.compiles if not c.wording_only)
         compiles = ", ".join(f"{by_status[s]} {s}" for s in ("added", "removed", "changed") if by_status[s])
         if compiles:
             parts.append(f"compiles {compiles}")
@@ -187,7 +272,7 @@ class CatalogDiff:
         if kinds:
             parts.append(f"failure counts of {len(kinds)} kind{'' if len(kinds) == 1 else 's'} changed")
         topology = Counter(t.status for t in self.topologies)
-        topologies = ", ".join(f"{topology[s]} {s}" for s in TOPOLOGY_STATUSES[:3] if topology[s])
+        topologies = ", ".join(f"{topology[s]} {s}" for s in PRODUCTION_STATUSES if topology[s])
         if topologies:
             parts.append(f"topologies {topologies}")
         if self.moves:
@@ -196,6 +281,9 @@ class CatalogDiff:
             parts.append(f"{len(self.dimensions)} dimension{'' if len(self.dimensions) == 1 else 's'} changed")
         if self.errors:
             parts.append(f"{len(self.errors)} error{'' if len(self.errors) == 1 else 's'} changed")
+        wording = self._wording_words()
+        if wording:
+            parts.append(f"wording differs: {wording}")
         return "different: " + "; ".join(parts)
 
     # --- JSON --------------------------------------------------------------------------------
@@ -212,6 +300,7 @@ class CatalogDiff:
         return {
             "schema": 1,
             "identical": self.identical,
+            "verdict": self.verdict,
             "old": {"label": self.labels[0], **self.old_run, "counts": self.old_counts},
             "new": {"label": self.labels[1], **self.new_run, "counts": self.new_counts},
             "ignore": list(self.ignore),
@@ -223,11 +312,13 @@ class CatalogDiff:
                 "old_kinds": c.old_kinds, "new_kinds": c.new_kinds,
                 "old_fail_type": c.old_fail_type, "new_fail_type": c.new_fail_type,
                 "removed_failures": list(c.removed_failures), "added_failures": list(c.added_failures),
+                "wording_only": c.wording_only,
             } for c in self.compiles],
             "failures_by_kind": [{"kind": k, "old": o, "new": n} for k, o, n in self.failures_by_kind],
             "topologies": [{
                 "status": t.status, "facts": list(t.facts), "old": side(t.old), "new": side(t.new),
                 "lost": list(t.lost), "gained": list(t.gained),
+                "old_only": list(t.old_only), "new_only": list(t.new_only),
             } for t in self.topologies],
             "moves": [{
                 "old": m.old, "new": m.new, "old_note": m.old_note, "new_note": m.new_note,
@@ -238,6 +329,7 @@ class CatalogDiff:
                 "fields": [{"field": f, "old": o, "new": n} for f, o, n in d.fields],
             } for d in self.dimensions],
             "errors": [{"sample": e.sample, "old": e.old, "new": e.new} for e in self.errors],
+            "wording_only": self.wording_only(),
         }
 
     # --- text --------------------------------------------------------------------------------
@@ -270,7 +362,8 @@ class CatalogDiff:
                      + ("" if self.compiles else "; same compile samples and failures"))
         shown, hidden = cut(list(self.compiles))
         for c in shown:
-            lines.append(f"  {_MARK[c.status]} {compile_label(c)}: {compile_words(c)}")
+            mark = _MARK["reworded"] if c.wording_only else _MARK[c.status]
+            lines.append(f"  {mark} {compile_label(c)}: {compile_words(c)}")
             listed, rest = cut(failure_changes(c))
             lines += [f"      {_MARK[mark]} {failure_words(f)}" for mark, f in listed]
             lines += more(rest, "      ")
@@ -286,7 +379,12 @@ class CatalogDiff:
                      + ", ".join(f"{counts[s]} {s}" for s in TOPOLOGY_STATUSES if counts[s] or s == "unchanged"))
         shown, hidden = cut([t for t in self.topologies if t.status != "unchanged"])
         for t in shown:
-            lines.append(f"  {_MARK[t.status]} {topology_label(t)}  {topology_words(t)}: {_facts_words(t.facts)}")
+            if t.status == "reworded":
+                lines.append(f"  {_MARK[t.status]} {topology_label(t)}  {topology_words(t)}")
+                lines += ([f"      - {_clip(fact, 200)}" for fact in t.old_only]
+                          + [f"      + {_clip(fact, 200)}" for fact in t.new_only])
+            else:
+                lines.append(f"  {_MARK[t.status]} {topology_label(t)}  {topology_words(t)}: {_facts_words(t.facts)}")
         lines += more(hidden)
 
         if self.moves:
@@ -317,7 +415,7 @@ class CatalogDiff:
         return lines
 
 
-_MARK = {"added": "+", "new": "+", "removed": "-", "vanished": "-", "changed": "~", "unchanged": "="}
+_MARK = {"added": "+", "new": "+", "removed": "-", "vanished": "-", "changed": "~", "reworded": "≈", "unchanged": "="}
 
 
 # --- words shared by the text summary and the HTML context -------------------------------------
@@ -407,10 +505,21 @@ def topology_label(t: TopologyChange) -> str:
     return f"T{(t.old or t.new).id} ({t.status})"
 
 
+def _graphs_words(graphs: tuple[tuple, ...]) -> str:
+    """``0, 4 in forward_1``: the samples whose compiles made a topology's graphs (frame aside the forward)."""
+    def one(sample: int | None, co_name: str) -> str:
+        return ("?" if sample is None else f"{sample}") + (f" in {co_name}" if co_name and co_name != "forward" else "")
+
+    return ", ".join(one(sample, co_name) for sample, co_name, *_ in graphs) or "none"
+
+
 def topology_words(t: TopologyChange) -> str:
     if t.old is None or t.new is None:
         side = t.old or t.new
         return f"{side.count:,} sample{'' if side.count == 1 else 's'}, first {side.first_sample}"
+    if t.status == "reworded":
+        return (f"{t.new.count:,} sample{'' if t.new.count == 1 else 's'}, the same members and graphs; "
+                "facts differ in wording only")
     words = f"{arrow(t.old.count, t.new.count)} samples"
     if t.gained or t.lost:
         words += f" (+{len(t.gained):,} −{len(t.lost):,})"
@@ -418,6 +527,8 @@ def topology_words(t: TopologyChange) -> str:
         words += f", first {t.old.first_sample} → {t.new.first_sample}"
     if t.old.compile_sample != t.new.compile_sample:
         words += f", graph compiled at sample {arrow(t.old.compile_sample, t.new.compile_sample)}"
+    elif t.old.graphs != t.new.graphs:
+        words += f", graphs compiled at samples {_graphs_words(t.old.graphs)} → {_graphs_words(t.new.graphs)}"
     return words
 
 
@@ -651,6 +762,16 @@ def _kinds(compile_: dict | None) -> dict[str, int]:
     return dict(sorted(Counter(f["kind"] for f in compile_["failures"]).items()))
 
 
+def _same_in_production(a: dict, b: dict, old_graphs: dict[str, tuple], new_graphs: dict[str, tuple],
+                        fields: tuple[str, ...]) -> bool:
+    """Whether one compile's two versions end alike and fail the same kinds of guard against the
+    same graphs (their guard texts and other fields may differ: wording)."""
+    core = tuple(name for name in ("kind", "against") if name in fields)
+    return a.get("fail_type") == b.get("fail_type") and (
+        Counter(_failure_signature(f, old_graphs, core) for f in a.get("failures", []))
+        == Counter(_failure_signature(f, new_graphs, core) for f in b.get("failures", [])))
+
+
 def _compile_changes(old: dict[CompileKey, dict], new: dict[CompileKey, dict],
                      old_graphs: dict[str, tuple], new_graphs: dict[str, tuple], fields: tuple[str, ...],
                      old_topology: dict[str, int], new_topology: dict[str, int]) -> tuple[CompileChange, ...]:
@@ -679,6 +800,7 @@ def _compile_changes(old: dict[CompileKey, dict], new: dict[CompileKey, dict],
             old_kinds=_kinds(a), new_kinds=_kinds(b),
             old_fail_type=a and a.get("fail_type"), new_fail_type=b and b.get("fail_type"),
             removed_failures=tuple(removed), added_failures=tuple(added),
+            wording_only=status == "changed" and _same_in_production(a, b, old_graphs, new_graphs, fields),
         ))
     return tuple(changes)
 
@@ -693,9 +815,16 @@ def _failures_by_kind(old: dict, new: dict) -> tuple[tuple[str, int, int], ...]:
 
 def _sides(catalog: dict) -> list[TopologySide]:
     compile_sample = {c["compile_id"]: c.get("sample") for c in catalog["compiles"]}
+    keys = {c["compile_id"]: key for key, c in _compiles_by_key(catalog).items()}
+
+    def graphs(t: dict) -> tuple[tuple, ...]:
+        # the serving graph is compile_id; "graphs" adds the later frames' (catalogs before it: none)
+        ids = [t.get("compile_id"), *(t.get("graphs") or [None])[1:]]
+        return tuple(keys.get(graph, (None, str(graph), -1)) for graph in ids if graph is not None)
+
     return [TopologySide(
         id=t["id"], compile_id=t.get("compile_id"), compile_sample=compile_sample.get(t.get("compile_id")),
-        first_sample=t["first_sample"], count=t["count"], facts=tuple(t["facts"]),
+        first_sample=t["first_sample"], count=t["count"], facts=tuple(t["facts"]), graphs=graphs(t),
     ) for t in catalog["topologies"]]
 
 
@@ -715,30 +844,75 @@ def _pair(olds: list[TopologySide], news: list[TopologySide]) -> list[tuple[Topo
     return pairs
 
 
-def _topologies(old: dict, new: dict) -> tuple[tuple[TopologyChange, ...], dict[int, int]]:
-    """Every topology with its status, and old id -> new id for the matched ones."""
-    members_old = {t["id"]: t["samples"] for t in old["topologies"]}
-    members_new = {t["id"]: t["samples"] for t in new["topologies"]}
+Pairs = list[tuple[TopologySide | None, TopologySide | None]]
+
+
+def _match(olds: list[TopologySide], news: list[TopologySide], members_old: dict[int, frozenset],
+           members_new: dict[int, frozenset]) -> Pairs:
+    """Pair the two analyses' topologies: the same members first (the same inputs sharing one
+    graph, whatever their facts say), then the same facts, then the same graphs (compiled at the
+    same samples in the same frames); the rest are vanished or new."""
+    by_members = {members_new[n.id]: n for n in news}
+    pairs: Pairs = []
+    taken: set[int] = set()
+    for o in olds:
+        n = by_members.get(members_old[o.id])
+        if n is not None and n.id not in taken:
+            pairs.append((o, n))
+            taken.add(n.id)
+    paired = {o.id for o, _ in pairs if o is not None}
     groups: dict[tuple[str, ...], tuple[list, list]] = defaultdict(lambda: ([], []))
-    for side in _sides(old):
-        groups[tuple(sorted(side.facts))][0].append(side)
-    for side in _sides(new):
-        groups[tuple(sorted(side.facts))][1].append(side)
-    changes, partner = [], {}
+    for o in olds:
+        if o.id not in paired:
+            groups[tuple(sorted(o.facts))][0].append(o)
+    for n in news:
+        if n.id not in taken:
+            groups[tuple(sorted(n.facts))][1].append(n)
+    left_old: list[TopologySide] = []
+    left_new: list[TopologySide] = []
     for key in sorted(groups):
         for a, b in _pair(*groups[key]):
-            before = set(members_old[a.id]) if a else set()
-            after = set(members_new[b.id]) if b else set()
-            if a and b:
-                partner[a.id] = b.id
-                same = before == after and a.compile_sample == b.compile_sample
-                status = "unchanged" if same else "changed"
+            if a is not None and b is not None:
+                pairs.append((a, b))
+            elif a is not None:
+                left_old.append(a)
+            elif b is not None:
+                left_new.append(b)
+    left_new.sort(key=lambda t: t.first_sample)
+    for o in sorted(left_old, key=lambda t: t.first_sample):
+        n = next((n for n in left_new if o.graphs and n.graphs == o.graphs), None)
+        if n is not None:
+            left_new.remove(n)
+        pairs.append((o, n))
+    pairs += [(None, n) for n in left_new]
+    return pairs
+
+
+def _topologies(old: dict, new: dict) -> tuple[tuple[TopologyChange, ...], dict[int, int]]:
+    """Every topology with its status, and old id -> new id for the matched ones."""
+    members_old = {t["id"]: frozenset(t["samples"]) for t in old["topologies"]}
+    members_new = {t["id"]: frozenset(t["samples"]) for t in new["topologies"]}
+    changes, partner = [], {}
+    for a, b in _match(_sides(old), _sides(new), members_old, members_new):
+        before = members_old[a.id] if a else frozenset()
+        after = members_new[b.id] if b else frozenset()
+        old_only: tuple[str, ...] = ()
+        new_only: tuple[str, ...] = ()
+        if a and b:
+            partner[a.id] = b.id
+            old_only = tuple(f for f in a.facts if f not in set(b.facts))
+            new_only = tuple(f for f in b.facts if f not in set(a.facts))
+            if before != after or a.compile_sample != b.compile_sample or a.graphs != b.graphs:
+                status = "changed"
             else:
-                status = "vanished" if a else "new"
-            changes.append(TopologyChange(
-                status=status, facts=(b or a).facts, old=a, new=b,
-                lost=tuple(sorted(before - after)), gained=tuple(sorted(after - before)),
-            ))
+                status = "reworded" if old_only or new_only else "unchanged"
+        else:
+            status = "vanished" if a else "new"
+        changes.append(TopologyChange(
+            status=status, facts=(b or a).facts, old=a, new=b,
+            lost=tuple(sorted(before - after)), gained=tuple(sorted(after - before)),
+            old_only=old_only, new_only=new_only,
+        ))
     changes.sort(key=lambda t: (TOPOLOGY_STATUSES.index(t.status), (t.old or t.new).first_sample,
                                 t.old.id if t.old else -1, t.new.id if t.new else -1))
     return tuple(changes), partner

@@ -2,9 +2,13 @@
 device, in a child process, compared.
 
 The default analysis uses the eager backend because Dynamo's guards (and so recompiles and
-topologies) do not depend on the backend; this checks that claim on the user's own model. Guard
-wording that differs between backends (inductor adds int32 bounds) is ignored; every other
-difference is kept.
+topologies) do not depend on the backend; this checks that claim on the user's own model. It is
+judged on what production feels: which samples compile, in which frame, failing which kinds of
+guard against which graph, and which samples share a graph. The guard texts of failures are
+ignored (inductor prints int32 bounds); a guard only one backend adds (inductor's float bounds
+such as ``((96*___stack1.size()[0]) / (96 + 35*___stack1.size()[0])) > 0.0034``), which changes a
+topology's facts but not its members or graph, is listed apart as wording: the verdict is then
+``wording`` (same in production), not ``different``.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import store
-from ..catalog.diff import diff_catalogs
+from ..catalog.diff import DIFFERENT, diff_catalogs
 from ..errors import CompileOptionsError
 from ..model import GUARD_TEXT
 from ..options import analysis_options
@@ -25,8 +29,8 @@ from .isolation import output_tail, run_child, signal_name
 def check(out: Path, catalog: dict[str, Any], *, corpus: str | Path | None = None, backend: str = "inductor",
           device: str = "cuda", mode: str | None = None, timeout: float = 3600.0) -> dict[str, Any]:
     """Re-analyse the corpus (the analysed one, or ``corpus``) with ``backend`` on ``device`` into
-    ``out/fidelity/`` and write ``fidelity.json``: whether the two catalogs are identical, and what
-    differs. The options are checked before the corpus is looked for."""
+    ``out/fidelity/`` and write ``fidelity.json`` (:func:`compare`): the verdict, what differs,
+    and the wording-only differences apart. The options are checked before the corpus is looked for."""
     options = analysis_options(catalog)
     checked = replace(options, backend=backend, device=device, mode=mode or options.mode)
     checked.validate()
@@ -51,18 +55,30 @@ def check(out: Path, catalog: dict[str, Any], *, corpus: str | Path | None = Non
         tail = " | ".join(output_tail(completed.stderr or completed.stdout or "", lines=4))
         status = signal_name(completed.returncode) if completed.returncode < 0 else f"exit {completed.returncode}"
         raise CompileOptionsError(f"the {backend} analysis on {device} failed ({status}): {tail}")
+    document = compare(catalog, store.read_catalog(target), backend=backend, device=device, mode=checked.mode)
+    store.write_document(out, store.FIDELITY, document)
+    return document
+
+
+def compare(catalog: dict[str, Any], checked: dict[str, Any], *, backend: str, device: str,
+            mode: str | None) -> dict[str, Any]:
+    """The ``fidelity.json`` document for the default analysis's catalog against the production
+    backend's (pure): ``verdict`` is ``identical``, ``wording`` (same in production; the facts or
+    guard texts only one side has are in ``wording_only``) or ``different``; ``identical`` is
+    true only when nothing differs, wording included."""
     labels = (f"default analysis ({catalog['compile'].get('backend')}, {catalog['compile'].get('device')})",
               f"{backend} on {device}")
-    result = diff_catalogs(catalog, store.read_catalog(target), ignore=GUARD_TEXT, labels=labels)
-    document = {
+    result = diff_catalogs(catalog, checked, ignore=GUARD_TEXT, labels=labels)
+    return {
         "schema": 1,
         "backend": backend,
         "device": device,
-        "mode": checked.mode,
+        "mode": mode,
         "ignore": list(GUARD_TEXT),
+        "verdict": result.verdict,
         "identical": result.identical,
+        "same_in_production": result.verdict != DIFFERENT,
         "labels": list(labels),
+        "wording_only": result.wording_only(),
         "summary": result.summary_lines(),
     }
-    store.write_document(out, store.FIDELITY, document)
-    return document

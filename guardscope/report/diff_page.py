@@ -40,6 +40,8 @@ def diff_context(diff: CatalogDiff, *, title: str = "What changed") -> dict:
     return {
         "title": title,
         "identical": diff.identical,
+        "verdict": diff.verdict,
+        "verdict_words": words.VERDICT_WORDS[diff.verdict],
         "headline": headline,
         "changes": headline.partition(": ")[2],
         "labels": {"old": diff.labels[0], "new": diff.labels[1]},
@@ -56,6 +58,7 @@ def diff_context(diff: CatalogDiff, *, title: str = "What changed") -> dict:
         } for name in count_names],
         "compiles": [{
             "status": c.status,
+            "wording_only": c.wording_only,
             "label": words.compile_label(c),
             "words": words.compile_words(c),
             "failures": [failure(f, mark) for mark, f in words.failure_changes(c)[:DIFF_FAILURES_SHOWN]],
@@ -77,8 +80,11 @@ def diff_context(diff: CatalogDiff, *, title: str = "What changed") -> dict:
             "gained": format_samples(t.gained) if t.old and t.gained else None,
             "lost": format_samples(t.lost) if t.new and t.lost else None,
             "members": format_samples(t.gained or t.lost) if not (t.old and t.new) else None,
+            "old_only": list(t.old_only),
+            "new_only": list(t.new_only),
         } for t in changed_topologies[:LIST_SHOWN]],
         "topologies_hidden": max(len(changed_topologies) - LIST_SHOWN, 0),
+        "wording_only": diff.wording_only()[:LIST_SHOWN],
         "unchanged": [{
             "label": words.topology_label(t),
             "count": t.new.count,

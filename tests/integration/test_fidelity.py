@@ -13,8 +13,11 @@ import torch
 from click.testing import CliRunner
 
 from guardscope import pipeline
+from guardscope.catalog.diff import DIFFERENT, diff_catalogs
 from guardscope.cli import main
 from guardscope.errors import CompileOptionsError
+from guardscope.model import GUARD_TEXT
+from guardscope.proving.fidelity import compare
 
 from ..conftest import read_catalog
 
@@ -51,3 +54,15 @@ def test_cuda_on_a_cpu_only_machine_is_a_clear_error(elementwise_analysis):
         pipeline.fidelity(elementwise_analysis, device="cuda")
     result = CliRunner().invoke(main, ["fidelity", str(elementwise_analysis)])
     assert result.exit_code == 2 and "torch.cuda.is_available() is False" in result.output
+
+
+def test_a_real_compile_at_another_sample_stays_different(pair):
+    """Two real analyses that compile at other samples (duck sizing on and off): the fidelity
+    verdict is DIFFERENT, not wording, although the guard texts are ignored."""
+    old, new = (read_catalog(path) for path in pair)
+    document = compare(old, new, backend="inductor", device="cpu", mode=None)
+    assert (document["verdict"], document["same_in_production"], document["identical"]) == ("different", False, False)
+    assert document["wording_only"] == []
+    assert "  - sample 1 (0/1): no longer compiles: duck_sizing ×1" in document["summary"]
+    result = diff_catalogs(old, new, ignore=GUARD_TEXT)
+    assert result.verdict == DIFFERENT and result.differs

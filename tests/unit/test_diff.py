@@ -16,8 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from guardscope import cli, store
-from guardscope.catalog.diff import NOT_IN_CORPUS, SampleMove, diff_catalogs, failure_words
+from guardscope.catalog.diff import DIFFERENT, NOT_IN_CORPUS, WORDING, SampleMove, diff_catalogs, failure_words
 from guardscope.model import GUARD_TEXT
+from guardscope.proving.fidelity import compare
 from guardscope.report.diff_page import diff_context, render_diff
 from guardscope.report.environment import ENVIRONMENT
 
@@ -75,6 +76,22 @@ def inductor_guards(catalog: dict) -> dict:
             if f["kind"] == "zero_one_specialization":
                 f["raw"] = f["raw"].replace(f["guard"], f["guard"] + " <= 2147483647")
                 f["guard"] += " <= 2147483647"
+    return new
+
+
+# The guard inductor adds on the H200 to the PyG GCN's later frame (issue 23): a float bound of its
+# own heuristic, in the facts of the topologies whose graph it guards; eager has no such guard.
+INDUCTOR_GUARD = ("in forward after line 117: guard: ((96*___stack1.size()[0]) / (96 + 35*___stack1.size()[0]))"
+                  " > 0.0034722222222222222")
+
+
+def inductor_adds_a_guard(catalog: dict, topologies=(0, 1, 5)) -> dict:
+    """The catalog an inductor re-analysis writes: the same compiles, failures and members, its
+    0/1 guards printed with the int64 bound, and a guard of its own in some topologies' facts."""
+    new = inductor_guards(catalog)
+    new["compile"].update(backend="inductor", device="cuda")
+    for topology_id in topologies:
+        topology(new, topology_id)["facts"].append(INDUCTOR_GUARD)
     return new
 
 
@@ -204,6 +221,132 @@ def test_guard_text_printed_by_inductor_differs_unless_ignored(golden):
     assert "ignoring    failure fields guard, raw" in lenient.summary_lines()
     with pytest.raises(ValueError, match="cannot ignore"):
         diff_catalogs(golden, new, ignore=("kind",))
+
+
+def test_a_guard_only_inductor_adds_is_wording_not_a_production_difference(golden):
+    """Issue 23: the same compiles, failures and members in every topology, one guard more in
+    three topologies' facts (and one fact fewer in another, as GPT-2's topologies showed): no
+    topology vanished or new, no sample moved, and the verdict is "same in production"."""
+    new = inductor_adds_a_guard(golden)
+    dropped = topology(new, 2)["facts"].pop()
+    result = diff_catalogs(golden, new, ignore=GUARD_TEXT, labels=("eager", "inductor"))
+    assert result.verdict == WORDING and not result.production_different
+    assert not result.identical and not result.differs
+    assert result.compiles == () and result.moves == ()
+    assert not any(result.topologies_with(status) for status in ("vanished", "new", "changed"))
+    reworded = result.topologies_with("reworded")
+    assert [(t.old.id, t.new.id, t.old_only, t.new_only) for t in reworded] == [
+        (0, 0, (), (INDUCTOR_GUARD,)), (1, 1, (), (INDUCTOR_GUARD,)), (2, 2, (dropped,), ()),
+        (5, 5, (), (INDUCTOR_GUARD,))]
+    assert result.wording_only() == [
+        {"only": "new", "label": "inductor", "text": INDUCTOR_GUARD, "where": ["T0", "T1", "T5"]},
+        {"only": "old", "label": "eager", "text": dropped, "where": ["T2"]},
+    ]
+    lines = result.summary_lines()
+    assert ("result      same in production: same compiles, failures and topology members; "
+            "wording differs: facts of 4 topologies") in lines
+    assert "topologies  11: 4 reworded, 7 unchanged" in lines
+    assert "  ≈ T1  284 samples, the same members and graphs; facts differ in wording only" in lines
+    assert f"      + {INDUCTOR_GUARD}" in lines and f"      - {dropped}" in lines
+    assert not any(line.startswith("moves") for line in lines)
+    data = result.to_json()
+    assert data["verdict"] == "wording" and data["identical"] is False
+    assert [t["status"] for t in data["topologies"]].count("reworded") == 4
+
+    # Without ignoring the guard text, the compiles' inductor-printed bounds are wording too.
+    strict = diff_catalogs(golden, new)
+    assert strict.verdict == WORDING and strict.differs
+    assert {c.sample for c in strict.reworded_compiles()} == {4, 12, 24, 40, 60, 84, 112, 144, 180}
+    assert all(c.status == "changed" for c in strict.compiles)
+    assert "  ≈ sample 4 (0/2): same failure kinds, other guards or graphs" in strict.summary_lines()
+
+
+def test_a_topology_with_the_same_members_is_never_vanished_and_new(golden):
+    """Every fact reworded, the topologies renumbered: still the same classes of inputs."""
+    new = copy.deepcopy(golden)
+    for t in new["topologies"]:
+        t["facts"] = [f"reworded {fact}" for fact in t["facts"]]
+        t["id"] = 10 - t["id"]
+    result = diff_catalogs(golden, new)
+    assert result.verdict == WORDING and result.moves == ()
+    assert {(t.status, t.old.id, t.new.id) for t in result.topologies} == {("reworded", i, 10 - i) for i in range(11)}
+    assert "vanished" not in result.headline() and "new" not in result.headline()
+
+
+def test_a_compile_at_another_sample_is_still_different(golden):
+    """What production feels: inductor compiling sample 236 too (a topology of its own) is
+    different, whatever wording differs besides; so is a graph compiled at another sample for
+    the same members."""
+    new = with_new_topology(inductor_adds_a_guard(golden, topologies=(1, 5)))
+    result = diff_catalogs(golden, new, ignore=GUARD_TEXT)
+    assert result.verdict == DIFFERENT and result.differs and result.production_different
+    assert [(c.status, c.sample) for c in result.compiles] == [("added", 236)]
+    assert result.headline() == ("different: compiles 1 added; failure counts of 1 kind changed; "
+                                 "topologies 1 new, 1 changed; 1 sample moved; wording differs: facts of 2 topologies")
+
+    moved = inductor_adds_a_guard(golden, topologies=(1,))
+    compile_at(moved, 1)["sample"] = 3           # T1's graph compiled at another of its members
+    result = diff_catalogs(golden, moved, ignore=GUARD_TEXT)
+    assert result.verdict == DIFFERENT and result.moves == ()
+    [changed] = result.topologies_with("changed")
+    assert (changed.old.id, changed.new.id, changed.new_only) == (1, 1, (INDUCTOR_GUARD,))
+    assert "graph compiled at sample 1 → 3" in "\n".join(result.summary_lines())
+    assert [(c.status, c.sample) for c in result.compiles] == [("removed", 1), ("added", 3)]
+
+
+def test_a_later_frame_graph_compiled_elsewhere_is_different(golden):
+    """A topology's graphs in later frames count too: the same members running a later graph
+    compiled at another sample is a change, not wording."""
+    old, new = copy.deepcopy(golden), copy.deepcopy(golden)
+    for catalog, sample in ((old, 60), (new, 84)):
+        catalog["compiles"].append({"sample": sample, "compile_id": "1/0", "frame": 1, "co_name": "helper",
+                                    "seconds": None, "fail_type": None, "failures": []})
+        topology(catalog, 1)["graphs"] = ["0/1", "1/0"]
+    result = diff_catalogs(old, new)
+    assert result.verdict == DIFFERENT
+    [changed] = result.topologies_with("changed")
+    assert changed.old.id == 1 and changed.gained == changed.lost == ()
+    assert "graphs compiled at samples 1, 60 in helper → 1, 84 in helper" in "\n".join(result.summary_lines())
+
+
+def test_fidelity_document_separates_wording_from_production(golden):
+    document = compare(golden, inductor_adds_a_guard(golden), backend="inductor", device="cuda", mode=None)
+    assert document["verdict"] == "wording" and document["same_in_production"] is True
+    assert document["identical"] is False and document["ignore"] == ["guard", "raw"]
+    assert document["wording_only"] == [{"only": "new", "label": "inductor on cuda", "text": INDUCTOR_GUARD,
+                                         "where": ["T0", "T1", "T5"]}]
+    assert not any("vanished" in line or line.startswith("moves") for line in document["summary"])
+    different = compare(golden, with_new_topology(inductor_adds_a_guard(golden)), backend="inductor",
+                        device="cuda", mode=None)
+    assert different["verdict"] == "different" and different["same_in_production"] is False
+    same = compare(golden, inductor_guards(golden), backend="inductor", device="cuda", mode=None)
+    assert same["verdict"] == "identical" and same["identical"] is True and same["wording_only"] == []
+
+
+def test_wording_only_page(golden):
+    result = diff_catalogs(golden, inductor_adds_a_guard(golden), ignore=GUARD_TEXT, labels=("eager", "inductor"))
+    page = parse(render_diff(result))
+    verdict = page.find("p", class_="diff-verdict")
+    assert words(verdict.find("strong")) == "Same in production (wording differs)"
+    assert "diff-same" in verdict.attrs["class"]
+    rows = page.find("table", class_="diff-wording").find("tbody").find_all("tr")
+    assert [[words(td) for td in row.find_all("td")] for row in rows] == [["inductor", INDUCTOR_GUARD, "T0, T1, T5"]]
+    card = page.find("article", id="diff-reworded-1")
+    assert words(card.find("li", class_="diff-added")) == f"+ only inductor: {INDUCTOR_GUARD}"
+    assert page.find_all("table", class_="diff-moves") == []
+
+
+def test_cli_diff_exit_code_on_wording_only(golden, tmp_path):
+    (tmp_path / "eager.json").write_text(json.dumps(golden))
+    (tmp_path / "inductor.json").write_text(json.dumps(inductor_adds_a_guard(golden)))
+    (tmp_path / "other.json").write_text(json.dumps(with_new_topology(inductor_adds_a_guard(golden))))
+    args = ["diff", str(tmp_path / "eager.json"), str(tmp_path / "inductor.json"), "--exit-code"]
+    assert CliRunner().invoke(cli.main, args).exit_code == 1          # wording counts unless guard text is ignored
+    lenient = CliRunner().invoke(cli.main, args + ["--ignore", "guard-text"])
+    assert lenient.exit_code == 0, lenient.output
+    assert "topologies  11: 3 reworded, 8 unchanged" in lenient.output and "vanished" not in lenient.output
+    args[2] = str(tmp_path / "other.json")
+    assert CliRunner().invoke(cli.main, args + ["--ignore", "guard-text"]).exit_code == 1
 
 
 @pytest.mark.parametrize("field, kind, value, text", [
