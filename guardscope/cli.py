@@ -18,7 +18,7 @@ from .errors import GuardscopeError
 from .model import GUARD_TEXT, IGNORABLE
 from .options import BACKENDS
 from .plans import BUNDLED, NAMES, STRATEGIES
-from .text import compile_failure_cause, first_line
+from .text import compile_failure_cause, first_line, torch_log_lines
 
 
 def _friendly_errors(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -247,7 +247,9 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool, make_bundles:
 
     Reads DIR/catalog.json and the corpus it names; writes DIR/warmup/ + DIR/warmup.py,
     DIR/unbacked_warmup/ + DIR/unbacked.py, DIR/export_dims.py and DIR/fixes.json, then refreshes
-    DIR/report.html. Prove them with 'guardscope verify DIR' before trusting them.
+    DIR/report.html. What torch logs while the plans are tried (its tracebacks) goes to
+    DIR/emit-warmup.log, one line per cause to the terminal. Prove the fixes with 'guardscope
+    verify DIR' before trusting them.
 
     \b
     Example:
@@ -286,6 +288,8 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool, make_bundles:
     else:
         click.secho(f"export      NOT POSSIBLE on this model, export_dims.py not written: {first_line(export.reason)} "
                     "(torch's whole message is in fixes.json and the report)", fg="yellow")
+    for line in torch_log_lines(fixes.torch_log, fixes.torch_log_file, "emit-warmup tried its plans"):
+        click.secho(f"torch       {line}", fg="yellow")
     click.echo("wrote       " + ", ".join(str(p) for p in fixes.files))
     if make_bundles:
         _echo_bundles(out_dir, pipeline.bundle(out_dir, progress=_bundle_progress, corpus=corpus))

@@ -173,9 +173,19 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: boo
     if margin < 0:
         raise CompileOptionsError(f"margin {margin} must be >= 0")
     out, catalog, loaded, model = store.load_inputs(out_dir, corpus)
-    fixes = emit(out, catalog, loaded, model, margin=margin, include_probed=include_probed)
+    store.refuse_foreign(out, [store.EMIT_LOG])
+    # torch logs a failed trial (marks that make a shape data-dependent, an export it refuses)
+    # with its whole traceback: those lines go to a file, the caller gets one entry per cause.
+    with torch_compat.torch_logs_captured() as logged:
+        try:
+            fixes = emit(out, catalog, loaded, model, margin=margin, include_probed=include_probed)
+        finally:
+            log_file = store.write_torch_log(out, store.EMIT_LOG, logged.text)
     report = _render(out)
-    return replace(fixes, files=(*fixes.files, report))
+    causes = tuple(sorted(((level, cause, count) for (level, cause), count in logged.causes.items()),
+                          key=lambda item: (-item[2], item[0], item[1])))
+    return replace(fixes, files=(*fixes.files, *([log_file] if log_file else []), report),
+                   torch_log=causes, torch_log_file=log_file)
 
 
 def probe(

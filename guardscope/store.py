@@ -46,6 +46,7 @@ BENCH = "bench.json"
 BUNDLE_SUFFIX = ".compile-cache.bin"
 BUNDLE_MANIFEST_SUFFIX = ".compile-cache.json"
 REPORT = "report.html"
+EMIT_LOG = "emit-warmup.log"  # what torch logged while emit-warmup tried its plans (absent when it logged nothing)
 FIDELITY = "fidelity.json"
 FIDELITY_DIR = "fidelity"  # the production-backend analysis guardscope fidelity compares with
 PROBE = f"{PROBE_DIR}/{PROBE_FILE}"
@@ -257,6 +258,16 @@ def dumps(data: Any) -> str:
 
 def write_json(path: str | Path, data: Any) -> Path:
     return write_text(path, dumps(data))
+
+
+def write_torch_log(directory: str | Path, name: str, text: str) -> Path | None:
+    """torch's own log lines of a command (``name``: :data:`EMIT_LOG`) in the analysis folder,
+    with the ownership rules of :func:`write_bytes`; when torch logged nothing, no file, and an
+    earlier run's is removed so the folder does not keep a stale log."""
+    if not text:
+        remove_owned(directory, name)
+        return None
+    return write_text(Path(directory) / name, text)
 
 
 def open_trace_stream(directory: str | Path, *, append: bool = False, name: str = TRACE_FILE,

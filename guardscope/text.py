@@ -85,6 +85,41 @@ def flag_words(path: str, value: bool) -> str:
     return f"{path} is {value}"
 
 
+def value_words(path: str, value: str) -> str:
+    """A topology fact from a guard that bakes a Python scalar into the graph as a constant
+    (``temperature == 0.5``): ``temperature is 0.5``."""
+    return f"{path} is {value}"
+
+
+def any_float_words(path: str) -> str:
+    """A topology fact from the implicit guard of a float Dynamo did not specialise
+    (``not math.isnan(temperature)``): the graph takes any value of it."""
+    return f"{path} is any float but NaN"
+
+
+TORCH_LOG_CAUSES_SHOWN = 5  # distinct causes of torch's log lines a terminal lists, the most frequent first
+
+
+def torch_log_lines(causes: Iterable[tuple[str, str, int]], log_file: Any, during: str) -> list[str]:
+    """What the terminal says, after ``torch``, of the warnings and errors torch logged during a
+    command, whose lines went to ``log_file``: one line per distinct cause (``(level, cause,
+    records)``, most frequent first), ``logged 4 errors while emit-warmup tried its plans:
+    GuardOnDataDependentSymNode: failed while ... (full log: out/emit-warmup.log)``; a line for
+    the causes past :data:`TORCH_LOG_CAUSES_SHOWN`; and, when torch logged only what
+    ``TORCH_LOGS`` asked for, where those lines went."""
+    causes = list(causes)
+    if log_file is None:
+        return []
+    where = f"(full log: {log_file})"
+    lines = [f"logged {count} {level}{'' if count == 1 else 's'} while {during}: {cause} {where}"
+             for level, cause, count in causes[:TORCH_LOG_CAUSES_SHOWN]]
+    hidden = causes[TORCH_LOG_CAUSES_SHOWN:]
+    if hidden:
+        lines.append(f"logged {sum(c for _, _, c in hidden)} more warnings and errors of {len(hidden)} "
+                     f"other causes {where}")
+    return lines or [f"logged lines TORCH_LOGS asked for while {during} {where}"]
+
+
 def sample_runs(samples: Iterable[int]) -> list[tuple[int, int]]:
     """Sorted sample indices as runs of consecutive indices: [1, 2, 3, 5] -> [(1, 3), (5, 5)]."""
     runs: list[tuple[int, int]] = []

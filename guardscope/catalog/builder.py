@@ -33,7 +33,7 @@ from ..model import (
     compile_order,
 )
 from ..sources import FrameArguments, strip_locals
-from ..text import dim_words, flag_words, normalize_reason
+from ..text import any_float_words, dim_words, flag_words, normalize_reason, value_words
 from .buckets import MAX_BUCKETS, SHAPES_PER_GRAPH, ShapeRow, dim_groups, recommend
 from .classify import classify_reasons
 from .frames import break_summaries, frame_label, frame_of, frame_summaries, skipped_frames
@@ -52,6 +52,8 @@ _OVERFLOW_END = re.compile(rf"^(?P<bounded>-?\d+ <= .+?) <= {_LIMIT}$")
 # A guard on the frame's inputs reads a local (``L['x']``), not the wrapper's closure or globals.
 _ON_INPUTS = re.compile(r"L\[['\"](?!self['\"])\w+['\"]\](?!(?:\[[^\]]*\])*\.__(?:closure|defaults|code|kwdefaults)__)")
 _LAYER = re.compile(r"\.layers\[\d+\]")
+# The implicit guard of a float input Dynamo did not specialise ("NaN specialization"): any value.
+_ANY_FLOAT = re.compile(r"^not math\.isnan\((?P<name>[^()]+)\)$")
 _LOWER_TWO = re.compile(r"^2 <= (?P<dim>\S+\.size\(\)\[\d+\])(?: <= \d+)?$")
 
 
@@ -94,8 +96,16 @@ def guard_atoms(guards: Iterable[str], rename: Callable[[str], str] = strip_loca
             for axis, value in enumerate(_ints(match.group("stride"))):
                 if value is not None:
                     atoms.add(("stride", f"{name}.stride()[{axis}]", value))
-        elif kind in ("LAMBDA_GUARD", "LENGTH_CHECK") and not _ON_INPUTS.search(body.split("  # ")[0]):
+        elif kind in ("LAMBDA_GUARD", "LENGTH_CHECK", "EQUALS_MATCH") and not _ON_INPUTS.search(body.split("  # ")[0]):
             continue  # on globals or on the wrapper's closure (a library's own code), not on inputs
+        elif kind == "EQUALS_MATCH":
+            # A Python scalar baked into the graph as a constant (``temperature == 0.5``).
+            name, equals, value = expression.partition(" == ")
+            if equals:
+                atoms.add(("value", name.strip(), value.strip()))
+        elif kind == "LAMBDA_GUARD" and _ANY_FLOAT.match(expression):
+            # Dynamo's implicit guard on a float it did not specialise: the graph takes any value.
+            atoms.add(("any_float", _ANY_FLOAT.match(expression).group("name")))
         elif kind == "LAMBDA_GUARD":
             equality = _EQUALITY.match(expression)
             lower = _LOWER_TWO.match(expression)
@@ -171,6 +181,10 @@ def render_facts(
             facts.append((4, f"{atom[1]} is {atom[2]}"))
         elif atom[0] == "relation":
             facts.append((5, f"guard: {atom[1]}"))
+        elif atom[0] == "value":
+            facts.append((-1, value_words(atom[1], atom[2])))
+        elif atom[0] == "any_float":
+            facts.append((-1, any_float_words(atom[1])))
 
     # A flag every layer of a cache repeats (is_initialized) is said once, for its first layer.
     said: set[tuple[str, bool]] = set()
@@ -557,8 +571,10 @@ class CatalogBuilder:
         # Dynamo lists the rejecting entries most-recently-used first, which depends on replay
         # history; order them by compile id so the catalog does not.
         sizes = self._first_sizes()
+        absent = self._first_absent()
         compiles = tuple(
-            ClassifiedCompile(e, tuple(sorted(self._classify(e, rename, sizes.get(e.sample)), key=_against_order)))
+            ClassifiedCompile(e, tuple(sorted(self._classify(e, rename, sizes.get(e.sample), absent.get(e.sample, ())),
+                                              key=_against_order)))
             for e in ordered
         )
         counts = dict(unparsed or {})
@@ -640,19 +656,30 @@ class CatalogBuilder:
                                  for axis, value in enumerate(shape)}
         return sizes
 
+    def _first_absent(self) -> dict[int, frozenset[str]]:
+        """The arguments each topology's first sample passed as None or left out, among those
+        the first sample of some topology passed: a guard on one of their values failed because
+        the argument was absent (``temperature == 0.5`` against ``temperature=None``)."""
+        passed = {key: set(names) for key, names in self.first_arguments.items()}
+        everything = set().union(*passed.values()) if passed else set()
+        return {members[0]: frozenset(everything - passed[key])
+                for key, members in self.members.items() if key in passed}
+
     @staticmethod
-    def _classify(event: CompileEvent, rename: Callable[[str], str], sizes: dict[str, int] | None) -> tuple[Any, ...]:
+    def _classify(event: CompileEvent, rename: Callable[[str], str], sizes: dict[str, int] | None,
+                  absent: Iterable[str] = ()) -> tuple[Any, ...]:
         """The event's failures. The first frame's sources are renamed into the user's argument
-        names before classifying (``kwargs['input_ids']`` -> ``input_ids``), and a guard with two
-        bounds is judged by the bound the sample's own size broke; ``raw`` keeps torch's own text.
-        Later frames keep their own locals."""
+        names before classifying (``kwargs['input_ids']`` -> ``input_ids``), a guard with two
+        bounds is judged by the bound the sample's own size broke, and a guard on the value of an
+        argument the sample passed as None (``absent``) is an optional argument; ``raw`` keeps
+        torch's own text. Later frames keep their own locals."""
         if event.frame_id != 0:
             return classify_reasons(event.reasons)
         failures = []
         for reason in event.reasons:
             if not reason or not reason.strip():
                 continue
-            (failure,) = classify_reasons((rename(reason),), values=sizes)
+            (failure,) = classify_reasons((rename(reason),), values=sizes, absent=frozenset(absent))
             failures.append(dataclasses.replace(failure, raw=normalize_reason(reason)))
         return tuple(failures)
 

@@ -14,13 +14,15 @@ counted, never dropped.
 
 The caller renames frame 0's argument sources to the forward's parameters (``kwargs['mask']``
 and ``L['x']`` become ``mask`` and ``x``); later frames keep their locals (``___stack0``). Both
-spellings classify alike.
+spellings classify alike. A guard on a value (its type, its constant) that the rejected sample
+passed as None or left out names ``optional_argument``: the caller says which arguments those
+were (``absent``), since torch's text does not.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from ..model import FailureKind, GuardFailure
@@ -128,6 +130,14 @@ EXPRESSION_PATTERNS: tuple[tuple[FailureKind, re.Pattern[str]], ...] = (
     (K.STRIDE_MISMATCH, re.compile(rf"^(?P<dim>(?P<input>{_NAME})\.stride\(\)\[\d+\]) == (?P<expected>.+)$")),
     (K.SHAPE_RELATION, re.compile(r"\.(?:size|stride)\(\)\[\d+\]|\.numel\(\)|\.storage_offset\(\)")),
 )
+
+# What a guard checks of a present value, failed by a sample that passed the argument as None or
+# left it out: ``temperature == 0.5`` (a graph specialised to one float), or
+# ``___check_type_id(temperature, <id>), type=<class 'float'>`` (one compiled for any float). The
+# argument was absent, not of another type or value: ``optional_argument``.
+ABSENT_VALUE_KINDS = frozenset({K.TYPE_MISMATCH, K.CONSTANT_VALUE, K.SCALAR_VALUE})
+_CHECKED_TYPE = re.compile(r"type=<class '(?P<type>[\w.]+)'>")
+_ROOT = re.compile(r"^[A-Za-z_]\w*")
 
 _COMPILE_ID = re.compile(r"^\s*\[?(?P<id>\d+/\d+)\]?:\s*")
 _DIM = re.compile(rf"(?P<input>{_NAME})\.(?P<which>size|stride)\(\)\[(?P<axis>\d+)\]")
@@ -247,7 +257,15 @@ def _expression(guard: str) -> tuple[FailureKind, dict[str, str | None]]:
     return K.OTHER, {}
 
 
-def classify_reason(reason: str, values: Mapping[str, int] | None = None) -> GuardFailure:
+def _absent_input(kind: FailureKind, fields: Mapping[str, str | None], absent: Collection[str]) -> bool:
+    """Whether the guard checks a value (its type or constant) of an argument the sample passed
+    as None or left out."""
+    found = _ROOT.match(fields.get("input") or "")
+    return kind in ABSENT_VALUE_KINDS and found is not None and found.group(0) in absent
+
+
+def classify_reason(reason: str, values: Mapping[str, int] | None = None,
+                    absent: Collection[str] = ()) -> GuardFailure:
     """Classify one recompile reason (one rejecting cache entry).
 
     ``values`` maps an expression spelled as in the guard (a dim, ``"x.size()[0]"``) to the value
@@ -256,6 +274,11 @@ def classify_reason(reason: str, values: Mapping[str, int] | None = None) -> Gua
     a size of 0 or 1 below the 0/1 specialization's bound names ``zero_one_specialization``
     first, a size past the user's bound ``shape_relation``. Without it (or without the dim), a
     user's bound is named first.
+
+    ``absent`` names the forward's arguments the rejected sample passed as None or left out. A
+    type, constant or number guard on one of them failed because it was absent: the failure is
+    ``optional_argument``, ``expected`` what the graph holds (``"0.5"``, ``"float"``) and
+    ``actual`` ``"None"``.
     """
     # Torch prints its own files relative to its folder; read before normalisation cuts a deep one
     # (_refs/nn/functional/__init__.py) to its last two components.
@@ -311,8 +334,13 @@ def classify_reason(reason: str, values: Mapping[str, int] | None = None) -> Gua
             causes.remove(K.ZERO_ONE_SPECIALIZATION)
             causes.insert(0, K.ZERO_ONE_SPECIALIZATION)
     expected = broken.expected if broken else None
+    actual_value = None
     if not causes:
         kind, fields = _expression(guard)
+        if _absent_input(kind, fields, absent):
+            checked = _CHECKED_TYPE.search(guard)
+            fields = {**fields, "expected": fields.get("expected") or (checked.group("type") if checked else None)}
+            kind, actual_value = K.OPTIONAL_ARGUMENT, "None"
         # An operator's own guard: the expression says what it checks, the operator why.
         causes.append(K.OPERATOR_GUARD if operator else kind)
         if fields.get("input") and not inputs:
@@ -328,7 +356,7 @@ def classify_reason(reason: str, values: Mapping[str, int] | None = None) -> Gua
         dims=dims,
         guard=guard,
         expected=expected.strip() if expected else None,
-        actual=str(broken.actual) if broken else None,
+        actual=str(broken.actual) if broken else actual_value,
         user_source=user_source,
         hint=hint,
         raw=reason,
@@ -337,6 +365,6 @@ def classify_reason(reason: str, values: Mapping[str, int] | None = None) -> Gua
 
 
 def classify_reasons(
-    reasons: tuple[str, ...] | list[str], values: Mapping[str, int] | None = None
+    reasons: tuple[str, ...] | list[str], values: Mapping[str, int] | None = None, absent: Collection[str] = ()
 ) -> tuple[GuardFailure, ...]:
-    return tuple(classify_reason(r, values) for r in reasons if r and r.strip())
+    return tuple(classify_reason(r, values, absent) for r in reasons if r and r.strip())

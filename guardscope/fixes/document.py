@@ -32,6 +32,10 @@ class Fixes:
     warmup: Any
     unbacked: Any
     export: Any
+    # What torch logged while the plans were tried (pipeline.emit_warmup fills these): each
+    # distinct cause of its warnings and errors as (level, cause, records), and the file of its lines.
+    torch_log: tuple[tuple[str, str, int], ...] = ()
+    torch_log_file: Path | None = None
 
 
 def with_probed(catalog: dict[str, Any], document: dict[str, Any], first_index: int) -> dict[str, Any]:

@@ -70,7 +70,7 @@ KIND_EXPLANATIONS: dict[str, tuple[str, str]] = {
     ),
     "type_mismatch": (
         "Python type mismatch",
-        "An argument has another Python type (a tensor vs None, int vs float, list vs tuple) than "
+        "An argument has another Python type (int vs float, a tensor vs a list, list vs tuple) than "
         "the graph was compiled for.",
     ),
     "optional_argument": (

@@ -145,6 +145,43 @@ def test_list_length_constant_type_and_global_state():
     assert classify_reason("0/0: GLOBAL_STATE changed: grad_mode ").kind is K.GLOBAL_STATE
 
 
+# Real (torch 2.13, tests.models.TextClassifier, forward(token_ids, padding_mask, temperature=None),
+# dynamic=None): a graph specialised to temperature 0.5 (0/0), one for any float after a second
+# value made it dynamic (0/1), and the same model called with temperature=None.
+TEMPERATURE_CONSTANT = (
+    "0/0: temperature == 0.5                                       # return out if temperature is None else "
+    "out / temperature  # tests/models.py:107 in forward\nUser stack trace:\n  File "
+    "\"/work/main/tests/models.py\", line 107, in forward\n    return out if temperature is None else out / temperature"
+)
+TEMPERATURE_FLOAT = (
+    "0/1: ___check_type_id(temperature, 139881299137024), type=<class 'float'>  # return out if temperature is None "
+    "else out / temperature  # tests/models.py:107 in forward (HINT: type float)\nUser stack trace:\n  File "
+    "\"/work/main/tests/models.py\", line 107, in forward\n    return out if temperature is None else out / temperature"
+)
+
+
+@pytest.mark.parametrize("reason, expected", [(TEMPERATURE_CONSTANT, "0.5"), (TEMPERATURE_FLOAT, "float")])
+def test_none_passed_for_a_compiled_float_is_an_optional_argument(reason, expected):
+    """Issue 23 item 8: the sample passed temperature=None (``absent``) to graphs compiled for a
+    float; the guard that failed checks the float's value or type, but the argument was absent."""
+    failure = classify_reason(reason, absent={"temperature"})
+    assert (failure.kind, failure.causes) == (K.OPTIONAL_ARGUMENT, (K.OPTIONAL_ARGUMENT,))
+    assert (failure.inputs, failure.expected, failure.actual) == (("temperature",), expected, "None")
+    assert failure.user_source == "tests/models.py:107 in forward: return out if temperature is None else out / temperature"
+    # Another value, or another type, where the argument was passed: still a constant and a type.
+    assert classify_reason(TEMPERATURE_CONSTANT).kind is K.CONSTANT_VALUE
+    assert classify_reason(TEMPERATURE_FLOAT, absent={"token_ids"}).kind is K.TYPE_MISMATCH
+    # Absent is the argument, not any path that starts with its name.
+    assert classify_reason(TEMPERATURE_FLOAT, absent={"temp"}).kind is K.TYPE_MISMATCH
+
+
+def test_an_absent_argument_leaves_tensor_and_shape_failures_alone():
+    failure = classify_reason("0/2: tensor 'token_ids' size mismatch at index 0. expected 2, actual 3",
+                              absent={"token_ids"})
+    assert failure.kind is K.SIZE_MISMATCH
+    assert classify_reason(ZERO_ONE, absent={"local_edge_index"}).kind is K.ZERO_ONE_SPECIALIZATION
+
+
 # Real reasons (torch 2.13) of HF BERT called directly (transformers wraps forward as
 # wrapper(self, *args, **kwargs)) and of a model with optional arguments
 # forward(self, x, mask=None, extras=()).

@@ -1,0 +1,72 @@
+"""Issue 23 items 8 and 9, on the user's text classifier (tests.models.TextClassifier: an
+embedding, a 2-layer nn.TransformerEncoder with a key padding mask, mean pool, a linear head,
+forward(token_ids, padding_mask, temperature=None); dynamic=None, fullgraph=False)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import guardscope
+from guardscope import cli, store
+from guardscope.corpus.writer import CorpusWriter
+
+from ..paths import model_spec
+from ..unit.test_torch_logs import terminal_streams
+
+# (batch, length, temperature): 0.5 first, so the graph specialises to it; a second value makes
+# it any float; then None, the same sizes; then batches and lengths of 1, whose dims emit-warmup's
+# unbacked plan marks.
+CALLS = [(2, 8, 0.5), (2, 8, 0.7), (2, 8, None), (1, 8, 0.5), (3, 9, 0.5), (1, 5, 0.5), (4, 1, 0.5)]
+
+
+@pytest.fixture(scope="module")
+def classifier_analysis(tmp_path_factory):
+    root = tmp_path_factory.mktemp("classifier")
+    torch.manual_seed(0)
+    with CorpusWriter(root / "corpus", model=model_spec("TextClassifier"), compile={"dynamic": None}) as writer:
+        for batch, length, temperature in CALLS:
+            writer.add(torch.randint(0, 100, (batch, length)), torch.zeros(batch, length, dtype=torch.bool),
+                       temperature=temperature)
+    guardscope.analyze(root / "corpus", root / "out")
+    return root / "out"
+
+
+def test_facts_name_the_temperature_a_graph_was_specialised_to(classifier_analysis):
+    catalog = json.loads((classifier_analysis / store.CATALOG).read_text())
+    facts = {t["first_sample"]: t["facts"] for t in catalog["topologies"]}
+    assert "temperature is 0.5" in facts[0]
+    assert "temperature is any float but NaN" in facts[1]
+    assert facts[2][0] == "without temperature" and not any(f.startswith("temperature") for f in facts[2])
+
+
+def test_none_for_a_compiled_float_is_an_optional_argument(classifier_analysis):
+    catalog = json.loads((classifier_analysis / store.CATALOG).read_text())
+    (last,) = [c for c in catalog["compiles"] if c["sample"] == 2]
+    on_temperature = [f for f in last["failures"] if f["inputs"] == ["temperature"]]
+    # against the graphs for 0.5 (temperature == 0.5) and for any float (___check_type_id)
+    assert {f["guard"].split("(")[0].split(" ")[0] for f in on_temperature} == {"temperature", "___check_type_id"}
+    assert {(f["kind"], f["actual"]) for f in on_temperature} == {("optional_argument", "None")}
+    assert "type_mismatch" not in catalog["summary"]["failures_by_kind"]
+
+
+def test_emit_warmup_keeps_torchs_tracebacks_in_a_file(classifier_analysis, monkeypatch):
+    terminal = terminal_streams(monkeypatch)
+    result = CliRunner().invoke(cli.main, ["emit-warmup", str(classifier_analysis)])
+    assert result.exit_code == 0, result.output
+    assert terminal.getvalue() == ""  # torch printed nothing to the terminal
+    log = classifier_analysis / store.EMIT_LOG
+    assert "GuardOnDataDependentSymNode" in log.read_text() and "Traceback" in log.read_text()
+    torch_lines = [line for line in result.output.splitlines() if line.startswith("torch ")]
+    assert torch_lines and len(torch_lines) == len(set(torch_lines))
+    assert any("GuardOnDataDependentSymNode" in line and f"(full log: {log})" in line for line in torch_lines)
+    assert not any(line.startswith(("E1", "W1", "Traceback")) for line in result.output.splitlines())
+    assert store.EMIT_LOG in json.loads((classifier_analysis / store.OWNED).read_text())
+    # keeping the lines changes nothing Dynamo compiles: it does not trace guardscope's handlers
+    assert "Dynamo does not know how to trace" not in log.read_text()
+    unbacked = next(a for a in json.loads((classifier_analysis / store.FIXES).read_text())["artifacts"]
+                    if a["name"] == "unbacked")
+    assert not any("marked as skipped" in added for added in unbacked["details"]["added_graph_breaks"])
