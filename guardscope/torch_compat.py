@@ -777,7 +777,10 @@ def export_input_checker(program: Any) -> Callable[[tuple, dict], str | None]:
     This uses the exported program's own check (``ExportedProgram._check_input_constraints``:
     ranges of the Dims, dims that share a Dim, static sizes; torch 2.3+) after flattening the call
     as ``torch.export`` does (``reorder_kwargs`` + ``tree_flatten_with_path``), plus each
-    tensor's dtype and device, which that check leaves out.
+    tensor's dtype and device, which that check leaves out, and then the guards
+    ``program.module()`` runs before its graph (its ``_guards_fn``, torch 2.9+): a guard torch
+    keeps beside the Dims' ranges (``1 + (images.size()[3] - 1) // 32 != 1`` under a derived Dim
+    whose range still says 32) refuses calls the ranges accept.
     """
     import torch.utils._pytree as pytree
     from torch.export._tree_utils import reorder_kwargs
@@ -786,6 +789,7 @@ def export_input_checker(program: Any) -> Callable[[tuple, dict], str | None]:
     in_spec = program.call_spec.in_spec
     # Resolved now, so a torch without it fails the set-up instead of sending every call to eager.
     check_constraints = program._check_input_constraints
+    guards = getattr(program.module(), "_guards_fn", None)  # called with the flattened user inputs
     placeholders = [node for node in program.graph.nodes if node.op == "placeholder"]
     examples = [
         node.meta.get("val")
@@ -807,6 +811,8 @@ def export_input_checker(program: Any) -> Callable[[tuple, dict], str | None]:
                             f"{example.dtype} on {example.device}")
         try:
             check_constraints(flat)
+            if guards is not None:
+                guards(*(value for _, value in flat))
         except Exception as exc:
             return message_line(exc, 300)
         return None

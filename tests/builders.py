@@ -1,6 +1,6 @@
 """Hand-made inputs that tests in more than one folder build from: report documents, an export
-plan refined by torch's suggested fixes, a small corpus of the Elementwise model. Pure: nothing
-here compiles."""
+plan refined by torch's suggested fixes, small corpora of the Elementwise and NormalisedCNN models.
+Pure: nothing here compiles."""
 
 from __future__ import annotations
 
@@ -69,6 +69,35 @@ def write_sized_corpus(path, sizes, seed=0):
     with CorpusWriter(path, model=model_spec("Elementwise"), compile={"dynamic": True, "fullgraph": True}) as writer:
         for size in sizes:
             writer.add(torch.randn(size, generator=generator))
+    return path
+
+
+# Requests of tests/models.py's NormalisedCNN as (batch, height, width, dtype, layout): batches
+# 1-8, mostly 128 px; 32 px, where the stride-32 map is 1x1 (torch.export keeps the guard
+# ``1 + (size - 1) // 32 != 1`` beside Dims derived as 32 * n, whose range still starts at 32);
+# 120 px (not 32 * n); HWC-permuted and channels-last images; uint8, float16 and bfloat16.
+IMAGE_REQUESTS = (
+    (4, 128, 128, "float32", "nchw"), (8, 128, 128, "float32", "nchw"), (2, 128, 128, "float32", "nchw"),
+    (5, 32, 32, "float32", "nchw"), (3, 64, 64, "float32", "nchw"), (6, 120, 120, "float32", "nchw"),
+    (2, 160, 96, "float32", "nchw"), (1, 128, 128, "float32", "nchw"), (4, 128, 128, "uint8", "nchw"),
+    (4, 128, 128, "float16", "nchw"), (4, 128, 128, "bfloat16", "nchw"), (4, 128, 128, "float32", "hwc"),
+    (4, 128, 128, "float32", "channels_last"), (7, 128, 128, "float32", "nchw"), (2, 32, 64, "float32", "nchw"),
+    (6, 192, 64, "float32", "nchw"),
+)
+
+
+def write_image_corpus(path, requests=IMAGE_REQUESTS, keep="all"):
+    """A corpus of images for tests/models.py's NormalisedCNN (compile options left to the
+    defaults: ``dynamic=None``, ``fullgraph=False``)."""
+    with CorpusWriter(path, model=model_spec("NormalisedCNN"), keep=keep) as writer:
+        for index, (batch, height, width, dtype, layout) in enumerate(requests):
+            images = torch.rand(batch, 3, height, width, generator=torch.Generator().manual_seed(index))
+            images = (images * 255).to(torch.uint8) if dtype == "uint8" else images.to(getattr(torch, dtype))
+            if layout == "hwc":
+                images = images.permute(0, 2, 3, 1).contiguous()
+            elif layout == "channels_last":
+                images = images.contiguous(memory_format=torch.channels_last)
+            writer.add(images)
     return path
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 
@@ -105,3 +107,39 @@ class TextClassifier(torch.nn.Module):
         h = self.encoder(self.embed(token_ids), src_key_padding_mask=padding_mask)
         out = self.head(h.mean(dim=1))
         return out if temperature is None else out / temperature
+
+
+
+class NormalisedCNN(torch.nn.Module):
+    """An image model behind an input-normalisation front, as timm's are served: ``forward(images)``
+    takes NCHW or HWC-permuted (NHWC) images, uint8 (scaled to [0, 1]) or floating point, and
+    normalises them by the ImageNet mean and std; five stride-2 conv-bn-relu blocks (a stride of
+    32: guards on ``1 + (size - 1) // 32``), a feature-pyramid merge of the last two levels (the
+    stride-32 map upsampled onto the stride-16 one: torch.export derives the sizes as
+    ``32 * n``), a global average pool and a linear head."""
+
+    def __init__(self, classes: int = 10) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1))
+        channels = [3, 8, 16, 16, 32, 32]
+        self.stages = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Conv2d(inner, outer, 3, stride=2, padding=1), torch.nn.BatchNorm2d(outer),
+                                torch.nn.ReLU())
+            for inner, outer in itertools.pairwise(channels)
+        )
+        self.head = torch.nn.Linear(channels[-1], classes)
+        self.eval()
+
+    def forward(self, images):
+        if images.shape[-1] == 3 and images.shape[1] != 3:  # HWC-permuted
+            images = images.permute(0, 3, 1, 2)
+        images = images.float() / 255.0 if images.dtype == torch.uint8 else images.float()
+        x = (images - self.mean) / self.std
+        levels = []
+        for stage in self.stages:
+            x = stage(x)
+            levels.append(x)
+        merged = levels[-2] + torch.nn.functional.interpolate(levels[-1], scale_factor=2.0, mode="nearest")
+        return self.head(merged.mean((2, 3)))

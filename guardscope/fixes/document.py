@@ -94,7 +94,8 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
     unbacked_plan = planning.residual_samples(
         model, itertools.chain(corpus.iter_records(), probed), planning.choose_unbacked(catalog), options, catalog
     )
-    export_plan = plan_export(model, catalog, sample_at, margin)
+    export_plan = plan_export(model, catalog, sample_at, margin,
+                              records=itertools.chain(corpus.iter_records(), probed))
     unbacked_ok = unbacked_plan.status == "ok"
 
     folders = [(plans.BY_NAME["warmup"].warmup_dir, [step.sample for step in warmup_plan.steps])]

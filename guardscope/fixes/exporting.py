@@ -5,11 +5,12 @@ exported, why in plain words and what to do about it.
 lets torch refine it: it exports the example sample through the very ``export_dims.py`` it would
 write, and on a constraint violation applies torch's suggested fixes (read into guardscope's own
 spec by :func:`guardscope.fixes.plan.parse_suggested_fixes`, so the module stays plain Python) and
-exports again, at most :data:`MAX_ROUNDS` times. Each topology's representative is then checked
-against the exported program's input constraints without a forward
-(:func:`guardscope.torch_compat.export_input_checker`); those it refuses are listed with the
-reason. Any other error of torch.export makes the plan infeasible: a one-line reason with a
-remedy, and torch's whole message.
+exports again, at most :data:`MAX_ROUNDS` times. Each topology's representative, then every other
+call signature among its members (:func:`refused_members`), is checked against the exported
+program's input constraints and guards without a forward
+(:func:`guardscope.torch_compat.export_input_checker`); the topologies it refuses, whole or in
+part, are listed with the reason. Any other error of torch.export makes the plan infeasible: a
+one-line reason with a remedy, and torch's whole message.
 """
 
 from __future__ import annotations
@@ -19,13 +20,16 @@ import re
 import sysconfig
 import traceback
 import types
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from .. import torch_compat
+from ..corpus.reader import SignatureRecord
+from ..corpus.signature import signature
 from ..model import Sample
 from ..replay.arguments import CallBinder, tensors_of
 from ..text import first_line
@@ -68,9 +72,12 @@ RENDERED = "<export_dims.py>"  # the file name the rendered module runs under he
 
 
 def plan_export(model: Any, catalog: dict[str, Any], sample_at: Callable[[int], Sample],
-                margin: float = 0.0) -> ExportPlan:
+                margin: float = 0.0, records: Iterable[Any] | None = None) -> ExportPlan:
     """The export spec for the analysis: refined by torch on the chosen example, each topology
-    checked against the program, or infeasible with the reason."""
+    checked against the program (its representative, then every other call signature among its
+    members: :func:`refused_members`), or infeasible with the reason. ``records``: the corpus
+    streamed once for that check (:meth:`Corpus.iter_records`, then any probed samples); None
+    loads each member through ``sample_at``."""
     plan = choose_export_dims(catalog, margin)
     topologies = catalog["topologies"]
     if not topologies:
@@ -101,7 +108,7 @@ def plan_export(model: Any, catalog: dict[str, Any], sample_at: Callable[[int], 
     if program is None:
         return plan
     accepts = torch_compat.export_input_checker(program)
-    outside = []
+    reasons: dict[int, str] = {}
     for topology in topologies:
         sample, call = samples[topology["id"]], calls[topology["id"]]
         if call is None:
@@ -109,8 +116,68 @@ def plan_export(model: Any, catalog: dict[str, Any], sample_at: Callable[[int], 
         else:
             reason = call_difference(calls[example["id"]], call) or accepts(sample.args, sample.kwargs)
         if reason is not None:
-            outside.append(OutsideTopology(topology["id"], topology["first_sample"], topology["count"], reason))
-    return replace(plan, outside=tuple(outside))
+            reasons[topology["id"]] = reason
+    claimed = [topology for topology in topologies if topology["id"] not in reasons]
+    reasons.update(refused_members(model, claimed, accepts, sample_at, records))
+    outside = tuple(OutsideTopology(t["id"], t["first_sample"], t["count"], reasons[t["id"]])
+                    for t in topologies if t["id"] in reasons)
+    return replace(plan, outside=outside)
+
+
+def refused_members(model: Any, topologies: list[dict[str, Any]], accepts: Callable[[tuple, dict], str | None],
+                    sample_at: Callable[[int], Sample], records: Iterable[Any] | None = None) -> dict[int, str]:
+    """Why the exported program refuses a member of each topology other than its representative,
+    by topology id (those it takes whole are absent). Each call signature among the members
+    (sizes, strides, dtypes, Python values) is checked once, on its first sample: a guard torch
+    keeps beside the Dims' ranges (``1 + (images.size()[3] - 1) // 32 != 1``) refuses sizes the
+    ranges take, so one example per topology does not show that the program takes the rest.
+    ``records``: the corpus streamed (samples and signature records); None loads each member
+    through ``sample_at``."""
+    topology_of = {index: t["id"] for t in topologies for index in t.get("samples") or ()
+                   if index != t["first_sample"]}
+    verdicts: dict[tuple, str | None] = {}  # call signature -> why the program refuses it
+    refused: dict[int, str] = {}
+
+    def check(indices: list[int], record: Sample | SignatureRecord) -> None:
+        """Check the call ``record`` stands for at ``indices`` (members of claimed topologies)."""
+        first: dict[int, int] = {}
+        for index in indices:
+            if topology_of[index] not in refused:
+                first.setdefault(topology_of[index], index)
+        if not first:
+            return
+        recorded = isinstance(record, SignatureRecord)
+        key = record.signature if recorded else call_signature(record)
+        if key not in verdicts:
+            sample = record.sample(min(first.values()) - record.first) if recorded else record
+            reason = accepts(sample.args, sample.kwargs)
+            verdicts[key] = None if reason is None else f"({describe_shapes(model, sample)}): {reason}"
+        if (reason := verdicts[key]) is not None:
+            for topology, index in first.items():
+                refused[topology] = f"its sample {index} {reason}"
+
+    if not topology_of:
+        return {}
+    for record in records if records is not None else map(sample_at, sorted(topology_of)):
+        if isinstance(record, SignatureRecord):
+            indices = [i for i in range(record.first, record.first + record.repeat) if i in topology_of]
+            if indices:
+                check(indices, record)
+        elif record.index in topology_of:
+            check([record.index], record)
+    return refused
+
+
+def call_signature(sample: Sample) -> tuple:
+    """The sample's call signature: as recorded for a signature sample, else taken from its
+    arguments."""
+    return sample.signature if sample.signature is not None else signature(sample.args, sample.kwargs, inference=False)
+
+
+def describe_shapes(model: Any, sample: Sample) -> str:
+    """The sizes of a call's tensors, by argument: ``images [5, 3, 120, 120]``."""
+    arguments = bind(model, sample) or {"args": sample.args, **sample.kwargs}
+    return ", ".join(f"{path} {list(tensor.shape)}" for path, tensor in tensors_of(arguments)) or "no tensors"
 
 
 def refine(model: Any, example: Sample, plan: ExportPlan, catalog: dict[str, Any]) -> tuple[ExportPlan, Any]:

@@ -13,13 +13,15 @@ import torch
 
 import guardscope
 from guardscope import pipeline, store
+from guardscope.corpus.reader import SignatureRecord, load_corpus
 from guardscope.fixes.emit.export_dims import render_export_dims
-from guardscope.fixes.exporting import plan_export, refine
+from guardscope.fixes.exporting import load_rendered, plan_export, refine
 from guardscope.fixes.plan import choose_export_dims
 from guardscope.model import Sample
 
 from .. import real_models
-from ..builders import CATALOG, refined_plan
+from ..builders import CATALOG, refined_plan, write_image_corpus
+from ..models import NormalisedCNN
 from ..sessions import EXPORT_SAMPLES
 
 # --- real torch.export, no corpus ------------------------------------------------------------------
@@ -78,6 +80,40 @@ def test_refinement_gives_up_with_torchs_message():
     assert program is None and plan.status == "infeasible"
     assert plan.reason.startswith("torch.export rejects the Dims and suggests no fix (Constraints violated")
     assert "Not all values of images_2" in plan.torch_message
+
+
+def test_every_member_of_a_topology_the_plan_claims_runs_on_the_program(tmp_path):
+    """torch derives the CNN's sizes as 32 * n (its feature-pyramid merge) and keeps the guard
+    ``1 + (size - 1) // 32 != 1`` beside the Dims, whose range still starts at 32: the program
+    refuses 32-px images the Dims' ranges take. A topology is claimed only when every call
+    signature among its members passes the program's own guards, whether the members are
+    streamed from the corpus (a repeated signature is a signature record) or loaded one by one."""
+    requests = [(4, 128, 128), (3, 32, 32), (3, 32, 32), (2, 64, 64), (2, 120, 120), (3, 96, 96), (2, 64, 128),
+                (3, 96, 96)]
+    corpus = load_corpus(write_image_corpus(tmp_path / "corpus", [(*r, "float32", "nchw") for r in requests],
+                                            keep="signatures"))
+    assert any(isinstance(record, SignatureRecord) for record in corpus.iter_records())
+    members = {0: [0, 2], 1: [3, 4], 2: [1], 3: [5, 6, 7]}
+    catalog = spec_catalog([("images.size()[0]", 2, 4), ("images.size()[2]", 32, 128), ("images.size()[3]", 32, 128)],
+                           [{"id": t, "first_sample": m[0], "count": len(m), "samples": m} for t, m in members.items()],
+                           ["images"])
+    model = NormalisedCNN()
+    for records in (corpus.iter_records(), None):
+        plan = plan_export(model, catalog, corpus.sample, records=records)
+        assert plan.feasible, plan.reason
+        assert [d.describe() for d in plan.dims if d.kind == "derived"] == [
+            "images_2=32*_images_2[32..128]", "images_3=32*_images_3[32..128]"]
+        reasons = {o.topology: o.reason for o in plan.outside}
+        assert sorted(reasons) == [0, 1, 2]
+        assert reasons[0].startswith("its sample 2 (images [3, 3, 32, 32]): Guard failed: 1 + (-1 + images.size()")
+        assert reasons[1].startswith("its sample 4 (images [2, 3, 120, 120]): ") and "32*" in reasons[1]
+        assert reasons[2].startswith("Guard failed: 1 + (-1 + images.size()")
+    program = load_rendered(render_export_dims(catalog, plan)).export(model, *corpus.sample(0).args).module()
+    with torch.no_grad():
+        for index in members[3]:  # the claimed topology: every member runs
+            program(*corpus.sample(index).args)
+        with pytest.raises(AssertionError, match="Guard failed"):  # and the refusal is the program's
+            program(*corpus.sample(2).args)
 
 
 # --- real models, end to end ---------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """torch.export Dims: torch's suggested fixes read into guardscope's spec, the module rendered from
 it, refinement and the corpus check with real torch.export, and real models end to end (analyze,
-emit-warmup, verify): BERT, a CNN, GPT-2 (infeasible), and models with data-dependent code.
+emit-warmup, verify): BERT, CNNs, GPT-2 (infeasible), and models with data-dependent code.
 
 This file holds the tests that start child processes, compile with inductor or drive the browser;
 the others are in tests/unit/test_export.py, tests/integration/test_export.py.
@@ -11,10 +11,14 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
-from guardscope import pipeline
+import guardscope
+from guardscope import pipeline, store
+from guardscope.fixes.exporting import load_rendered
 from guardscope.fixes.plan import ExportDim
 
+from ..builders import write_image_corpus
 from ..pages import parse, words
 
 # Messages as torch 2.13 wrote them (tests below export the models that produce them).
@@ -76,6 +80,38 @@ def test_cnn_exports_with_dims_torch_accepts_and_passes(emitted):
     served = sum(t["count"] for t in json.loads((out / "catalog.json").read_text())["topologies"]
                  if t["id"] not in {o.topology for o in plan.outside})
     assert result["served_samples"] == served
+
+
+@pytest.mark.slow
+def test_normalised_cnn_export_claims_only_topologies_its_program_runs(tmp_path):
+    """An image model behind an input-normalisation front (HWC-permuted and channels-last, uint8,
+    float16 and bfloat16 images, batches 1-8, mostly 128 px), analysed with the default compile
+    options: torch derives its sizes as 32 * n and keeps the guard ``1 + (size - 1) // 32 != 1``
+    beside the Dims, whose range still starts at 32. verify runs every topology the plan claims
+    (none fails), and every member of each, not only its representative, runs on the program."""
+    out = tmp_path / "out"
+    guardscope.analyze(write_image_corpus(tmp_path / "corpus"), out)
+    plan = pipeline.emit_warmup(out).export
+    assert plan.feasible, plan.reason
+    reasons = {o.topology: o.reason for o in plan.outside}
+    # 32-px images, which the Dims' ranges take and the program's guard refuses
+    assert any(reason.startswith("Guard failed: 1 + (-1 + images.size()") for reason in reasons.values())
+    # a topology whose representative runs, and one of whose members (120 px, not 32 * n) does not
+    assert any(reason.startswith("its sample ") and "(images [6, 3, 120, 120]): " in reason
+               for reason in reasons.values())
+    document = pipeline.verify(out, artifacts=("export",))
+    (result,) = document["artifacts"]
+    assert result["status"] == "partial", result["reason"]
+    statuses = {t["id"]: t["status"] for t in result["topologies"]}
+    assert {t for t, status in statuses.items() if status == "outside"} == set(reasons)
+    assert {status for t, status in statuses.items() if t not in reasons} == {"passed"}
+    _, catalog, corpus, model = store.load_inputs(out)
+    module = load_rendered((out / "export_dims.py").read_text())
+    program = module.export(model, *corpus.sample(plan.example_sample).args).module()
+    with torch.no_grad():
+        for topology in catalog["topologies"]:
+            for index in topology["samples"] if topology["id"] not in reasons else ():
+                program(*corpus.sample(index).args)
 
 
 @pytest.mark.slow
