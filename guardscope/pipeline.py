@@ -74,8 +74,8 @@ def analyze(
 
     The replay goes shard by shard and checkpoints after a finished shard at most every
     ``checkpoint_every`` seconds (and after the first), so an interrupted analysis keeps its
-    finished shards and ``resume=True`` continues it (the graphs of finished shards
-    are rebuilt by re-running only the samples that compiled). With ``skip_bad_shards`` a
+    finished shards and ``resume=True`` continues it (the finished samples are replayed again,
+    unreported, to rebuild the Dynamo state they left: :mod:`guardscope.replay.resumable`). With ``skip_bad_shards`` a
     corrupt shard is listed in the catalog instead of stopping the analysis. With ``strict``, an
     unclassified guard failure or unreadable trace record raises :class:`TraceParseError` after
     the outputs are written.

@@ -4,9 +4,13 @@ interrupted run keeps its finished samples and resumes to the same result.
 Every ``checkpoint_every`` seconds, when interrupted (Ctrl-C, SIGTERM) and once every sample is
 done, the checkpoint (:mod:`guardscope.store`) records where the replay stands: every sample
 before ``next_sample`` is done and in the catalog builder, and the trace files were this long
-after it. A resume cuts the trace files back to that length, rebuilds the finished samples'
-graphs by re-running only the samples that compiled (their compile events come back identical)
-and restores Dynamo's lookup order, so the catalog equals an uninterrupted run's.
+after it. A resume cuts the trace files back to that length and replays the finished samples
+again as the interrupted run replayed them, reporting none (:meth:`ReplaySession.warm`). Every
+call leaves Dynamo state that later compiles report, not only the calls that compile (the lookup
+order; guards re-sorted by how often each failed, which decides the failure a recompile reports),
+so the state is rebuilt, not approximated, and the catalog equals an uninterrupted run's. The
+checkpoint's compiling samples and emulated lookup order check that: a model that does not
+replay the same way twice is warned about.
 """
 
 from __future__ import annotations
@@ -73,6 +77,20 @@ def fingerprint(corpus: Any, spec: str, options: ReplayOptions, replay_mode: str
         "replay_mode": replay_mode,
         "torch": torch_compat.torch_version(),
     }
+
+
+def _rebuild_warnings(session: ReplaySession, state: dict[str, Any], started: int) -> list[str]:
+    """What a resumed replay of the finished samples rebuilt that the interrupted run had not: a
+    model that does not replay the same way twice (random, or reading the clock) makes a catalog
+    that no rerun, interrupted or not, reproduces."""
+    compiled, kept = session.compile_samples(before=started), state.get("compile_samples", [])
+    order, kept_order = session.lookup_order, state.get("lookup_order", [])
+    if compiled == kept and order == kept_order:
+        return []
+    found = (f"compiles at samples {compiled} where the interrupted run compiled at {kept}" if compiled != kept
+             else f"Dynamo's lookup order {order} where the interrupted run had {kept_order}")
+    return [(f"the resumed replay of the {started} finished samples made {found}: the model does not "
+             "replay the same way twice, so this catalog may differ from an uninterrupted run's")]
 
 
 def replay_corpus(
@@ -151,28 +169,38 @@ def replay_corpus(
             # Signatures recur where the corpus records them (format 3): check each once.
             signature_cache=SIGNATURE_CACHE if corpus.manifest.format_version >= 3 else 0,
         ) as session:
-            if state:
-                # Rebuild the graphs the finished samples compiled; Dynamo's lookup order is the
-                # one the finished samples left, not the warm-up's.
-                session.warm(corpus.sample(index) for index in state["compile_samples"])
-                session.restore_lookup_order(state.get("lookup_order", session.lookup_order))
+            # A resume first replays the finished samples again (session.warm), shard by shard.
             started = done["next"]
+            skipped_before = {entry["file"] for entry in skipped}
+
+            def rebuilt() -> None:
+                # Once the finished samples are replayed again: did they compile as before?
+                if state and "rebuilt" not in done:
+                    done["rebuilt"] = True
+                    warnings.extend(_rebuild_warnings(session, state, started))
+
             collector = ShardCollector()
             try:
                 for shard in corpus.manifest.shards:
-                    if shard.first + shard.samples <= done["next"]:
+                    end = shard.first + shard.samples
+                    if end <= started and shard.file in skipped_before:
                         continue
                     try:
                         records = corpus.load_records(shard)
                     except ShardError as exc:
-                        if not skip_bad_shards:
-                            raise
+                        if not skip_bad_shards or shard.first < started:
+                            raise  # (a finished shard that no longer loads cannot be replayed again)
                         skipped.append({"file": shard.file, "error": str(exc)})
                         warnings.append(f"skipped shard {shard.file}: {exc}")
-                        done["next"] = shard.first + shard.samples
+                        done["next"] = end
                         continue
-                    session.replay(records_from(records, done["next"]))
+                    if shard.first < started:  # finished before the interruption
+                        session.warm(records, stop=started)
+                    if end > started:
+                        rebuilt()
+                        session.replay(records_from(records, done["next"]))
                     collector.shard_done()
+                rebuilt()
             except (KeyboardInterrupt, SystemExit):
                 if done["next"] > started:
                     checkpoint()  # keep what finished since the last checkpoint

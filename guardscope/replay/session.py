@@ -286,8 +286,9 @@ class ReplaySession:
     """A replay that can be fed shard by shard: settings, trace capture and one compiled model
     live for the whole session, and are restored or reset on exit.
 
-    ``warm(samples)`` re-runs samples without reporting them (a resumed analysis rebuilds the
-    compiled graphs of the shards it already finished); ``replay(samples)`` runs and reports.
+    ``warm(samples, stop)`` replays the samples before ``stop`` as ``replay`` did, reporting none
+    (a resumed analysis rebuilds the Dynamo state its finished samples left); ``replay(samples)``
+    runs and reports.
 
     With ``guard_only``, a sample that an existing graph's guards accept is not run: it cannot
     recompile. That is only sound when the model compiles to one frame, so it applies with
@@ -377,18 +378,26 @@ class ReplaySession:
         if self.cudagraphs is not None:
             self.cudagraphs.set_sample(index)
 
-    def warm(self, samples: Iterable[Sample]) -> None:
-        # The trace files already hold these compiles (written before the interruption): the
-        # records are kept in memory for the catalog but not written again.
+    def warm(self, samples: Iterable[Sample | SignatureRecord], stop: int) -> None:
+        """Replay the samples before sample ``stop`` exactly as :meth:`replay` replayed them,
+        reporting none: a resumed analysis rebuilding the Dynamo state its finished samples left.
+
+        Every call leaves state, not only the calls that compile: Dynamo moves the graph a call
+        ran to the front of its frame's lookup order, and a guard manager counts each failed
+        check against the guard that failed and re-sorts its guards by those counts (fail fast),
+        so which failure a later recompile reports for a graph (its kind in the catalog) depends
+        on every guard check before it, this replay's own serving checks included. So every
+        sample runs again, through the same path (signature cache, marks and the emulated
+        lookup order are rebuilt on the way); the trace files already hold what they logged, so
+        the records are kept in memory for the catalog but not written again.
+        """
         streams = self.capture.stream, self.cudagraphs.stream if self.cudagraphs is not None else None
         self.capture.stream = None
         if self.cudagraphs is not None:
             self.cudagraphs.stream = None
         try:
-            for sample in samples:
-                self._set_sample(sample.index)
-                self._run(sample)
-                self._set_sample(None)
+            for _ in self._replayed(samples, stop):
+                pass
         finally:
             self.capture.stream = streams[0]
             if self.cudagraphs is not None:
@@ -527,32 +536,37 @@ class ReplaySession:
 
     @property
     def lookup_order(self) -> list[str]:
-        """Dynamo's lookup order as emulated so far (a checkpoint keeps it for a resume)."""
+        """Dynamo's lookup order as emulated so far (a checkpoint keeps it: a resume checks it)."""
         return list(self.runner.lookup.order)
-
-    def restore_lookup_order(self, order: list[str]) -> None:
-        """After :meth:`warm`: the order an uninterrupted replay had reached."""
-        self.runner.lookup = torch_compat.LookupOrder(order)
 
     def replay(self, samples: Iterable[Sample | SignatureRecord]) -> None:
         """Replay samples in order; a :class:`~guardscope.corpus.format.SignatureRecord`
         (:meth:`guardscope.corpus.format.Corpus.load_records`) stands for its samples."""
         started = time.perf_counter()
         try:
-            for item in samples:
-                if type(item) is SignatureRecord:
-                    for offset in range(item.repeat):
-                        self.current = item.first + offset
-                        self._done(self._record(item, offset))
-                    continue
-                self.current = item.index
-                self._set_sample(item.index)
-                meta = self._run(item)
-                self._set_sample(None)
+            for meta in self._replayed(samples):
                 self._done(meta)
-            self.current = None
         finally:
             self.seconds += time.perf_counter() - started
+
+    def _replayed(self, samples: Iterable[Sample | SignatureRecord], stop: int | None = None) -> Iterator[SampleMeta]:
+        """Each sample's description, in order (those before sample ``stop``, when given); the
+        one path of :meth:`replay` and :meth:`warm`."""
+        for item in samples:
+            if type(item) is SignatureRecord:
+                repeat = item.repeat if stop is None else min(item.repeat, stop - item.first)
+                for offset in range(repeat):
+                    self.current = item.first + offset
+                    yield self._record(item, offset)
+                continue
+            if stop is not None and item.index >= stop:
+                break
+            self.current = item.index
+            self._set_sample(item.index)
+            meta = self._run(item)
+            self._set_sample(None)
+            yield meta
+        self.current = None
 
     def _done(self, meta: SampleMeta) -> None:
         self.on_sample(meta)
@@ -563,8 +577,8 @@ class ReplaySession:
             self.progress(self.count)
 
     def compile_samples(self, before: int | None = None) -> list[int]:
-        """Samples whose call compiled a graph so far (those before sample ``before``), in order:
-        what a resume re-runs."""
+        """Samples whose call compiled a graph so far (those before sample ``before``), in order
+        (a checkpoint keeps them: a resume checks that its replay rebuilt the same)."""
         samples: list[int] = []
         for record in self.capture.records:
             if record.name == "compilation_metrics" and record.sample is not None and record.sample not in samples:

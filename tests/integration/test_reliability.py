@@ -7,17 +7,21 @@ tests/unit/test_reliability.py, tests/subprocess/test_reliability.py.
 from __future__ import annotations
 
 import shutil
+from types import SimpleNamespace
 
+import pytest
 import torch
 from click.testing import CliRunner
 
 import guardscope
+from guardscope import CorpusWriter, store
 from guardscope.cli import main
+from guardscope.replay.resumable import _rebuild_warnings
 
 from ..conftest import SEED_CORPUS, read_catalog
 from ..models import RaisesOnThreeRows
 from ..pages import parse, words
-from ..paths import MODELS
+from ..paths import MODELS, model_spec
 
 
 def run_cli(*args: str):
@@ -41,6 +45,69 @@ def test_corrupt_shard_is_named_and_can_be_skipped(sharded_seed, tmp_path):
     assert [s["file"] for s in catalog["skipped_shards"]] == ["shard-00002.pt"]
     assert catalog["corpus"]["samples"] == 260 and catalog["summary"]["skipped_shards"] == 1
     assert "shard-00002.pt" in (analysis.out_dir / "report.html").read_text()
+
+
+# --- 7: interruption and resume ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_a_resumed_analysis_equals_the_uninterrupted_one_wherever_it_was_interrupted(tmp_path, fullgraph):
+    """Issue 23 item 6: a resume must rebuild all the Dynamo state the finished samples left, not
+    only their graphs. TextClassifier, ``dynamic=None``: requests 0, 1 (non-contiguous ids) and 2
+    (a float mask) compile 0/0, 0/1 and 0/2; requests 3 and 4 run 0/2, and their guard checks
+    fail older graphs' guards on the way, which re-sorts those graphs' guards (Dynamo checks the
+    most often failing first); request 5 recompiles, and which failure it reports for each older
+    graph depends on that. A resume that re-ran only the compiling requests reported other
+    failures (``fullgraph=False``: every request runs; ``True``: requests the guards accept are
+    only checked). Shards of 2: interrupted between shards (2) and inside one (3, 5)."""
+    def ids(transposed=False):
+        return torch.randint(0, 100, (5, 2)).t() if transposed else torch.randint(0, 100, (2, 5))
+
+    bool_mask, float_mask = torch.zeros(2, 5, dtype=torch.bool), torch.zeros(2, 5)
+    calls = [(ids(), bool_mask), (ids(transposed=True), bool_mask), (ids(), float_mask), (ids(), float_mask),
+             (ids(), float_mask), (ids(transposed=True), float_mask)]
+    corpus = tmp_path / "corpus"
+    with CorpusWriter(corpus, model=model_spec("TextClassifier"), compile={"dynamic": None, "fullgraph": fullgraph},
+                      shard_size=2) as writer:
+        for args in calls:
+            writer.add(*args)
+    reference = guardscope.analyze(corpus, tmp_path / "reference", checkpoint_every=0).out_dir
+    catalog = read_catalog(reference)
+    assert catalog["replay_mode"] == ("guards" if fullgraph else "full")
+    assert [[f["kind"] for f in c["failures"]] for c in catalog["compiles"]] == [
+        [], ["stride_mismatch"], ["dtype_mismatch", "stride_mismatch"],
+        ["dtype_mismatch", "dtype_mismatch", "stride_mismatch"]]
+
+    def compiles(out):
+        return (out / "trace" / "torch_trace.log").read_text().count('"compilation_metrics"')
+
+    for interrupted_at in (2, 3, 5):
+        out = tmp_path / f"interrupted-at-{interrupted_at}"
+
+        def interrupt(done, _compiles, at=interrupted_at):
+            if done == at:
+                raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            guardscope.analyze(corpus, out, checkpoint_every=0, progress=interrupt)
+        assert store.checkpoint_progress(out) == interrupted_at
+        resumed = guardscope.analyze(corpus, out, checkpoint_every=0, resume=True)
+        assert (out / "catalog.json").read_bytes() == (reference / "catalog.json").read_bytes(), interrupted_at
+        assert compiles(out) == compiles(reference) == 4  # the finished part, replayed again, logged nothing
+        assert not [w for w in resumed.warnings if "resumed replay" in w]
+
+
+def test_a_resume_that_replays_differently_is_warned_about():
+    """A model that does not replay the same way twice: the checkpoint's compiling samples or
+    lookup order differ from what the replay again of the finished samples rebuilt."""
+    state = {"compile_samples": [0, 3], "lookup_order": ["0/1", "0/0"]}
+    same = SimpleNamespace(compile_samples=lambda before: [0, 3], lookup_order=["0/1", "0/0"])
+    assert _rebuild_warnings(same, state, 5) == []
+    other = SimpleNamespace(compile_samples=lambda before: [0, 4], lookup_order=["0/1", "0/0"])
+    (warning,) = _rebuild_warnings(other, state, 5)
+    assert warning.startswith("the resumed replay of the 5 finished samples made compiles at samples [0, 4] "
+                              "where the interrupted run compiled at [0, 3]")
+    assert "may differ from an uninterrupted run's" in warning
 
 
 # --- 8: the recompile limit ------------------------------------------------------------------------
