@@ -1,9 +1,12 @@
 """Issue 22 on the GPU: ``model.generate()`` of a random-init decoder served eager, with plain
-``torch.compile`` of its forward, and with guardscope's warmup — time to first token, time per
-output token, recompiles and what they cost, the worst request.
+``torch.compile`` of its forward, and with guardscope's warmup (with or without its compile-cache
+bundle) — time to first token, time per output token, recompiles and what they cost, the worst
+request.
 
     PYTHONPATH=. python bench/bench_generation_gpu.py --json /tmp/gen-gpu.json             # H200, ~0.5B, bf16
     python -m bench.bench_generation_gpu --device cpu --size tiny --json /tmp/g.json     # logic check on a CPU
+    ... --strategies eager,bundle --reuse     # serve again from the corpus, analysis and bundle in --work
+    ... --cache static --strategies eager,compile [--mode reduce-overhead]   # no analysis needed
 
 Steps, each strategy in a fresh process with empty compile caches:
 
@@ -13,12 +16,24 @@ Steps, each strategy in a fresh process with empty compile caches:
 2. **analyse** (``guardscope analyze``, eager backend, on the device) and ``emit-warmup``;
 3. **serve** ``--test`` other requests of the same distribution per strategy: ``eager``;
    ``compile`` (``model.forward = torch.compile(model.forward)``, inductor); ``warmup``
-   (the same, after ``warmup.py``'s set-up: its graphs compiled before the first request).
+   (the same, after ``warmup.py``'s set-up: its graphs compiled before the first request);
+   ``bundle`` (the same set-up loading the warmup's compile-cache bundle first: the driver makes it
+   after ``emit-warmup``, timed as "bundle making", in a fresh process with empty caches).
+
+The corpus, analysis and bundle live in ``--work`` (default ``.bench-work/generation-gpu`` in the
+repository, git-ignored): a warm device machine keeps it between calls, ``carry`` can take a small
+one to a fresh machine (the 0.5B model's is over the 64 MiB a call carries: its bundle alone is
+50 MB), and the next run passes ``--reuse``. Only ``warmup`` and ``bundle`` need them; ``eager`` and
+``compile`` rows run without an analysis. ``--prepare`` makes them and serves nothing. A row cut
+short (``timeout``'s SIGTERM) or crashed keeps what its child had measured (set-up, requests
+done), marked ``stopped``.
 
 For each: set-up seconds, compiles while serving and the seconds of the calls that compiled, time
 to first token (the prefill call, mean and max), time per output token (decode calls, mean), and the
 worst request's wall time. The cache is transformers' default ``DynamicCache``; ``--cache static``
-serves with ``cache_implementation="static"`` (and ``--mode reduce-overhead`` for CUDA graphs).
+serves with ``cache_implementation="static"`` (and ``--mode reduce-overhead`` for CUDA graphs; the
+row then lists inductor's "skipping cudagraphs" reasons). ``generate()``'s own compile of a static
+cache's forward is turned off (``disable_compile``): each strategy decides what is compiled.
 """
 
 from __future__ import annotations
@@ -34,15 +49,16 @@ import subprocess
 import sys
 import time
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 if __package__ in (None, ""):  # run as a file: make the repository root importable
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(ROOT))
 
 SIZES = {
     # A Qwen2-0.5B-like Llama: 24 layers, hidden 896, 14 heads (2 key/value heads), 151,936 tokens.
-    "0.5b": dict(num_hidden_layers=24, hidden_size=896, intermediate_size=4864, num_attention_heads=14,
-                 num_key_value_heads=2, vocab_size=151936, max_position_embeddings=4096),
-    "tiny": dict(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=2,
-                 num_key_value_heads=1, vocab_size=100, max_position_embeddings=1024),
+    "0.5b": {"num_hidden_layers": 24, "hidden_size": 896, "intermediate_size": 4864, "num_attention_heads": 14,
+             "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 4096},
+    "tiny": {"num_hidden_layers": 2, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2,
+             "num_key_value_heads": 1, "vocab_size": 100, "max_position_embeddings": 1024},
 }
 
 
@@ -86,7 +102,9 @@ def _ids(shape, device, vocab):
 
 def _generate_kwargs(options, new: int) -> dict:
     extra = {"cache_implementation": "static"} if options.cache == "static" else {}
-    return {"max_new_tokens": new, "min_new_tokens": new, "do_sample": False, **extra}
+    # disable_compile: on a GPU, generate() compiles the forward itself when the cache is static; each
+    # strategy here decides what is compiled.
+    return {"max_new_tokens": new, "min_new_tokens": new, "do_sample": False, "disable_compile": True, **extra}
 
 
 # --- children ----------------------------------------------------------------------------------------
@@ -126,9 +144,10 @@ def serve(options) -> dict:
     compile_options = {"backend": options.backend, "dynamic": None}
     if options.mode:
         compile_options["mode"] = options.mode
+    load = None
     if options.strategy == "compile":
         forward = torch.compile(model.forward, **compile_options)
-    elif options.strategy == "warmup":
+    elif options.strategy in ("warmup", "bundle"):
         from guardscope import store
         from guardscope.options import production_options
         from guardscope.proving.setup import set_up_plan
@@ -136,10 +155,12 @@ def serve(options) -> dict:
         out = options.work / "analysis"
         plan_options = production_options(store.read_catalog(out), backend=options.backend, device=options.device,
                                           inference_mode=False, mode=options.mode)
-        _, runner, _, _ = set_up_plan("warmup", out, model.forward, plan_options, use_bundle=False)
+        _, runner, _, load = set_up_plan("warmup", out, model.forward, plan_options,
+                                         use_bundle=options.strategy == "bundle")
         forward = runner.compiled
     sync()
     setup = time.perf_counter() - started
+    cache_at_setup = torch_compat.compile_cache_counters()  # hits: graphs read from a (loaded) compile cache
     calls: list[tuple[int, int, float, bool]] = []  # (request, call, seconds, compiled)
     compiles = [0]
     position = {"request": 0, "call": 0}
@@ -157,6 +178,14 @@ def serve(options) -> dict:
 
     model.forward = timed
     walls = []
+
+    def progress() -> None:  # what a row cut short by a time limit or a crash still reports
+        _partial(options.work, options.strategy).write_text(json.dumps({
+            "strategy": options.strategy, "setup_seconds": round(setup, 2), "requests_done": len(walls),
+            "compiles": compiles[0], "compile_call_seconds_total": round(sum(c[2] for c in calls if c[3]), 2),
+            **({"bundle_load": {key: load[key] for key in ("status", "reason", "seconds")}} if load else {})}))
+
+    progress()
     with torch_compat.raised_recompile_limit(4096), torch_compat.compile_start_callback(
             lambda _: compiles.__setitem__(0, compiles[0] + 1)), torch.no_grad():
         for index, (shape, new) in enumerate(requests(options.test, 1, vocab)):
@@ -165,12 +194,14 @@ def serve(options) -> dict:
             begun = time.perf_counter()
             model.generate(ids, attention_mask=torch.ones_like(ids), **_generate_kwargs(options, new))
             walls.append(time.perf_counter() - begun)
+            progress()
     first = [seconds for _, call, seconds, compiled in calls if call == 0 and not compiled]
     later = [seconds for _, call, seconds, compiled in calls if call > 0 and not compiled]
     compiling = [seconds for *_, seconds, compiled in calls if compiled]
     worst = max(range(len(walls)), key=walls.__getitem__)
     return {
         "strategy": options.strategy, "setup_seconds": round(setup, 2), "requests": len(walls), "calls": len(calls),
+        **({"bundle_load": {key: load[key] for key in ("status", "reason", "seconds", "artifacts")}} if load else {}),
         "compiles": compiles[0], "calls_that_compiled": len(compiling),
         "compile_call_seconds": {"total": round(sum(compiling), 2), "max": round(max(compiling, default=0.0), 2)},
         "ttft_ms": {"mean": round(1e3 * statistics.mean(first), 2) if first else None,
@@ -178,7 +209,29 @@ def serve(options) -> dict:
         "tpot_ms": round(1e3 * statistics.mean(later), 3) if later else None,
         "worst_request": {"index": worst, "seconds": round(walls[worst], 3)},
         "requests_seconds": round(sum(walls), 2),
+        "compile_cache": {"after_setup": cache_at_setup, "at_end": torch_compat.compile_cache_counters()},
     }
+
+
+def _partial(work: pathlib.Path, strategy: str) -> pathlib.Path:
+    """Where a serving child keeps its figures so far (see ``progress`` in :func:`serve`)."""
+    return work / f"serve-{strategy}.partial.json"
+
+
+def make_bundle(options) -> dict:
+    """The warmup plan's compile-cache bundle, made as ``guardscope bundle DIR --artifact warmup``
+    makes it (:func:`guardscope.proving.bundling._make_in_child`, in this fresh process with empty
+    cache folders), but compiled under ``no_grad`` with normal tensors, as ``serve`` and
+    ``generate()`` run it: the analysis ran under ``inference_mode``, and graphs compiled for
+    inference tensors would not be the ones serving looks up."""
+    from unittest import mock
+
+    from guardscope.options import production_options
+    from guardscope.proving import bundling
+
+    served = functools.partial(production_options, inference_mode=False)
+    with mock.patch.object(bundling, "production_options", served):
+        return bundling._make_in_child(options.work / "analysis", "warmup", options.backend, options.device)
 
 
 # --- the driver ------------------------------------------------------------------------------------
@@ -191,19 +244,69 @@ def _child(options, *arguments: str, env: dict | None = None) -> subprocess.Comp
     if options.mode:
         command += ["--mode", options.mode]
     environment = {**os.environ, "GUARDSCOPE_BENCH_SIZE": options.size, "GUARDSCOPE_BENCH_DEVICE": options.device,
-                   "PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[1]), **(env or {})}
-    print("running    ", " ".join(arguments), flush=True)
-    done = subprocess.run(command, env=environment, capture_output=True, text=True)
+                   "PYTHONPATH": str(ROOT), **(env or {})}
+    print(f"running     {' '.join(arguments)}  [{time.strftime('%H:%M:%S')}]", flush=True)
+    done = subprocess.run(command, check=False, env=environment, capture_output=True, text=True)
     if done.returncode:
         sys.stderr.write(done.stdout[-4000:] + done.stderr[-8000:])
         raise SystemExit(f"{arguments[0]} failed with status {done.returncode}")
     return done
 
 
+PLANNED = ("warmup", "bundle")  # the strategies that serve guardscope's warmup plan: they need the analysis
+
+
+def _caches() -> tuple:
+    """A new, empty inductor and triton cache folder pair (the child compiles as a fresh machine would)."""
+    import tempfile
+
+    holder = tempfile.TemporaryDirectory(prefix="guardscope-caches-")
+    return holder, {"TORCHINDUCTOR_CACHE_DIR": holder.name + "/inductor", "TRITON_CACHE_DIR": holder.name + "/triton"}
+
+
+def _analyse(options, results: dict) -> None:
+    """Record, ``guardscope analyze`` and ``emit-warmup`` into ``--work``."""
+    begun = time.perf_counter()
+    _child(options, "record")
+    results["record_seconds"] = round(time.perf_counter() - begun, 1)
+    cli = [sys.executable, "-m", "guardscope.cli"]
+    env = {**os.environ, "GUARDSCOPE_BENCH_SIZE": options.size, "GUARDSCOPE_BENCH_DEVICE": options.device,
+           "PYTHONPATH": str(ROOT)}
+    for step in (["analyze", str(options.work / "corpus"), "--out", str(options.work / "analysis"), "--force", "-q",
+                  "--device", options.device], ["emit-warmup", str(options.work / "analysis")]):
+        begun = time.perf_counter()
+        print(f"running     {step[0]}  [{time.strftime('%H:%M:%S')}]", flush=True)
+        done = subprocess.run(cli + step, check=False, env=env, capture_output=True, text=True)
+        print("\n".join(line[:400] for line in done.stdout.splitlines() if not line.startswith("  T")), flush=True)
+        if done.returncode not in (0,):
+            sys.stderr.write(done.stderr[-6000:])
+            raise SystemExit(f"{step[0]} failed with status {done.returncode}")
+        results[f"{step[0]}_seconds"] = round(time.perf_counter() - begun, 1)
+        _save(options, results)
+
+
+def _bundle(options, results: dict) -> None:
+    """The warmup plan's compile-cache bundle (:func:`make_bundle`), in a fresh process with empty caches."""
+    holder, caches = _caches()
+    with holder:
+        begun = time.perf_counter()
+        done = _child(options, "bundle", env=caches)
+        seconds = time.perf_counter() - begun
+    manifest = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
+    if "error" in manifest:
+        raise SystemExit(f"bundle: {manifest['error']}")
+    results["bundle_making"] = {"seconds": round(seconds, 1), "compile_seconds": round(manifest["compile_seconds"], 1),
+                                "graphs": manifest["graphs"], "bytes": manifest["bytes"],
+                                "artifacts": manifest["artifacts"]}
+    print(f"bundle      {manifest['graphs']} graphs; set-up without it {manifest['compile_seconds']:.1f} s; "
+          f"{manifest['bytes'] / 1e6:.1f} MB; the whole child {seconds:.1f} s", flush=True)
+    _save(options, results)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.bench_generation_gpu", description=__doc__.split("\n\n")[0])
-    parser.add_argument("role", nargs="?", default="all", choices=["all", "record", "serve"])
-    parser.add_argument("--strategy", default="eager", choices=["eager", "compile", "warmup"])
+    parser.add_argument("role", nargs="?", default="all", choices=["all", "record", "serve", "bundle"])
+    parser.add_argument("--strategy", default="eager", choices=["eager", "compile", *PLANNED])
     parser.add_argument("--size", default="0.5b", choices=sorted(SIZES))
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--backend", default="inductor")
@@ -211,9 +314,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", default="dynamic", choices=["dynamic", "static"])
     parser.add_argument("--train", type=int, default=24, help="requests recorded for the analysis")
     parser.add_argument("--test", type=int, default=12, help="other requests served per strategy")
-    parser.add_argument("--work", type=pathlib.Path, default=pathlib.Path("/tmp/guardscope-bench/generation-gpu"))
-    parser.add_argument("--strategies", default="eager,compile,warmup", help="served, comma-separated")
-    parser.add_argument("--reuse", action="store_true", help="keep the corpus and analysis already in --work")
+    parser.add_argument("--work", type=pathlib.Path, default=ROOT / ".bench-work" / "generation-gpu",
+                        help="corpus, analysis and bundle: inside the repository (git-ignored), so that a warm "
+                        "device machine keeps it between calls and `carry` can take a small one to a fresh machine")
+    parser.add_argument("--strategies", default="eager,compile,warmup", help="served, comma-separated: "
+                        "eager, compile, warmup, bundle (the warmup set up from its compile-cache bundle)")
+    parser.add_argument("--reuse", action="store_true", help="keep the corpus, analysis and bundle already in --work")
+    parser.add_argument("--prepare", action="store_true",
+                        help="make what --strategies need (corpus, analysis, bundle) and serve nothing")
     parser.add_argument("--json", default=None)
     options = parser.parse_args(argv)
     if options.role == "record":
@@ -222,45 +330,58 @@ def main(argv: list[str] | None = None) -> int:
     if options.role == "serve":
         print("RESULT " + json.dumps(serve(options)))
         return 0
-    import tempfile
+    if options.role == "bundle":
+        print("RESULT " + json.dumps(make_bundle(options)))
+        return 0
 
+    import signal
+
+    # A `timeout` around the driver sends SIGTERM: exit through Python so that subprocess.run kills
+    # the child it waits on (it would otherwise go on using the device) and the results so far stay.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     options.work.mkdir(parents=True, exist_ok=True)
+    strategies = options.strategies.split(",")
+    unknown = sorted(set(strategies) - {"eager", "compile", *PLANNED})
+    if unknown:
+        parser.error(f"unknown strategies {unknown}")
     results: dict = {"size": options.size, "device": options.device, "backend": options.backend, "mode": options.mode,
                      "cache": options.cache, "train": options.train, "test": options.test}
-    if not (options.reuse and (options.work / "analysis" / "warmup.py").is_file()):
-        begun = time.perf_counter()
-        _child(options, "record")
-        results["record_seconds"] = round(time.perf_counter() - begun, 1)
-        cli = [sys.executable, "-m", "guardscope.cli"]
-        env = {**os.environ, "GUARDSCOPE_BENCH_SIZE": options.size, "GUARDSCOPE_BENCH_DEVICE": options.device,
-               "PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[1])}
-        for step in (["analyze", str(options.work / "corpus"), "--out", str(options.work / "analysis"), "--force", "-q",
-                      "--device", options.device], ["emit-warmup", str(options.work / "analysis")]):
-            begun = time.perf_counter()
-            done = subprocess.run(cli + step, env=env, capture_output=True, text=True)
-            print(done.stdout[-1500:], flush=True)
-            if done.returncode not in (0,):
-                sys.stderr.write(done.stderr[-6000:])
-                raise SystemExit(f"{step[0]} failed with status {done.returncode}")
-            results[f"{step[0]}_seconds"] = round(time.perf_counter() - begun, 1)
-            _save(options, results)
-    catalog = json.loads((options.work / "analysis" / "catalog.json").read_text())
-    results["analysis"] = {"samples": catalog["corpus"]["samples"], "compiles": catalog["summary"]["compiles"],
-                           "topologies": catalog["summary"]["topologies"]}
     previous = json.loads(pathlib.Path(options.json).read_text()) if options.json and options.reuse and \
         pathlib.Path(options.json).is_file() else {}
     results.update({key: value for key, value in previous.items() if key not in results})
-    for strategy in options.strategies.split(","):
-        with tempfile.TemporaryDirectory(prefix="guardscope-caches-") as caches:
-            done = _child(options, "serve", "--strategy", strategy,
-                          env={"TORCHINDUCTOR_CACHE_DIR": caches + "/inductor", "TRITON_CACHE_DIR": caches + "/triton"})
+    analysis = options.work / "analysis"
+    if set(strategies) & set(PLANNED):
+        if not (options.reuse and (analysis / "warmup.py").is_file()):
+            _analyse(options, results)
+        catalog = json.loads((analysis / "catalog.json").read_text())
+        results["analysis"] = {"samples": catalog["corpus"]["samples"], "compiles": catalog["summary"]["compiles"],
+                               "topologies": catalog["summary"]["topologies"]}
+        if "bundle" in strategies and not (options.reuse and (analysis / "warmup.compile-cache.json").is_file()):
+            _bundle(options, results)
+    for strategy in [] if options.prepare else strategies:
+        holder, caches = _caches()
+        partial = _partial(options.work, strategy)
+        partial.unlink(missing_ok=True)
+        with holder:
+            env = {**caches, "TORCH_LOGS": "perf_hints"} if options.mode == "reduce-overhead" else caches
+            try:
+                done = _child(options, "serve", "--strategy", strategy, env=env)
+            except SystemExit as stopped:  # cut short (SIGTERM) or failed: keep what the child had measured
+                results[strategy] = {**(json.loads(partial.read_text()) if partial.is_file() else {}),
+                                     "stopped": str(stopped.code)}
+                _save(options, results)
+                raise
+        partial.unlink(missing_ok=True)
         line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
-        results[strategy] = json.loads(line[len("RESULT "):])
-        row = results[strategy]
+        results[strategy] = row = json.loads(line[len("RESULT "):])
+        if options.mode == "reduce-overhead":  # inductor's perf hints say where CUDA graphs were not used
+            skipped = sorted({text.split("skipping cudagraphs", 1)[1].strip() for text in done.stderr.splitlines()
+                              if "skipping cudagraphs" in text})
+            row["cudagraphs_skipped"] = skipped
         print(f"{strategy:<8} set-up {row['setup_seconds']:.1f} s; {row['compiles']} compiles while serving "
               f"({row['compile_call_seconds']['total']:.1f} s in those calls); TTFT {row['ttft_ms']['mean']} ms "
-              f"(max {row['ttft_ms']['max']}); TPOT {row['tpot_ms']} ms; worst request {row['worst_request']['seconds']} s",
-              flush=True)
+              f"(max {row['ttft_ms']['max']}); TPOT {row['tpot_ms']} ms; worst request {row['worst_request']['seconds']} s"
+              + (f"; bundle {row['bundle_load']['status']}" if "bundle_load" in row else ""), flush=True)
         _save(options, results)
     if options.json:
         print(f"results     {options.json}")

@@ -6,7 +6,7 @@
 #
 #   fixtures  record the structured-trace fixtures of this torch (tests/fixtures/record_trace.py)
 #             into OUT/traces-<torch>.tgz
-#   fidelity  for the PyG model and the .item() model: the default analysis (eager backend, cuda)
+#   fidelity  for the PyG model, the .item() model and GPT-2 called directly (FIDELITY_MODELS): the default analysis (eager backend, cuda)
 #             and `guardscope fidelity` (inductor, cuda); OUT/fidelity-<model>.txt and .json
 #   bench     GPT-2 called directly: analyze, emit-warmup, verify and `guardscope bench` on cuda;
 #             OUT/bench-gpt2.txt, bench-gpt2.json
@@ -20,7 +20,7 @@ shift
 STAGES=${*:-fixtures fidelity bench tests}
 WORK=${WORK:-/tmp/guardscope-real}
 COUNT=${COUNT:-120}
-export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # absolute: the fidelity child runs elsewhere
 # Cache compiled bytecode (the H200 image sets PYTHONDONTWRITEBYTECODE and ships torch without it:
 # every process would spend seconds compiling torch's modules again).
 unset PYTHONDONTWRITEBYTECODE
@@ -42,7 +42,7 @@ for stage in $STAGES; do
       step record python tests/fixtures/record_trace.py "$WORK/traces"
       tar czf "$OUT/traces-$TORCH.tgz" -C "$WORK/traces" "torch-$TORCH" ;;
     fidelity)
-      for model in gcn gated; do
+      for model in ${FIDELITY_MODELS:-gcn gated gpt2}; do
         python -m tests.real_models "$model" "$WORK/c-$model" --count "$COUNT" > /dev/null
         step "analyze-$model" python -m guardscope.cli analyze "$WORK/c-$model" --out "$WORK/o-$model" --device cuda --force -q
         step "fidelity-$model" python -m guardscope.cli fidelity "$WORK/o-$model" --device cuda
