@@ -4,14 +4,16 @@ analysed; wall time, peak RSS and corpus size against the loading floor measured
     python -m bench.bench_signatures                               # 1,000,000 requests, both corpora
     python -m bench.bench_signatures --samples 100000 --full-per-signature 0
     python -m bench.bench_signatures --samples 100000 --no-full     # the signature corpus only
-    python -m bench.bench_signatures --max-full-bytes 67108864 --no-full  # at most 64 MiB kept in full
+    python -m bench.bench_signatures --no-full                  # the README's lines: <= 64 MiB in full
+    python -m bench.bench_signatures --max-full-bytes none --no-full  # first of each in full, unbounded
 
 The requests are ``bench.scale_corpus``'s: the small seed GNN's distribution, whose first 300 are
 the committed sample corpus (checked here, tensor by tensor). Two corpora hold the same requests:
 
 * ``signatures``: ``CorpusWriter(keep="signatures", full_per_signature=K, max_full_bytes=B)``
   — the first K requests of each signature in full (while the tensor bytes kept in full stay
-  within B), every other one as its signature (format 3);
+  within B: the writer's default, 64 MiB, unless ``--max-full-bytes`` says otherwise), every
+  other one as its signature (format 3); with the defaults these are the README's lines;
 * ``full``: ``keep="all"`` — every request's tensors (format 2); skipped with ``--no-full``.
 
 Each measurement is a fresh process from the repository root: ``startup`` (``import torch,
@@ -34,6 +36,8 @@ if __package__ in (None, ""):  # run as a file: make the repository root importa
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from bench import common
+from bench.scale_corpus import bound
+from guardscope.corpus.writer import DEFAULT_MAX_FULL_BYTES
 
 TARGETS = {
     "signatures": {"seconds": 60.0, "rss_bytes": 1_000_000_000, "corpus_bytes": 100_000_000},
@@ -56,12 +60,13 @@ LOAD = (
 
 
 def write_corpus(directory: pathlib.Path, samples: int, keep: str, full_per_signature: int,
-                 max_full_bytes: int | None = None) -> float:
+                 max_full_bytes: int | None = None) -> tuple[float, str]:
     """Write the scale requests into ``directory`` (unless a corpus of that many samples, kept
-    that way, is there); returns the seconds writing took (0 when reused)."""
+    that way, is there); returns the seconds writing took (0 when reused) and the writer's
+    summary."""
     from bench.scale_corpus import write_scale_corpus
 
-    manifest = directory / "corpus.json"
+    manifest, summary = directory / "corpus.json", directory / ".writer-summary"
     wanted = 3 if keep == "signatures" else 2
     marker = directory / ".written-with"
     recipe = f"{samples} {keep} {full_per_signature}\n" + (f"max_full_bytes {max_full_bytes}\n" if max_full_bytes else "")
@@ -69,16 +74,18 @@ def write_corpus(directory: pathlib.Path, samples: int, keep: str, full_per_sign
         found = common.read_json(manifest)
         if found["samples"] == samples and found["format_version"] == wanted:
             print(f"reusing     {directory} ({samples} samples, keep={keep})")
-            return 0.0
+            return 0.0, summary.read_text() if summary.is_file() else "(not recorded)"
     print(f"writing     {samples} requests into {directory} (keep={keep}, full_per_signature={full_per_signature}) ...",
           flush=True)
     started = time.perf_counter()
-    write_scale_corpus(directory, samples=samples, overwrite=True, keep=keep, full_per_signature=full_per_signature,
-                       max_full_bytes=max_full_bytes)
+    writer = write_scale_corpus(directory, samples=samples, overwrite=True, keep=keep,
+                                full_per_signature=full_per_signature, max_full_bytes=max_full_bytes)
     seconds = time.perf_counter() - started
     marker.write_text(recipe)
+    summary.write_text(writer.summary())
     print(f"wrote       in {seconds:.1f} s ({samples / seconds:,.0f} requests/s)")
-    return seconds
+    print(f"writer      {writer.summary()}")
+    return seconds, writer.summary()
 
 
 def check_sample_corpus(corpus: pathlib.Path) -> str:
@@ -191,8 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full-per-signature", type=int, default=1,
                         help="requests of each signature recorded in full in the signature corpus "
                         "(0: no tensor data; default %(default)s)")
-    parser.add_argument("--max-full-bytes", type=int, default=None,
-                        help="tensor bytes the signature corpus keeps in full, at most (default: no bound)")
+    parser.add_argument("--max-full-bytes", type=bound, default=DEFAULT_MAX_FULL_BYTES,
+                        help="tensor bytes the signature corpus keeps in full, at most, or 'none' for no bound "
+                        "(default %(default)s, the writer's)")
     parser.add_argument("--no-full", dest="full", action="store_false",
                         help="skip the full corpus (its 1,000,000 requests take about 7 GB)")
     parser.add_argument("--work", type=pathlib.Path, default=pathlib.Path("/tmp/guardscope-bench/signatures"),
@@ -204,15 +212,16 @@ def main(argv: list[str] | None = None) -> int:
     work = options.work.resolve()
     info = common.machine()
     print(f"machine     {common.describe_machine(info)}")
-    bound = f"-{options.max_full_bytes}" if options.max_full_bytes else ""
-    corpora = {"signatures": work / f"signatures-{options.samples}-{options.full_per_signature}{bound}"}
+    suffix = f"-{options.max_full_bytes}" if options.max_full_bytes else ""
+    corpora = {"signatures": work / f"signatures-{options.samples}-{options.full_per_signature}{suffix}"}
     if options.full:
         corpora["full"] = work / f"full-{options.samples}"
-    written = {}
+    written, summaries = {}, {}
     for name, directory in corpora.items():
         keep = "signatures" if name == "signatures" else "all"
-        written[name] = write_corpus(directory, options.samples, keep, options.full_per_signature,
-                                     options.max_full_bytes if name == "signatures" else None)
+        written[name], summaries[name] = write_corpus(
+            directory, options.samples, keep, options.full_per_signature,
+            options.max_full_bytes if name == "signatures" else None)
         common.ensure_model_resolves(directory)
     print(f"check       {check_sample_corpus(corpora['signatures'])}")
     offer = offer_cost(work)
@@ -224,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"benchmark": "bench_signatures", "machine": info, "samples": options.samples,
                      "full_per_signature": options.full_per_signature, "max_full_bytes": options.max_full_bytes,
                      "startup": startup.to_json(),
-                     "write_seconds": written, "offer": offer, "corpora": {}}
+                     "write_seconds": written, "writer_summaries": summaries, "offer": offer, "corpora": {}}
     for name, directory in corpora.items():
         results["corpora"][name] = measure(name, directory, work, startup)
     if options.full:

@@ -31,7 +31,7 @@ if __package__ in (None, ""):  # run as a file: make the repository root importa
 
 import torch
 
-from guardscope.corpus.writer import CorpusWriter
+from guardscope.corpus.writer import DEFAULT_MAX_FULL_BYTES, CorpusWriter
 from guardscope.errors import GuardscopeError
 from samples.gnn.generate import (
     COMPILE_OPTIONS,
@@ -91,11 +91,11 @@ def write_scale_corpus(
     overwrite: bool = False,
     keep: str = "all",
     full_per_signature: int = 1,
-    max_full_bytes: int | None = None,
-) -> pathlib.Path:
+    max_full_bytes: int | None = DEFAULT_MAX_FULL_BYTES,
+) -> CorpusWriter:
     """Write the corpus with ``CorpusWriter`` (model ``model.py:small`` relative to
     ``directory``; ``keep``, ``full_per_signature`` and ``max_full_bytes`` as CorpusWriter
-    takes them); returns the directory."""
+    takes them, with its defaults); returns the closed writer (``summary()``, ``directory``)."""
     with CorpusWriter(
         directory,
         model=model_spec(directory, "small"),
@@ -108,7 +108,12 @@ def write_scale_corpus(
     ) as writer:
         for request in iter_scale_samples(samples, seed, recurrences):
             writer.add(**request)
-    return pathlib.Path(directory)
+    return writer
+
+
+def bound(text: str) -> int | None:
+    """A ``--max-full-bytes`` value: bytes, or ``none`` (no bound)."""
+    return None if text.lower() == "none" else int(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,15 +140,16 @@ def main(argv: list[str] | None = None) -> int:
         help="with --keep signatures: calls of each signature recorded in full (0: none; default %(default)s)",
     )
     parser.add_argument(
-        "--max-full-bytes", type=int, default=None,
-        help="with --keep signatures: tensor bytes of the calls kept in full, at most (default: no bound)",
+        "--max-full-bytes", type=bound, default=DEFAULT_MAX_FULL_BYTES,
+        help="with --keep signatures: tensor bytes of the calls kept in full, at most, or 'none' for no "
+        "bound (default %(default)s, the writer's)",
     )
     options = parser.parse_args(argv)
     if options.samples < 1:
         parser.error("--samples must be at least 1")
     started = time.perf_counter()
     try:
-        directory = write_scale_corpus(
+        writer = write_scale_corpus(
             options.out,
             samples=options.samples,
             seed=options.seed,
@@ -157,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     except (GuardscopeError, ValueError) as exc:
         parser.exit(2, f"error: {exc}\n")
     seconds = time.perf_counter() - started
+    directory = writer.directory
     size = sum(path.stat().st_size for path in directory.iterdir() if path.is_file())
     schedule = scale_schedule(options.samples, options.seed, options.recurrences)
     by_pattern: dict[int, list[int]] = {}
@@ -165,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     shards = len(list(directory.glob("shard-*.pt")))
     print(f"wrote       {options.samples} samples to {directory} ({shards} shards, {size / 1e6:.1f} MB)")
     print(f"took        {seconds:.1f} s ({options.samples / seconds:,.0f} samples/s)")
+    print(f"writer      {writer.summary()}")
     print(f"patterns    {len(schedule)} injected requests:")
     for pattern, positions in sorted(by_pattern.items()):
         print(f"  pattern {pattern}  at {positions}")

@@ -26,7 +26,10 @@ A corpus is a directory holding a manifest and shard files::
 ``model`` is the model spec (``"pkg.mod:attr"`` or ``"path/file.py:attr"``, a relative path
 being resolved against the corpus directory, then the working directory); ``compile`` holds the
 production ``torch.compile`` options; ``torch_version`` and ``device`` (the device types of the
-recorded tensors, comma-joined, ``"cpu"`` when there are none) describe the recording.
+recorded tensors, comma-joined, ``"cpu"`` when there are none) describe the recording. An optional
+``method`` (any format version) names the model's method production compiled, ``"forward"`` for
+``torch.compile(model.forward)``: the replay compiles that bound method of the spec's model.
+Absent, the spec's result itself is compiled.
 
 A shard (``format_version`` 2) is one ``torch.save`` archive holding a single tensor::
 
@@ -121,7 +124,7 @@ Recording::
         for request in requests:
             writer.add(**request)
 
-    # Every request, but tensor data only for the first of each signature (format 3):
+    # Every request, but tensor data only for the first of each signature, within 64 MiB (format 3):
     with CorpusWriter("corpus", model="myapp.model:build", keep="signatures") as writer:
         ...
 
@@ -137,6 +140,7 @@ Reading::
 from __future__ import annotations
 
 import json
+import keyword
 import os
 import pathlib
 import re
@@ -197,12 +201,16 @@ class Manifest:
     device: str
     samples: int
     shards: tuple[ShardInfo, ...]
+    # The model's method production compiles (``torch.compile(model.forward)``); None: the model
+    # spec's result itself. Written only when set.
+    method: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "format": FORMAT,
             "format_version": self.format_version,
             "model": self.model,
+            **({"method": self.method} if self.method is not None else {}),
             "compile": self.compile,
             "torch_version": self.torch_version,
             "device": self.device,
@@ -218,6 +226,13 @@ def check_model_spec(spec: object) -> str:
     """
     split_spec(spec)  # type: ignore[arg-type]
     return spec  # type: ignore[return-value]
+
+
+def check_method_name(name: object) -> str:
+    """A method name as a manifest stores it (``"forward"``): an identifier, not a dunder."""
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) or name.startswith("__"):
+        raise ModelSpecError(f"method {name!r} is not a method name such as 'forward'")
+    return name
 
 
 def corpus_directory(directory: str | os.PathLike[str]) -> pathlib.Path:
@@ -283,6 +298,12 @@ def _parse_manifest(path: pathlib.Path, raw: Any) -> Manifest:
         check_model_spec(model)
     except ModelSpecError as exc:
         raise ManifestError(f"{path}: field 'model': {exc}") from None
+    method = raw.get("method")
+    if method is not None:
+        try:
+            check_method_name(_field(path, raw, "method", str))
+        except ModelSpecError as exc:
+            raise ManifestError(f"{path}: field 'method': {exc}") from None
     samples = _field(path, raw, "samples", int)
     shards = []
     expected_first = 0
@@ -323,4 +344,5 @@ def _parse_manifest(path: pathlib.Path, raw: Any) -> Manifest:
         device=_field(path, raw, "device", str),
         samples=samples,
         shards=tuple(shards),
+        method=method,
     )

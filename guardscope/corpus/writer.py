@@ -7,7 +7,9 @@ import hashlib
 import io
 import json
 import os
+import contextlib
 import pathlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -24,27 +26,39 @@ from .format import (
     STRUCTURED_FORMAT_VERSION,
     Manifest,
     ShardInfo,
+    check_method_name,
     check_model_spec,
 )
+from .requests import REQUESTS_NAME, RequestRuns, check_request
 from .shards import encode_shard
 from .signature import holds_objects, materialise, signature, signature_digest
 from .spec import anchored
 from .structured import needs_lowering
 from .values import _copy_call, check_sample, lowered, storage_bytes
 
+# keep="signatures": the tensor storage bytes of the calls kept in full, at most, unless the
+# writer is given another bound (max_full_bytes=None: none). Traffic where most calls have a new
+# signature would otherwise be kept almost whole: a million seed requests took 5.7 GB unbounded,
+# 95 MB within this bound (docs/benchmarks.md, sections 7 and 9).
+DEFAULT_MAX_FULL_BYTES = 64 * 2**20
+
 
 class CorpusWriter:
     """Records forward calls into a corpus directory, one shard file per ``shard_size`` samples.
 
     ``model`` is the model spec written into the manifest (its shape is checked, nothing is
-    imported); ``compile`` the production ``torch.compile`` options (JSON values).
+    imported); ``compile`` the production ``torch.compile`` options (JSON values); ``method``
+    the model's method production compiles (``"forward"`` for ``torch.compile(model.forward)``,
+    as ``generate()`` users compile; None: the model itself), which the replay then compiles.
     ``keep="all"`` (the default) records every call in full (format 2); ``keep="signatures"``
     records the first ``full_per_signature`` calls of each signature in full and every other
     one as its signature only, without tensor data (format 3; ``full_per_signature=0`` keeps no
     tensor data at all, for traffic whose contents may not be stored); ``max_signatures`` bounds
     the signatures it remembers (None: all), ``max_full_bytes`` the tensor storage bytes of the
-    calls it keeps in full (a call that would pass it is recorded as its signature; None: no
-    bound), so a corpus of a million new signatures stays small. The
+    calls it keeps in full (``DEFAULT_MAX_FULL_BYTES``, 64 MiB, unless given; a call that would
+    pass it is recorded as its signature; None: no bound), so a corpus of a million new
+    signatures stays small. :meth:`summary` says what was kept, the bound, and how many
+    signatures got no full sample because of it. The
     directory is created if needed; one that already holds a corpus is refused unless
     ``overwrite=True``, which deletes that corpus's manifest and shard files (nothing else).
 
@@ -72,13 +86,15 @@ class CorpusWriter:
         keep: str = "all",
         full_per_signature: int = 1,
         max_signatures: int | None = None,
-        max_full_bytes: int | None = None,
+        max_full_bytes: int | None = DEFAULT_MAX_FULL_BYTES,
+        method: str | None = None,
     ) -> None:
         self.directory = pathlib.Path(directory)
         # A relative file spec is stored relative to the corpus folder, where it is resolved first:
         # the corpus then works from any working directory.
         self.model = anchored(check_model_spec(model), self.directory)
         self.compile = dict(compile or {})
+        self.method = None if method is None else check_method_name(method)
         try:
             json.dumps(self.compile, sort_keys=True, allow_nan=False)
         except (TypeError, ValueError) as exc:
@@ -100,22 +116,27 @@ class CorpusWriter:
             raise CorpusError(f"max_signatures must be an int >= 0 or None, got {max_signatures!r}")
         if max_full_bytes is not None and (type(max_full_bytes) is not int or max_full_bytes < 0):
             raise CorpusError(f"max_full_bytes must be an int >= 0 or None, got {max_full_bytes!r}")
-        if max_full_bytes is not None and keep != "signatures":
+        if max_full_bytes not in (None, DEFAULT_MAX_FULL_BYTES) and keep != "signatures":
             raise CorpusError('max_full_bytes bounds the calls kept in full besides signatures: use keep="signatures"')
-        self.max_full_bytes = max_full_bytes
+        self.max_full_bytes = max_full_bytes if keep == "signatures" else None
         self.full_bytes = 0  # tensor storage bytes of the calls kept in full (keep="signatures")
+        # Signatures whose calls were all recorded as signatures because max_full_bytes was
+        # reached (each call of a signature past max_signatures counts on its own).
+        self.bounded_signatures = 0
         self.keep = keep
         self.full_per_signature = full_per_signature
         self.max_signatures = max_signatures
-        # keep="signatures": signature digest -> [first full sample's index, full samples kept],
-        # for at most max_signatures signatures (later new ones are not remembered: each of
-        # their calls counts as the first of its signature).
+        # keep="signatures": signature digest -> [first full sample's index, full samples kept,
+        # refused a full sample by max_full_bytes], for at most max_signatures signatures (later
+        # new ones are not remembered: each of their calls counts as the first of its signature).
         self._signatures: dict[str, list] = {}
         self._records = 0  # the signature records written so far
         self._pending: list[dict[str, Any]] = []
         self._shards: list[ShardInfo] = []
         self._devices: set[str] = set()
         self._structured = False  # some call held an object a codec stores: format 4
+        self._requests = RequestRuns()  # the request and step of each tagged call (requests.json)
+        self._request: list[Any] | None = None  # [tag, next step] inside request()
         self._count = 0
         self._closed = False
         self._prepare_directory(overwrite)
@@ -131,7 +152,7 @@ class CorpusWriter:
         previous = sorted(
             path
             for path in self.directory.iterdir()
-            if path.name == MANIFEST_NAME or SHARD_NAME.fullmatch(path.name)
+            if path.name in (MANIFEST_NAME, REQUESTS_NAME) or SHARD_NAME.fullmatch(path.name)
         )
         if previous and not overwrite:
             raise CorpusError(
@@ -168,14 +189,31 @@ class CorpusWriter:
         """
         return self._add(args, kwargs, copied=False)
 
-    def add_snapshot(self, args: tuple, kwargs: dict, sig: tuple | None = None) -> int:
+    @contextlib.contextmanager
+    def request(self, tag: str | int) -> Iterator[None]:
+        """Tag the calls :meth:`add` records inside the block as steps 0, 1, 2... of request
+        ``tag`` (a str or an int), written to ``requests.json`` beside the manifest::
+
+            with writer.request("req-17"):
+                model.generate(...)        # a forward that calls writer.add(...)
+        """
+        previous, self._request = self._request, [check_request(tag), 0]
+        try:
+            yield
+        finally:
+            self._request = previous
+
+    def add_snapshot(self, args: tuple, kwargs: dict, sig: tuple | None = None,
+                     request: tuple[str | int, int] | None = None) -> int:
         """Record a call that :func:`snapshot` copied already (a recorder that copies on the
         serving thread and writes on another): as :meth:`add`, without copying it again.
         ``sig``: the call's ``signature(args, kwargs, inference=False)`` when the caller took
-        it already (a copy has its original's signature), so that it is not taken again."""
-        return self._add(tuple(args), dict(kwargs), copied=True, sig=sig)
+        it already (a copy has its original's signature), so that it is not taken again;
+        ``request``: its ``(request tag, step)``, taken where it was served."""
+        return self._add(tuple(args), dict(kwargs), copied=True, sig=sig, request=request)
 
-    def add_signature(self, sig: tuple, devices: frozenset[str] | set[str] = frozenset()) -> int:
+    def add_signature(self, sig: tuple, devices: frozenset[str] | set[str] = frozenset(),
+                      request: tuple[str | int, int] | None = None) -> int:
         """Record one call known by its signature only (``signature(args, kwargs,
         inference=False)``, taken where the call was served); returns the sample's index.
 
@@ -194,14 +232,18 @@ class CorpusWriter:
         if not self._structured:
             self._structured = holds_objects(sig)
         self._add_signature_record(sig, signature_digest(sig))
-        return self._advance(set(devices))
+        return self._advance(set(devices), request)
 
     def _check_open(self) -> None:
         if self._closed:
             raise CorpusError(f"the writer for {self.directory} is closed; open a new CorpusWriter")
 
-    def _add(self, args: tuple, kwargs: dict, *, copied: bool, sig: tuple | None = None) -> int:
+    def _add(self, args: tuple, kwargs: dict, *, copied: bool, sig: tuple | None = None,
+             request: tuple[str | int, int] | None = None) -> int:
         self._check_open()
+        if request is None and self._request is not None:
+            request = (self._request[0], self._request[1])
+            self._request[1] += 1
         if copied:  # a snapshot: lowered already
             structured = needs_lowering(args) or needs_lowering(kwargs)
         else:
@@ -216,26 +258,33 @@ class CorpusWriter:
                 sig = signature(args, kwargs, inference=False)
             digest = signature_digest(sig)
             seen = self._seen(digest)
-            size = 0
-            if seen[1] < self.full_per_signature and self.max_full_bytes is not None:
-                size = storage_bytes((args, kwargs))
+            size = storage_bytes((args, kwargs)) if seen[1] < self.full_per_signature else 0
             if seen[1] >= self.full_per_signature or (
                     self.max_full_bytes is not None and self.full_bytes + size > self.max_full_bytes):
+                if seen[1] == 0 < self.full_per_signature and not seen[2]:
+                    seen[2] = True  # the bound, not full_per_signature, leaves it without data
+                    self.bounded_signatures += 1
                 self._add_signature_record(sig, digest)
-                return self._advance(devices)
+                return self._advance(devices, request)
             if seen[1] == 0:
                 seen[0] = self._count
+                if seen[2]:  # a smaller call of it fitted after all
+                    seen[2] = False
+                    self.bounded_signatures -= 1
             seen[1] += 1
             self.full_bytes += size
         if not copied:
             args, kwargs = _copy_call(args, kwargs)
         self._pending.append({"args": args, "kwargs": kwargs})
-        return self._advance(devices)
+        return self._advance(devices, request)
 
-    def _advance(self, devices: set[str]) -> int:
-        """Count the sample just recorded; write the shard when it is full. Returns its index."""
+    def _advance(self, devices: set[str], request: tuple[str | int, int] | None = None) -> int:
+        """Count the sample just recorded (tagged with ``(request, step)``); write the shard when
+        it is full. Returns its index."""
         self._devices |= devices
         index = self._count
+        if request is not None:
+            self._requests.add(index, request[0], request[1])
         self._count += 1
         if len(self._pending) == self.shard_size:
             self._flush()
@@ -246,7 +295,7 @@ class CorpusWriter:
         past ``max_signatures``."""
         seen = self._signatures.get(digest)
         if seen is None:
-            seen = [None, 0]
+            seen = [None, 0, False]
             if self.max_signatures is None or len(self._signatures) < self.max_signatures:
                 self._signatures[digest] = seen
         return seen
@@ -259,6 +308,26 @@ class CorpusWriter:
             last["repeat"] += 1
         else:
             self._pending.append({"signature": sig, "digest": digest, "repeat": 1, "full": seen[0]})
+
+    def summary(self) -> str:
+        """What was recorded so far, in one line: samples in full and by signature, the tensor
+        bytes kept in full against ``max_full_bytes``, and how many signatures got no full
+        sample because of that bound (``keep="signatures"``)."""
+        shards = len(self._shards) + bool(self._pending)
+        head = f"{_counted(self._count, 'sample')} in {_counted(shards, 'shard')}"
+        if self.keep != "signatures":
+            return f"{head}, every one in full (keep=\"all\")"
+        if not self.full_per_signature:
+            return f"{head}, every one by signature only: no tensor data (full_per_signature=0)"
+        full = self._count - self._records
+        text = f"{head}: {full:,} in full, {self._records:,} by signature only; in full {_size(self.full_bytes)}"
+        if self.max_full_bytes is None:
+            return f"{text} (max_full_bytes=None: no bound)"
+        text += f" of at most {_size(self.max_full_bytes)} (max_full_bytes={self.max_full_bytes})"
+        if not self.bounded_signatures:
+            return f"{text}; the bound left no signature without a full sample"
+        return (f"{text}; {_counted(self.bounded_signatures, 'signature')} got no full sample because of it "
+                "(a larger max_full_bytes, or None, keeps them)")
 
     def flush(self) -> None:
         """Write the samples added since the last shard as a shard of their own now, so they are
@@ -302,9 +371,22 @@ class CorpusWriter:
             device=",".join(sorted(self._devices)) or "cpu",
             samples=sum(shard.samples for shard in self._shards),
             shards=tuple(self._shards),
+            method=self.method,
         )
         text = json.dumps(manifest.to_json(), sort_keys=True, indent=2) + "\n"
         _atomic_write(self.directory / MANIFEST_NAME, text.encode())
+        if self._requests.runs:  # after the manifest: until it is written, the new samples are untagged
+            tags = json.dumps(self._requests.to_json(manifest.samples), separators=(",", ":")) + "\n"
+            _atomic_write(self.directory / REQUESTS_NAME, tags.encode())
+
+
+def _counted(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'s' * (count != 1)}"
+
+
+def _size(count: int) -> str:
+    """A byte count for :meth:`CorpusWriter.summary`: ``67,108,864 bytes (64.0 MiB)``."""
+    return f"{count:,} bytes ({count / 2**20:,.1f} MiB)"
 
 
 def _atomic_write(path: pathlib.Path, data: bytes) -> None:

@@ -42,17 +42,19 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import torch
 
 from .. import plans, store, torch_compat
-from ..corpus.format import MANIFEST_NAME, check_model_spec
+from ..corpus.format import MANIFEST_NAME, check_method_name, check_model_spec
+from ..corpus.requests import check_request
 from ..corpus.values import check_sample, snapshot, storage_bytes
 from ..corpus.writer import CorpusWriter
 from ..corpus.signature import signature
 from ..corpus.spec import respec
-from ..errors import SampleError, ServeError
+from ..errors import ModelSpecError, SampleError, ServeError
 from ..options import production_fields, production_options
 from ..proving.isolation import import_file
 from ..replay.arguments import CallBinder, describe
@@ -249,6 +251,7 @@ class FallbackRecorder:
         max_signatures: int = 4096,
         flush_every: float = 30.0,
         overwrite: bool = False,
+        method: str | None = None,
     ) -> None:
 
         for name, value in (("max_samples", max_samples), ("max_bytes", max_bytes),
@@ -270,6 +273,10 @@ class FallbackRecorder:
             )
         self.model = check_model_spec(model)
         self.compile = dict(compile or {})
+        try:
+            self.method = None if method is None else check_method_name(method)
+        except ModelSpecError as exc:
+            raise ServeError(str(exc)) from None
         self.max_samples = max_samples
         self.max_bytes = max_bytes
         self.repeat_rate = float(repeat_rate)
@@ -427,6 +434,7 @@ class FallbackRecorder:
         if writer is not None:
             try:
                 writer.close()
+                logger.info("guardscope runtime: %s corpus %s: %s", self._KIND, self.directory, writer.summary())
             except Exception as exc:
                 self.error(f"closing the {self._KIND} corpus {self.directory}", exc)
         while True:  # a flush() that raced with close(): its samples are written now
@@ -438,7 +446,8 @@ class FallbackRecorder:
                 item.set()
 
     def _open_writer(self) -> CorpusWriter:
-        return CorpusWriter(self.directory, model=self.model, compile=self.compile, overwrite=self.overwrite)
+        return CorpusWriter(self.directory, model=self.model, compile=self.compile, overwrite=self.overwrite,
+                            method=self.method)
 
     def _write(self, writer: CorpusWriter, item: Any) -> None:
         writer.add_snapshot(item[0], item[1])  # copied on the serving thread already
@@ -523,22 +532,49 @@ class TrafficRecorder(FallbackRecorder):
         max_signatures: int = 1 << 20,
         flush_every: float = 30.0,
         overwrite: bool = False,
+        method: str | None = None,
     ) -> None:
         if type(full_per_signature) is not int or full_per_signature < 0:
             raise ServeError(f"full_per_signature must be an int >= 0, got {full_per_signature!r}")
         self.full_per_signature = full_per_signature
         self._full_counts: dict[int, int] = {}  # hash of a signature -> calls recorded in full
         self._full = 0
+        self._local = threading.local()  # .request: [tag, next step] of this thread's request
         super().__init__(directory, model=model, compile=compile, max_samples=0, max_bytes=max_bytes,
                          repeat_rate=1.0, max_pending=max_pending, max_signatures=max_signatures,
-                         flush_every=flush_every, overwrite=overwrite)
+                         flush_every=flush_every, overwrite=overwrite, method=method)
 
     def offer(self, args: tuple, kwargs: dict, arguments: dict[str, Any] | None = None) -> str | None:
         """Record one call (``arguments`` is not needed here). Returns None when it is queued,
         else why not (a ``dropped_by_reason`` key). Never raises."""
         return super().offer(tuple(args), dict(kwargs), arguments or {})
 
+    @contextlib.contextmanager
+    def request(self, tag: str | int) -> Iterator[None]:
+        """Tag the calls this thread offers inside the block as steps 0, 1, 2... of request
+        ``tag`` (a str or an int; the corpus's ``requests.json``), so the analysis says which
+        request and step compiled::
+
+            with traffic.request(request_id):
+                model.generate(...)         # its forward wrapped by traffic.wrap(...)
+        """
+        try:
+            tag = check_request(tag)
+        except TypeError as exc:
+            raise ServeError(str(exc)) from None
+        previous = getattr(self._local, "request", None)
+        self._local.request = [tag, 0]
+        try:
+            yield
+        finally:
+            self._local.request = previous
+
     def _offer(self, args: tuple, kwargs: dict, arguments: dict[str, Any]) -> str | None:
+        current = getattr(self._local, "request", None)
+        tag = None
+        if current is not None:  # a dropped call is a step of its request all the same
+            tag = (current[0], current[1])
+            current[1] += 1
         try:
             devices = check_sample(args, kwargs)
         except SampleError as exc:
@@ -561,11 +597,11 @@ class TrafficRecorder(FallbackRecorder):
                 self._full_counts[key] = count + 1
                 self._reserved_bytes += size
             self._pending += 1
-        item: Any = ("signature", sig, devices)
+        item: Any = ("signature", sig, devices, tag)
         if full:
             try:
                 # Copied on this thread: the caller may reuse its buffers once the call returns.
-                item = ("full", *snapshot(args, kwargs), sig)
+                item = ("full", *snapshot(args, kwargs), sig, tag)
             except Exception as exc:
                 self.error("copying a call's arguments", exc)
         with self._lock:
@@ -589,7 +625,23 @@ class TrafficRecorder(FallbackRecorder):
         ``model.forward = traffic.wrap(torch.compile(model.forward))``, every forward call that
         ``model.generate()`` makes (prefill and each decode step, with its KV cache) is recorded,
         bounded as :meth:`offer` is. The call is recorded as it comes in: the forward may grow
-        the cache afterwards."""
+        the cache afterwards.
+
+        The corpus then says what production compiles: a bound method such as ``model.forward``
+        (compiled or not) makes ``method`` that method's name, unless it was given, so the
+        replay compiles ``model.forward`` of the model spec's module, as production did. Wrap
+        before the first call is recorded."""
+        # Through the wrappers (torch.compile's, functools.wraps ones) to the first bound method
+        # of a module; not further: a decorated forward's function wraps other functions.
+        target, seen = function, 0
+        while not isinstance(getattr(target, "__self__", None), torch.nn.Module) and seen < 32:
+            target, seen = getattr(target, "__wrapped__", None), seen + 1
+        name = getattr(target, "__name__", None)
+        # model.__call__ (transformers' generate() compiles it) is the module itself, as
+        # torch.compile(model) compiles it; a name no manifest can store stays unsaid.
+        if self.method is None and target is not None and isinstance(name, str) and not name.startswith("_"):
+            with self._lock:
+                self.method = name if name.isidentifier() else None
 
         @functools.wraps(function)
         def recorded(*args: Any, **kwargs: Any) -> Any:
@@ -607,14 +659,17 @@ class TrafficRecorder(FallbackRecorder):
 
     def _open_writer(self) -> CorpusWriter:
         return CorpusWriter(self.directory, model=self.model, compile=self.compile, overwrite=self.overwrite,
-                            keep="signatures", full_per_signature=self.full_per_signature,
-                            max_signatures=self.max_signatures)
+                            method=self.method, keep="signatures", full_per_signature=self.full_per_signature,
+                            max_signatures=self.max_signatures,
+                            # The bound this recorder applies before copying, so the writer's
+                            # never refuses a call copied for it and its summary states this one.
+                            max_full_bytes=self.max_bytes)
 
     def _write(self, writer: CorpusWriter, item: Any) -> None:
-        if item[0] == "full":
-            writer.add_snapshot(item[1], item[2], item[3])  # its signature taken on the serving thread
+        if item[0] == "full":  # its signature taken on the serving thread
+            writer.add_snapshot(item[1], item[2], item[3], request=item[4])
         else:
-            writer.add_signature(item[1], item[2])
+            writer.add_signature(item[1], item[2], request=item[3])
 
 
 # --- the served model ----------------------------------------------------------------------------
@@ -881,7 +936,7 @@ def serve(
         recorder = FallbackRecorder(
             fallback_dir, model=spec, compile=production, max_samples=max_samples,
             max_bytes=max_bytes, repeat_rate=repeat_rate, flush_every=flush_every,
-            overwrite=overwrite_fallback,
+            overwrite=overwrite_fallback, method=catalog.get("method"),
         )
     if traffic_dir is not None:
         try:
@@ -889,6 +944,7 @@ def serve(
                 traffic_dir, model=model_spec or respec(catalog["model"], corpus_dir, Path(traffic_dir)),
                 compile=production, full_per_signature=traffic_full_per_signature,
                 max_bytes=traffic_max_bytes, flush_every=flush_every, overwrite=overwrite_traffic,
+                method=catalog.get("method"),
             )
         except BaseException:
             if recorder is not None:

@@ -98,7 +98,7 @@ FOLDER_FILES = {value for name, value in vars(store).items()
 RAW_IO = {"write_text", "write_bytes", "read_text", "read_bytes"}
 # The corpus directory has its own reader and writer (manifest: format, shards: shards); the child runner reads its child's result
 # file (a temporary file outside the analysis folder); files holds the one atomic writer.
-RAW_IO_ALLOWED = {"guardscope.store", "guardscope.files", "guardscope.corpus.format",
+RAW_IO_ALLOWED = {"guardscope.store", "guardscope.files", "guardscope.corpus.format", "guardscope.corpus.requests",
                   "guardscope.corpus.shards", "guardscope.proving.isolation"}
 
 
