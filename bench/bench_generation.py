@@ -2,6 +2,7 @@
 
     python -m bench.bench_generation                          # 100,000 calls each
     python -m bench.bench_generation --calls 10000 --json /tmp/gen.json
+    python -m bench.bench_generation --fullgraph --json /tmp/gen.json   # guard-only replay: the objects' own cost
 
 Two corpora of a tiny GPT-2 (2 layers, hidden 32), both ``CorpusWriter(keep="signatures",
 full_per_signature=0)``, so that neither holds tensor data:
@@ -114,14 +115,15 @@ def check_calls_match_generate() -> None:
         raise SystemExit("the written calls differ from generate()'s: update generation_calls")
 
 
-def write_corpora(work: pathlib.Path, calls: int) -> dict[str, object]:
+def write_corpora(work: pathlib.Path, calls: int, fullgraph: bool = False) -> dict[str, object]:
     import guardscope
 
+    compile_options = {"dynamic": None, **({"fullgraph": True} if fullgraph else {})}
     config = gpt2().config
     spec = f"{pathlib.Path(__file__).resolve()}"
     started = time.perf_counter()
     with guardscope.CorpusWriter(work / "generation", model=f"{spec}:gpt2_forward", keep="signatures",
-                                 full_per_signature=0, overwrite=True) as writer:
+                                 full_per_signature=0, overwrite=True, compile=compile_options) as writer:
         for call in generation_calls(config, calls):
             writer.add(**call)
         distinct = len(writer._signatures)
@@ -140,12 +142,12 @@ def write_corpora(work: pathlib.Path, calls: int) -> dict[str, object]:
 
     started = time.perf_counter()
     with guardscope.CorpusWriter(work / "tensors", model=f"{spec}:gpt2", keep="signatures", full_per_signature=0,
-                                 overwrite=True) as writer:
+                                 overwrite=True, compile=compile_options) as writer:
         for position in range(calls):
             batch, length = shapes[position % distinct]
             writer.add(input_ids=torch.zeros(batch, length, dtype=torch.long),
                        attention_mask=torch.ones(batch, length, dtype=torch.long))
-    return {"calls": calls, "distinct_signatures": distinct, "write_seconds": {
+    return {"calls": calls, "distinct_signatures": distinct, "compile": compile_options, "write_seconds": {
         "generation": round(generation_seconds, 1), "tensors": round(time.perf_counter() - started, 1)}}
 
 
@@ -154,11 +156,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=100_000, help="forward calls in each corpus")
     parser.add_argument("--work", default="/tmp/guardscope-bench/generation", help="corpora and analyses go here")
     parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument("--fullgraph", action="store_true",
+                        help="record both corpora as compiled with fullgraph=True: the analysis then replays "
+                        "guard-only (--replay auto), checking each signature once, and times the objects' own cost")
     options = parser.parse_args(argv)
     work = pathlib.Path(options.work)
     work.mkdir(parents=True, exist_ok=True)
     check_calls_match_generate()
-    written = write_corpora(work, options.calls)
+    written = write_corpora(work, options.calls, options.fullgraph)
     print(f"corpora     {written['calls']:,} calls each, {written['distinct_signatures']:,} distinct signatures; "
           f"written in {written['write_seconds']}")
     results: dict[str, object] = {"machine": common.machine(), **written}

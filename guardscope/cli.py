@@ -746,6 +746,15 @@ def format_summary(analysis: Any) -> str:
     if data["failures_by_kind"]:
         kinds = ", ".join(f"{k} {v}" for k, v in data["failures_by_kind"].items())
         lines.append(f"failures    {kinds}")
+    if catalog.requests is not None:
+        tagged = catalog.requests
+        where = ", ".join(f"{c['compile_id']} at request {c['request']} step {c['step']}" for c in tagged["compiles"][:5])
+        lines.append(f"requests    {tagged['requests']} tagged ({tagged['calls']} calls); {tagged['compiling']} of them "
+                     f"compiled" + (f": {where}" + (", ..." if len(tagged["compiles"]) > 5 else "") if where else ""))
+        if tagged["unseen_topology_probability"] is not None:
+            lines.append(f"  unseen    {tagged['unseen_topology_probability']:.1%} chance the next request brings a new "
+                         f"topology ({len(tagged['singleton_topologies'])} topologies seen in one request only; "
+                         "counted by requests, not calls)")
     timed = [c for c in catalog.compiles if c.event.seconds is not None]
     if timed:
         slowest = max(timed, key=lambda c: c.event.seconds)

@@ -341,6 +341,12 @@ class Catalog:
     # catalog.skipped_frames): every later call ran that frame eagerly. Absent from catalog.json
     # when none was.
     skipped_frames: tuple[dict[str, Any], ...] = ()
+    # The model's method production compiles (``torch.compile(model.forward)``), as the corpus
+    # says; None: what the model spec gives is compiled itself. Absent from catalog.json then.
+    method: str | None = None
+    # The requests of a corpus whose calls were tagged (requests.json): how many, and the request
+    # and step of each compile's sample. A plain JSON dict; absent from catalog.json otherwise.
+    requests: dict[str, Any] | None = None
 
     SCHEMA = 1
 
@@ -408,6 +414,7 @@ class Catalog:
             "corpus": {"path": self.corpus_path, "samples": self.samples,
                        **({"signatures": self.signatures} if self.signatures is not None else {})},
             "model": self.model,
+            **({"method": self.method} if self.method is not None else {}),
             "arguments": list(self.arguments),
             "compile": dict(sorted(self.compile.items())),
             "replay_mode": self.replay_mode,
@@ -437,5 +444,6 @@ class Catalog:
             "not_analysed": list(self.not_analysed),
             "skipped_shards": [dict(s) for s in self.skipped_shards],
             **({"skipped_frames": [dict(s) for s in self.skipped_frames]} if self.skipped_frames else {}),
+            **({"requests": self.requests} if self.requests is not None else {}),
             **({"cudagraphs": self.cudagraphs} if self.cudagraphs is not None else {}),
         }

@@ -16,6 +16,7 @@ from . import store, torch_compat
 from .catalog.buckets import SHAPES_PER_GRAPH
 from .catalog.builder import CatalogBuilder, CudagraphSettings
 from .catalog.caveats import caveats
+from .catalog.requests import request_summary
 from .corpus import load_corpus, load_model
 from .errors import CompileOptionsError, CorpusError, TraceParseError
 from .model import Catalog
@@ -107,10 +108,12 @@ def analyze(
         if torch_compat.mode_uses_cudagraphs(options.mode) else None
     )
     # Everything the user can get wrong is checked before the output folder is touched.
-    user_model = load_model(spec, base_dir=corpus.path)
+    # The callable production compiled: the model, or the method the corpus names (model.forward).
+    method = corpus.manifest.method
+    user_model = load_model(spec, base_dir=corpus.path, method=method)
     check_marks(user_model, corpus.sample(0), options.mark_unbacked)
     out = store.prepare_output_dir(out_dir, force=force, resume=resume)
-    printed = fingerprint(corpus, spec, options, replay_mode)
+    printed = fingerprint(corpus, spec if method is None else f"{spec} .{method}", options, replay_mode)
     state = store.begin_analysis(out, printed, resume=resume)
 
     builder = CatalogBuilder.from_state(state["builder"]) if state else CatalogBuilder(track_shapes=cudagraphs is not None)
@@ -134,6 +137,10 @@ def analyze(
         frame_arguments=result.frame_arguments,
         graph_breaks=result.graph_breaks,
     )
+    if method is not None:
+        catalog = replace(catalog, method=method)
+    if corpus.requests is not None:
+        catalog = replace(catalog, requests=request_summary(corpus.requests, catalog))
     recording_times = builder.recording_times() if options.uses_cudagraphs else None
     catalog_path, timings_path = store.write_analysis(out, catalog.to_json(), corpus=corpus.path.resolve(), timings={
         "replay_seconds": round(replayed.seconds, 6),

@@ -563,7 +563,7 @@ def load_inputs(out_dir: str | Path, corpus_dir: str | Path | None = None) -> tu
     out = Path(out_dir)
     catalog = read_catalog(out)
     corpus = load_corpus(corpus_dir_of(out, catalog, corpus_dir))
-    model = load_model(catalog["model"], base_dir=corpus.path)
+    model = load_model(catalog["model"], base_dir=corpus.path, method=catalog.get("method"))
     return out, catalog, corpus, model
 
 

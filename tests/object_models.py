@@ -76,9 +76,11 @@ def prompts(count: int, seed: int = 0, longest: int = 512, max_batch: int = 8,
     return requests
 
 
-def generate_all(model: torch.nn.Module, requests: list[tuple[torch.Tensor, int]], cache: str = "dynamic") -> None:
-    """Run ``model.generate`` (greedy, exactly ``new`` tokens) over ``requests``."""
-    extra = {"cache_implementation": "static"} if cache == "static" else {}
+def generate_all(model: torch.nn.Module, requests: list[tuple[torch.Tensor, int]], cache: str = "dynamic",
+                 **options: Any) -> None:
+    """Run ``model.generate`` (greedy, exactly ``new`` tokens) over ``requests``; ``options`` go to
+    every call (a ``compile_config``)."""
+    extra = {"cache_implementation": "static", **options} if cache == "static" else dict(options)
     with torch.no_grad():
         for ids, new in requests:
             model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, min_new_tokens=new,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import functools
 import os
 import pathlib
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from ..errors import ShardError
 from ..model import Sample
 from ..text import message_line
 from .format import FORMAT, Manifest, ShardInfo, corpus_directory, read_manifest
+from .requests import RequestRuns, read_requests
 from .shards import read_shard
 from .signature import (
     CallTemplate,
@@ -110,6 +112,12 @@ class Corpus:
 
     def __len__(self) -> int:
         return self.manifest.samples
+
+    @functools.cached_property
+    def requests(self) -> RequestRuns | None:
+        """Which request and step each call was (``requests.json``, written when the recorder
+        knew); None for a corpus without it. ``corpus.requests.of(index)`` -> ``(tag, step)``."""
+        return read_requests(self.path, self.manifest.samples)
 
     def __repr__(self) -> str:
         return f"Corpus({str(self.path)!r}, samples={len(self)}, model={self.manifest.model!r})"

@@ -380,7 +380,12 @@ class CallTemplate:
         self.tensor_parts = [position for position, slot in enumerate(slots) if slot[0] == _TENSOR]
         self.has_ints = any(slot[0] == _INT for slot in slots)
         self._built: list[dict[tuple, torch.Tensor]] = [{} for _ in slots]
-        self._bytes = 0  # storage bytes of the tensors in _built
+        # One zero-filled storage per tensor argument that its tensors are views of, grown by half
+        # again when a size needs more: a KV cache one token longer each decode step would
+        # otherwise allocate (and zero) its whole storage at every step. A guard reads sizes,
+        # strides, dtype, device and dispatch keys, never the storage's own size.
+        self._pools: list[Any] = [None for _ in slots]
+        self._bytes = 0  # storage bytes of the pools
 
     def _node(self, value: tuple, slots: list[tuple]) -> tuple | None:
         """The template of one argument (None: a leaf, its slot appended to ``slots``)."""
@@ -461,17 +466,14 @@ class CallTemplate:
         built afresh)."""
         values: list[Any] = []
         tensors: list[torch.Tensor] = []
-        for slot, part, built in zip(self.slots, key, self._built):
+        for position, (slot, part, built) in enumerate(zip(self.slots, key, self._built)):
             kind = slot[0]
             if kind == _TENSOR:
                 tensor = built.get(part)
                 if tensor is None:
-                    tensor = self._tensor(slot, part)
-                    size = tensor.untyped_storage().nbytes()
-                    if len(built) >= TEMPLATE_TENSORS_KEPT or self._bytes + size > TEMPLATE_BYTES_KEPT:
+                    if len(built) >= TEMPLATE_TENSORS_KEPT or self._bytes > TEMPLATE_BYTES_KEPT:
                         self._forget()
-                    built[part] = tensor
-                    self._bytes += size
+                    tensor = built[part] = self._tensor(position, slot, part)
                 values.append(tensor)
                 tensors.append(tensor)
             elif kind == _INT:
@@ -488,16 +490,20 @@ class CallTemplate:
         """Drop every built tensor (the call being assembled keeps its own references)."""
         for built in self._built:
             built.clear()
+        self._pools = [None for _ in self.slots]
         self._bytes = 0
 
-    @staticmethod
-    def _tensor(slot: tuple, numbers: tuple) -> torch.Tensor:
+    def _tensor(self, position: int, slot: tuple, numbers: tuple) -> torch.Tensor:
         _check_numbers(numbers)
         _, ndim, _, dtype, device, requires_grad, inference = slot
         shape, stride, offset = numbers[:ndim], numbers[ndim: 2 * ndim], numbers[-1]
         needed = _extent(shape, stride, offset) * dtype.itemsize
-        storage = torch.zeros(needed, dtype=torch.uint8, device=device).untyped_storage()
-        return _on_storage(storage, offset, shape, stride, dtype, requires_grad, inference)
+        pool = self._pools[position]
+        if pool is None or pool.nbytes() < needed:
+            size = needed if pool is None else max(needed, pool.nbytes() * 3 // 2)
+            pool = self._pools[position] = torch.zeros(size, dtype=torch.uint8, device=device).untyped_storage()
+            self._bytes += size
+        return _on_storage(pool, offset, shape, stride, dtype, requires_grad, inference)
 
 
 def _gather(node: tuple | None, value: Any, leaves: list[Any]) -> bool:

@@ -148,8 +148,10 @@ def resolve_callable(spec: str, base_dir: str | Path | None = None) -> Callable[
     return obj
 
 
-def load_model(spec: str, base_dir: str | Path | None = None) -> Any:
-    """Resolve ``spec`` and call it with no arguments; return the model.
+def load_model(spec: str, base_dir: str | Path | None = None, method: str | None = None) -> Any:
+    """Resolve ``spec`` and call it with no arguments; return the model, or with ``method`` (a
+    corpus's manifest says which) the model's bound method production compiles
+    (``model.forward``). A factory that already returns that bound method is taken as it is.
 
     >>> model = load_model("samples/gnn/model.py:small")  # doctest: +SKIP
     """
@@ -166,4 +168,18 @@ def load_model(spec: str, base_dir: str | Path | None = None) -> Any:
             f"model spec {spec!r}: the factory returned a {type(model).__name__}, "
             "which cannot be called like a model"
         )
-    return model
+    return model if method is None else bound_method(model, method, spec)
+
+
+def bound_method(model: Any, method: str, spec: str) -> Any:
+    """``model.<method>``, the callable production compiled; ``model`` itself when it already is
+    that bound method (a spec whose factory returns ``model.forward``)."""
+    if getattr(model, "__name__", None) == method and getattr(model, "__self__", None) is not None:
+        return model
+    bound = getattr(model, method, None)
+    if not callable(bound) or getattr(bound, "__self__", None) is not model:
+        raise ModelSpecError(
+            f"model spec {spec!r}: the corpus says production compiles the model's method {method!r}, "
+            f"but the {type(model).__name__} the spec gives has no such method"
+        )
+    return bound

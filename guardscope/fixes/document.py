@@ -92,7 +92,8 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
     frames = len(catalog.get("frames") or ()) or 1
     warmup_plan = planning.plan_warmup(model, catalog["topologies"], sample_at, options, frames=frames)
     unbacked_plan = planning.residual_samples(
-        model, itertools.chain(corpus.iter_records(), probed), planning.choose_unbacked(catalog), options, catalog
+        model, lambda: itertools.chain(corpus.iter_records(), probed), planning.choose_unbacked(catalog), options,
+        catalog
     )
     export_plan = plan_export(model, catalog, sample_at, margin,
                               records=itertools.chain(corpus.iter_records(), probed))
@@ -106,7 +107,8 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
     for folder, samples in folders:
         target = out / folder
         spec = respec(catalog["model"], corpus.path, target)
-        with CorpusWriter(target, model=spec, compile=corpus.manifest.compile, overwrite=True) as writer:
+        with CorpusWriter(target, model=spec, compile=corpus.manifest.compile, overwrite=True,
+                          method=corpus.manifest.method) as writer:
             for index in samples:
                 sample = sample_at(index)
                 writer.add(*sample.args, **sample.kwargs)

@@ -13,7 +13,7 @@ import keyword
 import math
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import networkx as nx
 
@@ -133,9 +133,19 @@ def plan_warmup(
 
 @dataclass(frozen=True)
 class UnbackedDim:
-    argument: str
+    argument: str  # an argument name, or a path inside one (``cache.layers[0].keys``)
     axis: int
     reason: str  # where it came from: the topology and guard, or the corpus range
+
+    @property
+    def nested(self) -> bool:
+        """A dim of a tensor inside an argument (a KV cache's keys, a graph batch's fields)."""
+        return not self.argument.isidentifier()
+
+
+# An argument path the generated mark() walks (attributes, list positions, string keys); it reaches
+# generated code as a string literal and is parsed there, never evaluated.
+_ARGUMENT_PATH = re.compile(r"([A-Za-z_]\w*)(?:\.[A-Za-z_]\w*|\[\d+\]|\['\w+'\])*")
 
 
 @dataclass(frozen=True)
@@ -169,7 +179,9 @@ def choose_unbacked(catalog: dict[str, Any]) -> UnbackedPlan:
 
     Only a call's inputs can be marked: a 0/1 specialization in a later frame (after a graph
     break) on a value the model computed is listed in ``skipped`` with its frame, as is a dim of
-    a nested argument (mark it in your own code)."""
+    a dim of a tensor inside an argument (a KV cache's keys, a graph batch's ``batch``) is marked
+    through its path, and left out with torch's reason when marking it breaks the model (see
+    :func:`residual_samples`)."""
     sample_topology = _topology_of(catalog)
     inputs = {d["dim"] for d in catalog["dimensions"]}
     labels = _frame_labels(catalog)
@@ -198,11 +210,14 @@ def choose_unbacked(catalog: dict[str, Any]) -> UnbackedPlan:
             )
     dims = []
     for dim in sorted(reasons, key=_dim_order(catalog)):
-        argument, _, rest = dim.partition(".size()[")
-        if not argument.isidentifier() or not rest.rstrip("]").isdigit():
-            skipped.setdefault(dim, "a nested argument: mark it in your own code")
+        argument, _, rest = dim.rpartition(".size()[")
+        path = _ARGUMENT_PATH.fullmatch(argument)
+        if path is None or not rest.endswith("]") or not rest[:-1].isdigit():
+            skipped.setdefault(dim, "not a tensor dim reachable from forward's arguments by attributes, "
+                                    "positions and keys: mark it in your own code")
             continue
-        dims.append(UnbackedDim(check_identifier(argument), int(rest.rstrip("]")), reasons[dim]))
+        check_identifier(path.group(1))
+        dims.append(UnbackedDim(argument, int(rest[:-1]), reasons[dim]))
     return UnbackedPlan(
         dims=tuple(dims), duck_shape=duck_reason is None, duck_reason=duck_reason,
         skipped=tuple(sorted(skipped.items(), key=lambda item: _dim_order(catalog)(item[0]))),
@@ -219,17 +234,40 @@ def _dim_order(catalog: dict[str, Any]) -> Callable[[str], tuple[int, str]]:
 
 
 def residual_samples(
-    model: Any, corpus: Any, plan: UnbackedPlan, options: ReplayOptions, catalog: dict[str, Any]
+    model: Any, corpus: Callable[[], Iterable[Any]], plan: UnbackedPlan, options: ReplayOptions,
+    catalog: dict[str, Any],
 ) -> UnbackedPlan:
-    """Replay the corpus (its samples, or its records: :meth:`Corpus.iter_records`) with the
-    unbacked configuration; samples that still compile form the plan's residual warmup
-    (strides, dtypes, list lengths... that no mark removes).
+    """Replay the corpus (``corpus()`` gives its samples, or its records:
+    :meth:`Corpus.iter_records`) with the unbacked configuration; samples that still compile form
+    the plan's residual warmup (strides, dtypes, list lengths... that no mark removes).
 
     Marks can change how the model compiles: a size Dynamo no longer knows can break the graph
     where the model branches on it (the plan then says which breaks it adds and how many frames
     result), or fail to compile at all under ``fullgraph=True``. A sample that ran in the
     analysis but raises once marked makes the plan infeasible: it is not written, and the reason
-    keeps torch's whole message."""
+    keeps torch's whole message. When the plan marks dims inside arguments (a KV cache's keys) and
+    samples raise, the corpus is replayed again without those: if that runs, they are left out
+    with torch's reason (the usual case: code inside the model that needs the cache's length as a
+    known number), and the plan marks the rest."""
+    tried = _replay_marked(model, corpus(), plan, options, catalog)
+    nested = [d for d in plan.dims if d.nested]
+    if tried.status == "ok" or not nested:
+        return tried
+    outer = replace(plan, dims=tuple(d for d in plan.dims if not d.nested))
+    retried = _replay_marked(model, corpus(), outer, options, catalog) if outer.dims else None
+    if retried is None or retried.status != "ok":
+        return tried
+    sample, error = tried.failed[0]
+    why = (f"marking it unbacked breaks the model ({len(tried.failed)} samples raise; first, sample {sample}: "
+           f"{error.splitlines()[0] if error else error})")
+    skipped = dict(retried.skipped)
+    for dim in nested:
+        skipped.setdefault(f"{dim.argument}.size()[{dim.axis}]", why)
+    return replace(retried, skipped=tuple(sorted(skipped.items(), key=lambda item: _dim_order(catalog)(item[0]))))
+
+
+def _replay_marked(model: Any, records: Iterable[Any], plan: UnbackedPlan, options: ReplayOptions,
+                   catalog: dict[str, Any]) -> UnbackedPlan:
     marked = replace(
         options,
         duck_shape=plan.duck_shape,
@@ -244,7 +282,7 @@ def residual_samples(
             errors.append((meta.index, meta.error))
 
     # Each signature of a corpus recorded by signature is checked once (its records as read).
-    result = replay(model, corpus, marked, on_sample=collect, guard_only=True, signature_cache=SIGNATURE_CACHE)
+    result = replay(model, records, marked, on_sample=collect, guard_only=True, signature_cache=SIGNATURE_CACHE)
     compiled = sorted({e.sample for e in result.events if e.sample is not None})
     known = {(b.get("location"), b.get("reason")) for b in catalog.get("graph_breaks", [])}
     added = sorted({f"{b.location or '?'}: {b.reason}" for b in result.graph_breaks if (b.location, b.reason) not in known})

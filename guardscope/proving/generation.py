@@ -66,6 +66,7 @@ def check_generate(out_dir: str | Path, requests: list[tuple[Any, dict[str, Any]
 
     from .. import torch_compat
     from ..corpus import load_model
+    from ..corpus.spec import bound_method
     from .setup import set_up_plan
 
     out = Path(out_dir)
@@ -75,12 +76,16 @@ def check_generate(out_dir: str | Path, requests: list[tuple[Any, dict[str, Any]
         raise GuardscopeError(f"{out / plans.MODULES[plan]} does not exist: run 'guardscope emit-warmup {out}' first")
     catalog = store.read_catalog(out)
     if model is None:
-        model = load_model(catalog["model"], base_dir=store.corpus_dir_of(out, catalog, corpus))
+        model = load_model(catalog["model"], base_dir=store.corpus_dir_of(out, catalog, corpus),
+                           method=catalog.get("method"))
+    elif catalog.get("method") is not None:  # the module given, its method compiled
+        model = bound_method(model, catalog["method"], catalog["model"])
     owner = torch_compat.forward_owner(model)
     if owner is None or owner is model or not callable(getattr(owner, "generate", None)):
         raise GuardscopeError(
-            "check_generate needs the analysed model to be a module's bound forward (a model spec "
-            "returning model.forward, as recorded from generate()) whose module has generate()"
+            "check_generate needs the analysed model to be a module's bound forward (a corpus recorded "
+            "with TrafficRecorder.wrap(torch.compile(model.forward)), or with method='forward', or a model "
+            "spec returning model.forward) whose module has generate()"
         )
     # generate() runs the forward under torch.no_grad(), not inference mode: the set-up must too,
     # or graphs compiled for inference tensors (other dispatch keys) would not serve its calls.

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import guardscope
-from guardscope import pipeline
+from guardscope import pipeline, store
 from guardscope.proving.generation import check_generate
 
 from .. import object_models as om
@@ -51,6 +51,11 @@ def test_generate_plans_pass_verify_and_a_plain_generate_on_new_prompts(tmp_path
     document = pipeline.verify(analysis.out_dir, artifacts=("warmup", "unbacked"), bundle=False)
     statuses = {r["name"]: r["status"] for r in document["artifacts"]}
     assert statuses["warmup"] == "passed" and statuses["unbacked"] in ("passed", "infeasible")
+    # The cache's batch dim (1 in some calls) is marked through its path, or left out with why.
+    fixes = store.read_document(analysis.out_dir, store.FIXES, required=True)
+    unbacked = next(f for f in fixes["artifacts"] if f["name"] == "unbacked")["details"]
+    cache_dims = [d for d in unbacked["dims"] if ".layers[0].keys:0" in d]
+    assert cache_dims or any(".layers[0].keys.size()[0]" in dim for dim in unbacked["not_marked"]), unbacked
     extra = {"cache_implementation": "static"} if cache == "static" else {}
     held_out = [(ids, {**kwargs, **extra}) for ids, kwargs in _held_out(7, (5, 23, 41))]
     for plan in [name for name, status in statuses.items() if status == "passed"]:

@@ -249,6 +249,8 @@ def test_a_nested_record_on_a_device_this_machine_lacks_is_refused_when_read(tmp
 
 
 def test_built_tensors_are_bounded_in_bytes(monkeypatch):
+    """Tensors of one argument are views of one zero-filled storage, grown by half again when a
+    size needs more; past the byte bound the template starts afresh."""
     from guardscope.corpus import signature as signatures
 
     monkeypatch.setattr(signatures, "TEMPLATE_BYTES_KEPT", 120)
@@ -256,7 +258,11 @@ def test_built_tensors_are_bounded_in_bytes(monkeypatch):
     keys = [template.match(array_of((torch.ones(5, cols),), {})) for cols in (4, 4, 1)]
     first = template.arguments(keys[0])[2][0]
     assert template.arguments(keys[1])[2][0] is first
-    template.arguments(keys[2])  # 80 + 20 bytes: within the bound
+    smaller = template.arguments(keys[2])[2][0]  # fits the 80 bytes already there: no new storage
+    assert smaller.shape == (5, 1) and smaller.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
     assert template.arguments(keys[0])[2][0] is first
-    template.arguments(template.match(array_of((torch.ones(5, 3),), {})))  # 100 + 60 > 120: start afresh
+    grown = template.arguments(template.match(array_of((torch.ones(5, 7),), {})))[2][0]  # 140 bytes: a new pool
+    assert grown.untyped_storage().nbytes() == 140 and not grown.any()
+    assert template.arguments(keys[0])[2][0] is first  # kept until the bound is passed (80 + 140 > 120)
+    template.arguments(template.match(array_of((torch.ones(5, 2),), {})))  # a new size: start afresh
     assert template.arguments(keys[0])[2][0] is not first

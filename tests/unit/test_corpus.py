@@ -191,6 +191,28 @@ def test_manifest_contents(tmp_path):
     assert manifest.shards[1] == ShardInfo("shard-00001.pt", 2, 1, raw["shards"][1]["sha256"])
 
 
+def test_the_manifest_says_which_method_production_compiles(tmp_path):
+    """``method="forward"`` (torch.compile(model.forward)) is written and read back; a corpus
+    written without it has no such field, and loading its model gives the model itself."""
+    from guardscope.corpus.spec import load_model
+
+    write(tmp_path / "plain", [((torch.ones(2),), {})])
+    assert "method" not in json.loads((tmp_path / "plain" / "corpus.json").read_text())
+    with CorpusWriter(tmp_path / "c", model=MODEL, method="forward") as writer:
+        writer.add(torch.ones(2))
+    assert read_manifest(tmp_path / "c").method == "forward"
+    with pytest.raises(ModelSpecError, match="not a method name"):
+        CorpusWriter(tmp_path / "d", model=MODEL, method="forward()")
+    (tmp_path / "m.py").write_text("import torch\nbuild = lambda: torch.nn.Linear(2, 2)\n")
+    module = load_model("m.py:build", base_dir=tmp_path)
+    assert isinstance(module, torch.nn.Linear)
+    bound = load_model("m.py:build", base_dir=tmp_path, method="forward")
+    assert bound.__name__ == "forward" and isinstance(bound.__self__, torch.nn.Linear)
+    assert load_model("m.py:build", base_dir=tmp_path, method="extra_repr").__name__ == "extra_repr"
+    with pytest.raises(ModelSpecError, match="compiles the model's method 'generate'.*Linear.*has no such method"):
+        load_model("m.py:build", base_dir=tmp_path, method="generate")
+
+
 # ---- streaming and random access -----------------------------------------------------------
 
 
@@ -379,6 +401,9 @@ def test_manifest_missing_field(corpus_dir, field):
         (lambda raw: raw["shards"][1].update(first=3), r"shards\[1\].first"),
         (lambda raw: raw["shards"][0].update(file="../../etc/passwd"), "not a shard-NNNNN.pt name"),
         (lambda raw: raw.update(shards={}), "'shards' must be a JSON array"),
+        (lambda raw: raw.update(method="os.system"), "'method'.*not a method name"),
+        (lambda raw: raw.update(method="__init__"), "'method'.*not a method name"),
+        (lambda raw: raw.update(method=3), "'method' must be a JSON string"),
     ],
 )
 def test_manifest_malformed(corpus_dir, edit, message):

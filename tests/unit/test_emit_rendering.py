@@ -88,3 +88,47 @@ def test_hostile_model_names_stay_text(model):
         assert top[0] == "Expr" and "os" not in {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}, name
         assert constants(text)["PLAN"]["model"] == model  # the literal is the exact string
         assert "\x00" not in text and "\x1b" not in text
+
+
+NESTED = UnbackedPlan(dims=(UnbackedDim("input_ids", 0, "corpus range 1..4"),
+                            UnbackedDim("cache.layers[1].keys", 0, "corpus range 1..4"),
+                            UnbackedDim("extras['mask']", 1, "corpus range 1..9")),
+                      duck_shape=True, duck_reason=None, graphs=1)
+
+
+def test_mark_walks_into_the_objects_a_call_passes():
+    """A KV cache's keys are marked through their path on the real object; a call whose cache is
+    empty (no layers yet), or that passes no cache, is left alone."""
+    import types
+
+    import torch
+
+    text = render_unbacked({**CATALOG, "arguments": ["input_ids", "cache", "extras"]}, NESTED, plain_graphs=2,
+                           supports_unbacked_sources=True)
+    assert constants(text)["UNBACKED_DIMS"] == (("input_ids", 0), ("cache.layers[1].keys", 0), ("extras['mask']", 1))
+    assert "TORCH_COMPILE_UNBACKED_SOURCES" not in text  # a nested dim has no environment form
+    namespace: dict = {"__file__": "unbacked.py"}
+    exec(compile(text, "unbacked.py", "exec"), namespace)
+    layers = [types.SimpleNamespace(keys=torch.zeros(2, 3, 4)) for _ in range(2)]
+    ids, mask = torch.zeros(2, 5), torch.zeros(2, 7)
+    namespace["mark"](ids, types.SimpleNamespace(layers=layers), extras={"mask": mask})
+    assert ids._dynamo_unbacked_indices == {0} and mask._dynamo_unbacked_indices == {1}
+    assert layers[1].keys._dynamo_unbacked_indices == {0}
+    assert not hasattr(layers[0].keys, "_dynamo_unbacked_indices")
+    namespace["mark"](torch.zeros(1, 5), types.SimpleNamespace(layers=[]))  # prefill: nothing cached yet
+    namespace["mark"](torch.zeros(1, 5), None, extras={})
+
+
+def test_the_unbacked_plan_marks_dims_inside_arguments_by_path():
+    from guardscope.fixes.plan import choose_unbacked
+
+    def stats(dim: str, low: int, high: int) -> dict:
+        return {"dim": dim, "min": low, "max": high, "dynamic": low != high, "ever_zero": low == 0, "ever_one": low == 1}
+
+    catalog = {"arguments": ["input_ids", "cache"], "topologies": [], "compiles": [], "frames": [],
+               "dimensions": [stats("input_ids.size()[0]", 1, 4), stats("cache.layers[0].keys.size()[0]", 1, 4),
+                              stats("cache.layers[0].keys.size()[2]", 3, 60), stats("cache.get_mask().size()[0]", 1, 4)]}
+    plan = choose_unbacked(catalog)
+    assert [(d.argument, d.axis, d.nested) for d in plan.dims] == [("input_ids", 0, False),
+                                                                    ("cache.layers[0].keys", 0, True)]
+    assert [dim for dim, _ in plan.skipped] == ["cache.get_mask().size()[0]"]  # read, never called

@@ -10,8 +10,9 @@ from .common import base_context, bundle_file
 
 
 def environment_form(plan: UnbackedPlan, supports_unbacked_sources: bool) -> dict[str, str]:
-    """``TORCH_COMPILE_UNBACKED_SOURCES`` for the same marks, where torch reads it."""
-    if not supports_unbacked_sources or not plan.dims:
+    """``TORCH_COMPILE_UNBACKED_SOURCES`` for the same marks, where torch reads it (top-level
+    arguments only: a dim inside an argument is marked by ``mark()`` alone)."""
+    if not supports_unbacked_sources or not plan.dims or any(d.nested for d in plan.dims):
         return {}
     sources = ",".join(f"L['{d.argument}']:{d.axis}" for d in plan.dims)
     return {"TORCH_COMPILE_UNBACKED_SOURCES": sources}
