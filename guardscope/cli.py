@@ -84,6 +84,7 @@ def main() -> None:
       guardscope bench out/                              # serving latency of each fix (GPU)
       guardscope report out/                             # re-renders report.html
       guardscope diff before/ after/                     # what changed between two analyses
+      guardscope whatif out/ --transform cast:x:float32  # what an input transform would save
     """
 
 
@@ -469,6 +470,83 @@ def probe(out_dir: str, values: str, pairwise: str, max_candidates: int, break_r
     if result.corpus_dir is not None:
         wrote.append(str(result.corpus_dir))
     click.echo("wrote       " + ", ".join(wrote))
+
+
+@main.command()
+@click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=str))
+@click.option("--transform", "transforms", multiple=True, required=True, metavar="SPEC",
+              help="An input transform; repeatable, chained in the order given: cast:PATH:DTYPE[:scale], "
+              "contiguous:PATH, channels_last:PATH, pad:PATH:DIMS:multiple=N|buckets=A,B,...[:value=V]"
+              "[:side=right|left][:with=MASK], fn:FILE.py:NAME.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Also write the document (DIR/whatif.json) to this path.")
+@_corpus_option
+@_friendly_errors
+def whatif(out_dir: str, transforms: tuple[str, ...], json_path: str | None, corpus: str | None) -> None:
+    """Measure what canonicalising the inputs would save, and whether it changes the answers.
+
+    For each --transform alone, then for the chain of them in the order given, replays the
+    analysed corpus with every sample transformed (the analysis's compile options) and prints
+    the graphs and frames compiled, the compile seconds, the padding's cost in % of input
+    elements, and whether the model's outputs change: each topology's first sample runs eagerly
+    as recorded and transformed, an output cut back on each dim where it differs from the
+    recorded one by a padding (logits, a KV cache), and the largest difference is shown. A row
+    whose outputs differ changes the results. Writes DIR/whatif.json.
+
+    Arguments are named as for --mark-unbacked (images, input_ids, xs[0]); DIMS is 1 or 2,3.
+    'cast:images:float32:scale' divides uint8 by 255; 'pad:input_ids:1:multiple=64:with=attention_mask'
+    pads the mask with 0 too; 'pad:images:0:buckets=1,2,4,8' buckets the batch; 'fn:canon.py:canonicalise'
+    calls canonicalise(args, kwargs), which returns (args, kwargs).
+
+    Not yet: emitting canonicalise.py and its warmup, verify with the transforms applied, and a
+    report section; the report does not show whatif.json.
+
+    \b
+    Example:
+      guardscope analyze corpus/ --out out/
+      guardscope whatif out/ --transform cast:images:float32:scale --transform contiguous:images \\
+          --transform pad:images:2,3:multiple=32
+      guardscope whatif out/ --transform pad:input_ids:1:multiple=64:with=attention_mask
+    """
+    from . import pipeline
+
+    def progress(label: str) -> None:
+        click.echo(f"replaying the corpus: {label}...", err=True)
+
+    document = pipeline.whatif(out_dir, transforms, json_path=json_path, progress=progress, corpus=corpus)
+    click.echo("\n".join(format_whatif(document)))
+    click.echo("wrote       " + ", ".join([str(Path(out_dir) / store.WHATIF), *([json_path] if json_path else [])]))
+
+
+def format_whatif(document: dict[str, Any]) -> list[str]:
+    """The what-if rows as a table, then what each row's notes say."""
+    def outputs(row: dict[str, Any]) -> str:
+        diff = "" if row["max_diff"] is None else f" (max diff {row['max_diff']:.3g})"
+        if not row["transforms"]:
+            return "(the reference)"
+        if row["outputs_equal"] is None:
+            return "not compared (the samples raise as recorded)"
+        return f"equal{diff}" if row["outputs_equal"] else f"DIFFER{diff}: changes the results"
+
+    table = [("transform", "graphs", "frames", "compile s", "padding %", "outputs")]
+    for row in document["rows"]:
+        chain = row["transforms"]
+        if len(chain) == 2:
+            table.append((f"chained: {chain[0]}", "", "", "", "", "(as its own row above)"))
+        label = f"  + {chain[-1]}" if len(chain) > 1 else row["label"]
+        table.append((label, str(row["graphs"]), str(row["frames"]), f"{row['compile_seconds']:.2f}",
+                      f"{row['padding_percent']:.1f}", outputs(row)))
+    widths = [max(len(line[i]) for line in table) for i in range(5)]
+    lines = ["  ".join([line[0].ljust(widths[0]), *(cell.rjust(w) for cell, w in zip(line[1:5], widths[1:])),
+                        line[5]]).rstrip() for line in table]
+    for row in document["rows"]:
+        for note in row["notes"]:
+            lines.append(f"note        {row['label']}: {note}")
+        for topology in row["topologies"]:
+            if topology["note"]:
+                lines.append(f"note        {row['label']}: T{topology['topology']} (sample {topology['sample']}) "
+                             f"{topology['note']}")
+    return lines
 
 
 @main.command()

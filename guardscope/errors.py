@@ -35,6 +35,12 @@ class CompileOptionsError(GuardscopeError):
     """Compile options in the manifest or on the command line are not valid for torch.compile."""
 
 
+class TransformError(GuardscopeError):
+    """A ``--transform`` spec is malformed or cannot apply: an argument or dim the model's calls
+    do not have, a dtype torch does not know, a pad multiple below 1, a function that cannot be
+    loaded or does not return ``(args, kwargs)``."""
+
+
 class TraceParseError(GuardscopeError):
     """In strict mode: a structured-trace record or guard text could not be parsed or classified."""
 

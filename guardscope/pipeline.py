@@ -217,6 +217,31 @@ def probe(
     return result
 
 
+def whatif(
+    out_dir: str | Path,
+    transforms: tuple[str, ...],
+    *,
+    json_path: str | Path | None = None,
+    progress: Callable[[str], None] | None = None,
+    corpus: str | Path | None = None,
+) -> dict[str, Any]:
+    """Replay the corpus of the analysis in ``out_dir`` with each input transform alone and
+    chained (:mod:`guardscope.fixes.whatif`); writes ``whatif.json`` (and ``json_path``, when
+    given). The report does not show it yet."""
+    from .fixes.transforms import parse_transforms
+    from .fixes.whatif import run
+
+    parsed = parse_transforms(transforms)  # before anything is loaded
+    out, catalog, loaded, model = store.load_inputs(out_dir, corpus)
+    store.refuse_foreign(out, [store.WHATIF])
+    document = run(catalog, loaded, model, parsed, progress=progress)
+    document = {**document, "catalog_sha256": store.catalog_digest(catalog)}
+    store.write_document(out, store.WHATIF, document)
+    if json_path is not None:
+        store.write_json(json_path, document)
+    return document
+
+
 def fidelity(
     out_dir: str | Path,
     *,

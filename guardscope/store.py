@@ -50,8 +50,9 @@ EMIT_LOG = "emit-warmup.log"  # what torch logged while emit-warmup tried its pl
 FIDELITY = "fidelity.json"
 FIDELITY_DIR = "fidelity"  # the production-backend analysis guardscope fidelity compares with
 PROBE = f"{PROBE_DIR}/{PROBE_FILE}"
+WHATIF = "whatif.json"  # what input transforms would save (guardscope whatif DIR --transform ...)
 # Documents that carry "schema": this guardscope reads these versions.
-SCHEMAS = {CATALOG: 1, FIXES: 1, VERIFICATION: 1, BENCH: 1, PROBE: 1, FIDELITY: 1}
+SCHEMAS = {CATALOG: 1, FIXES: 1, VERIFICATION: 1, BENCH: 1, PROBE: 1, FIDELITY: 1, WHATIF: 1}
 # What every catalog holds (see README "catalog.json"); fixes.json and verification.json also
 # carry "schema": 1, so the schema alone does not say a file is a catalog.
 CATALOG_KEYS = ("torch_version", "corpus", "compile", "summary", "compiles", "topologies")
@@ -74,6 +75,7 @@ REMAKE = {
     BENCH: "run 'guardscope bench {out}'",
     PROBE: "run 'guardscope probe {out}'",
     FIDELITY: "run 'guardscope fidelity {out}'",
+    WHATIF: "run 'guardscope whatif {out} --transform SPEC'",
 }
 ANALYSIS_FILES = (CATALOG, TIMINGS, REPORT, f"{TRACE_DIR}/{TRACE_FILE}", f"{TRACE_DIR}/{CUDAGRAPH_LOG}")
 
