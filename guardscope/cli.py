@@ -241,9 +241,14 @@ def report(out_dir: str) -> None:
 @click.option("--bundle", "make_bundles", is_flag=True,
               help="Then compile both plans with the production backend and save their compile-cache "
               "bundles (as 'guardscope bundle DIR' with its defaults).")
+@click.option("--transform", "transforms", multiple=True, metavar="SPEC",
+              help="Instead of the three fixes: write DIR/canonicalise.py, applying these input transforms "
+              "(repeatable, in order; the forms of 'guardscope whatif'), and DIR/canonical_warmup/, the warmup "
+              "for the transformed inputs.")
 @_corpus_option
 @_friendly_errors
-def emit_warmup(out_dir: str, margin: float, include_probed: bool, make_bundles: bool, corpus: str | None) -> None:
+def emit_warmup(out_dir: str, margin: float, include_probed: bool, make_bundles: bool, transforms: tuple[str, ...],
+                corpus: str | None) -> None:
     """Write the fixes for the analysis in DIR: a warmup set, a mark_unbacked plan, export Dims.
 
     Reads DIR/catalog.json and the corpus it names; writes DIR/warmup/ + DIR/warmup.py,
@@ -259,8 +264,24 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool, make_bundles:
       guardscope verify out/
       guardscope probe out/ && guardscope emit-warmup out/ --include-probed
       guardscope emit-warmup out/ --bundle     # plus compile-cache bundles, on the production machine
+      guardscope emit-warmup out/ --transform cast:images:float32 --transform contiguous:images
     """
     from . import pipeline
+
+    if transforms and (make_bundles or include_probed or margin):
+        raise click.UsageError("--transform writes canonicalise.py alone: run it without --bundle, --include-probed "
+                               "and --margin")
+    if transforms:
+        plan, files = pipeline.emit_canonical(
+            out_dir, transforms, corpus=corpus,
+            progress=lambda chain: click.echo(f"replaying the corpus transformed by {chain}...", err=True))
+        click.echo(f"canonical   {plan.topologies} topologies become {plan.canonical_topologies}; warmup "
+                   f"{len(plan.warmup)} transformed samples {list(plan.warmup)} compile {plan.graphs} graphs")
+        if plan.raised:
+            click.secho(f"            {len(plan.raised)} sample(s) raise once transformed, first {plan.raised[0]}",
+                        fg="yellow")
+        click.echo("wrote       " + ", ".join(str(p) for p in files))
+        return
 
     click.echo("planning the warmup (compiles each topology's representative once)...", err=True)
     fixes = pipeline.emit_warmup(out_dir, margin=margin, include_probed=include_probed, corpus=corpus)
@@ -346,8 +367,9 @@ def bundle(out_dir: str, artifacts: tuple[str, ...], backend: str | None, device
 
 @main.command()
 @click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=str))
-@click.option("--artifact", "artifacts", multiple=True, type=click.Choice(NAMES),
-              help="Verify only these artifacts (repeatable); default all three.")
+@click.option("--artifact", "artifacts", multiple=True, type=click.Choice((*NAMES, "canonical")),
+              help="Verify only these artifacts (repeatable); default all three, and canonicalise.py "
+              "(canonical) when emit-warmup --transform wrote it.")
 @click.option("--holdout", type=float, default=None,
               help="Replay only the last FRACTION of the corpus (e.g. 0.3), to test on samples the plan did not see first.")
 @click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds allowed per artifact.")
@@ -397,6 +419,11 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
             click.echo(f"          {first_line(result['reason'])}{more}")
         if result.get("bundle"):
             click.echo(f"          {format_bundle_setup(result['bundle'])}")
+        if result.get("outputs"):
+            outputs = result["outputs"]
+            differing = [f"T{t['topology']}" for t in outputs["topologies"] if not t["equal"]]
+            click.echo("          outputs " + ("equal" if outputs["equal"] else "CHANGED on " + ", ".join(differing))
+                       + (f" (max diff {outputs['max_diff']:.3g})" if outputs["max_diff"] is not None else ""))
     statuses = ", ".join(f"{r['name']} {r['status']}" for r in document["artifacts"])
     click.echo(f"verdict     {document['verdict'].upper()}: {statuses} ({Path(out_dir) / store.VERIFICATION})")
     for warning in document["warnings"]:
@@ -474,10 +501,10 @@ def probe(out_dir: str, values: str, pairwise: str, max_candidates: int, break_r
 
 @main.command()
 @click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=str))
-@click.option("--transform", "transforms", multiple=True, required=True, metavar="SPEC",
+@click.option("--transform", "transforms", multiple=True, metavar="SPEC",
               help="An input transform; repeatable, chained in the order given: cast:PATH:DTYPE[:scale], "
               "contiguous:PATH, channels_last:PATH, pad:PATH:DIMS:multiple=N|buckets=A,B,...[:value=V]"
-              "[:side=right|left][:with=MASK], fn:FILE.py:NAME.")
+              "[:side=right|left][:with=MASK], fn:FILE.py:NAME. Without it: the chain the catalog suggests.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Also write the document (DIR/whatif.json) to this path.")
 @_corpus_option
@@ -498,8 +525,11 @@ def whatif(out_dir: str, transforms: tuple[str, ...], json_path: str | None, cor
     pads the mask with 0 too; 'pad:images:0:buckets=1,2,4,8' buckets the batch; 'fn:canon.py:canonicalise'
     calls canonicalise(args, kwargs), which returns (args, kwargs).
 
-    Not yet: emitting canonicalise.py and its warmup, verify with the transforms applied, and a
-    report section; the report does not show whatif.json.
+    Without --transform, the catalog's failure kinds choose the chain: dtype mismatches a cast to
+    the argument's most common dtype, stride mismatches contiguous, size specializations a padding
+    where one can keep the answers (a dim with a mask, the batch); the advice says in words which
+    transforms apply and which do not (an edge list cannot be padded without a mask). The report's
+    "Fixes at the input" section shows the table.
 
     \b
     Example:
@@ -507,6 +537,7 @@ def whatif(out_dir: str, transforms: tuple[str, ...], json_path: str | None, cor
       guardscope whatif out/ --transform cast:images:float32:scale --transform contiguous:images \\
           --transform pad:images:2,3:multiple=32
       guardscope whatif out/ --transform pad:input_ids:1:multiple=64:with=attention_mask
+      guardscope whatif out/                      # the chain the catalog suggests
     """
     from . import pipeline
 
@@ -514,8 +545,20 @@ def whatif(out_dir: str, transforms: tuple[str, ...], json_path: str | None, cor
         click.echo(f"replaying the corpus: {label}...", err=True)
 
     document = pipeline.whatif(out_dir, transforms, json_path=json_path, progress=progress, corpus=corpus)
-    click.echo("\n".join(format_whatif(document)))
-    click.echo("wrote       " + ", ".join([str(Path(out_dir) / store.WHATIF), *([json_path] if json_path else [])]))
+    if document["suggested"]:
+        click.echo("\n".join(f"advice      {line}" for line in format_advice(document)))
+        if not document["rows"]:
+            click.echo("advice      the catalog suggests no input transform; give --transform SPEC to measure one")
+    if document["rows"]:
+        click.echo("\n".join(format_whatif(document)))
+    click.echo("wrote       " + ", ".join([str(Path(out_dir) / store.WHATIF), *([json_path] if json_path else []),
+                                           str(Path(out_dir) / store.REPORT)]))
+
+
+def format_advice(document: dict[str, Any]) -> list[str]:
+    """The catalog's advice: the transforms that apply and the ones that do not, in words."""
+    return [f"{'applies' if a['applies'] else 'does not apply':<14}  {a['subject']}: {a['text']}"
+            for a in document.get("advice", [])]
 
 
 def format_whatif(document: dict[str, Any]) -> list[str]:

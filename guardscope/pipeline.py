@@ -195,6 +195,19 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: boo
                    torch_log=causes, torch_log_file=log_file)
 
 
+def emit_canonical(out_dir: str | Path, transforms: tuple[str, ...], *, progress: Callable[[str], None] | None = None,
+                   corpus: str | Path | None = None) -> tuple[Any, tuple[Path, ...]]:
+    """``emit-warmup --transform``: write ``canonicalise.py`` and ``canonical_warmup/`` for the
+    input transforms (:func:`guardscope.fixes.document.emit_canonical`); the other fixes are left
+    as they are. Returns the plan and the files written."""
+    from .fixes.document import emit_canonical as emit
+    from .fixes.transforms import parse_transforms
+
+    parsed = parse_transforms(transforms)  # before anything is loaded
+    out, catalog, loaded, model = store.load_inputs(out_dir, corpus)
+    return emit(out, catalog, loaded, model, parsed, progress=progress)
+
+
 def probe(
     out_dir: str | Path,
     *,
@@ -219,26 +232,39 @@ def probe(
 
 def whatif(
     out_dir: str | Path,
-    transforms: tuple[str, ...],
+    transforms: tuple[str, ...] = (),
     *,
     json_path: str | Path | None = None,
     progress: Callable[[str], None] | None = None,
     corpus: str | Path | None = None,
 ) -> dict[str, Any]:
     """Replay the corpus of the analysis in ``out_dir`` with each input transform alone and
-    chained (:mod:`guardscope.fixes.whatif`); writes ``whatif.json`` (and ``json_path``, when
-    given). The report does not show it yet."""
+    chained (:mod:`guardscope.fixes.whatif`); without ``transforms``, the chain the catalog's
+    failure kinds suggest (:mod:`guardscope.fixes.advice`), and when it suggests none, nothing
+    is replayed. The document carries the advice either way. Writes ``whatif.json`` (and
+    ``json_path``, when given) and re-renders the report."""
+    from .fixes.advice import advise, suggested_chain
     from .fixes.transforms import parse_transforms
     from .fixes.whatif import run
 
-    parsed = parse_transforms(transforms)  # before anything is loaded
-    out, catalog, loaded, model = store.load_inputs(out_dir, corpus)
+    parsed = parse_transforms(transforms) if transforms else None  # before anything is loaded
+    out = Path(out_dir)
+    catalog = store.read_catalog(out)
     store.refuse_foreign(out, [store.WHATIF])
-    document = run(catalog, loaded, model, parsed, progress=progress)
-    document = {**document, "catalog_sha256": store.catalog_digest(catalog)}
+    advice = advise(catalog)
+    if parsed is None and suggested_chain(advice):
+        parsed = parse_transforms(suggested_chain(advice))
+    if parsed is None:
+        document = {"schema": 1, "transforms": [], "rows": []}
+    else:
+        out, catalog, loaded, model = store.load_inputs(out_dir, corpus)
+        document = run(catalog, loaded, model, parsed, progress=progress)
+    document = {**document, "suggested": not transforms, "advice": [a.to_json() for a in advice],
+                "catalog_sha256": store.catalog_digest(catalog)}
     store.write_document(out, store.WHATIF, document)
     if json_path is not None:
         store.write_json(json_path, document)
+    _render(out)
     return document
 
 

@@ -51,6 +51,9 @@ FIDELITY = "fidelity.json"
 FIDELITY_DIR = "fidelity"  # the production-backend analysis guardscope fidelity compares with
 PROBE = f"{PROBE_DIR}/{PROBE_FILE}"
 WHATIF = "whatif.json"  # what input transforms would save (guardscope whatif DIR --transform ...)
+# The input canonicalisation emit-warmup --transform writes, and its warmup corpus of transformed samples.
+CANONICALISE = "canonicalise.py"
+CANONICAL_WARMUP = "canonical_warmup"
 # Documents that carry "schema": this guardscope reads these versions.
 SCHEMAS = {CATALOG: 1, FIXES: 1, VERIFICATION: 1, BENCH: 1, PROBE: 1, FIDELITY: 1, WHATIF: 1}
 # What every catalog holds (see README "catalog.json"); fixes.json and verification.json also

@@ -9,6 +9,7 @@ left from an earlier run).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from ..corpus.spec import respec
 from ..options import production_options
 from ..text import first_line
 from . import plan as planning
+from .canonical import CanonicalPlan, plan_canonical
+from .emit.canonicalise import render_canonicalise
 from .emit.export_dims import render_export_dims
 from .emit.unbacked import render_unbacked
 from .emit.warmup import render_warmup
@@ -203,3 +206,26 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
     }
     written.append(store.write_document(out, store.FIXES, fixes))
     return Fixes(out_dir=out, files=tuple(written), warmup=warmup_plan, unbacked=unbacked_plan, export=export_plan)
+
+
+def emit_canonical(out: Path, catalog: dict[str, Any], corpus: Any, model: Any,
+                   transforms: tuple[Any, ...], *,
+                   progress: Callable[[str], None] | None = None) -> tuple[CanonicalPlan, tuple[Path, ...]]:
+    """Plan and write ``canonicalise.py`` and its warmup corpus ``canonical_warmup/`` (the
+    transformed samples that compile the canonical graphs) for ``transforms``
+    (:mod:`guardscope.fixes.canonical`); the transforms are checked before anything is written."""
+    from .transforms import Call, apply_chain
+
+    store.refuse_foreign(out, [store.CANONICALISE])
+    plan = plan_canonical(catalog, corpus, model, transforms, progress=progress)
+    code = render_canonicalise(catalog, plan)
+    target = out / store.CANONICAL_WARMUP
+    call = Call(model)
+    spec = respec(catalog["model"], corpus.path, target)
+    with CorpusWriter(target, model=spec, compile=corpus.manifest.compile, overwrite=True,
+                      method=corpus.manifest.method) as writer:
+        for index in plan.warmup:
+            sample = corpus.sample(index)
+            args, kwargs, _ = apply_chain(call, transforms, sample.args, sample.kwargs, index)
+            writer.add(*args, **kwargs)
+    return plan, (store.write_text(out / store.CANONICALISE, code), target)

@@ -10,6 +10,10 @@ catalog's options, applies the artifact as its docstring says, replays the corpu
   ``fullgraph`` a sample the existing graphs' guards accept is not run — it cannot compile.
 * export: ``torch.export`` with the artifact's Dims, then every topology's representative
   through the exported program, compared with eager.
+* canonical (``canonicalise.py``, from ``emit-warmup --transform``; verified when it exists):
+  its ``warmup()``, then the whole corpus replayed through its ``canonicalise()``, every compile
+  a failure; and each topology's first sample run eagerly as recorded and canonicalised, the
+  outputs compared as ``whatif`` compares them (the result's ``outputs``: recorded, not judged).
 
 When a plan has a compile-cache bundle (``guardscope bundle DIR``), two more fresh children, each
 with new, empty cache folders, measure its set-up with the bundle's backend and device: once
@@ -38,6 +42,9 @@ OK_STATUSES = ("passed", "skipped", "infeasible")
 # An export that ran every topology it was planned for but leaves others outside its Dims
 # serves only part of the corpus: not a failure, and not a pass either.
 PARTIAL = "partial"
+# The input canonicalisation emit-warmup --transform writes: verified beside the plans, not one.
+CANONICAL = "canonical"
+ARTIFACTS = (*plans.NAMES, CANONICAL)
 
 
 def verdict(results: list[dict[str, Any]]) -> str:
@@ -70,10 +77,10 @@ def verify_fixes(
     """
     if holdout is not None and not 0.0 < holdout < 1.0:
         raise CompileOptionsError(f"--holdout {holdout} must be a fraction between 0 and 1")
-    chosen = artifacts or plans.NAMES
-    unknown = sorted(set(chosen) - set(plans.NAMES))
+    chosen = artifacts or (*plans.NAMES, *([CANONICAL] if (out / store.CANONICALISE).is_file() else []))
+    unknown = sorted(set(chosen) - set(ARTIFACTS))
     if unknown:
-        raise CompileOptionsError(f"unknown artifacts {unknown}; choose from {', '.join(plans.NAMES)}")
+        raise CompileOptionsError(f"unknown artifacts {unknown}; choose from {', '.join(ARTIFACTS)}")
     results = []
     for name in chosen:
         if progress is not None:
@@ -82,7 +89,7 @@ def verify_fixes(
     previous = store.read_document(out, store.VERIFICATION) if artifacts else None
     if previous is not None:
         kept = [r for r in previous.get("artifacts", []) if r.get("name") not in chosen]
-        results = sorted(kept + results, key=lambda r: plans.NAMES.index(r["name"]))
+        results = sorted(kept + results, key=lambda r: ARTIFACTS.index(r["name"]))
     catalog = store.read_catalog(out)
     small = None if forward_skipped(catalog.get("skipped_frames", [])) else small_corpus_warning(catalog.get("risk") or {})
     found = verdict(results)
@@ -136,6 +143,13 @@ def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: fl
                  bundle: bool = True, corpus: Path | None = None) -> dict[str, Any]:
     """Verify one artifact in a fresh interpreter; with ``bundle``, also measure the set-up of
     its compile-cache bundle (when it has one) with and without it."""
+    if name == CANONICAL:
+        if not (out_dir / store.CANONICALISE).is_file():
+            return _result(name, "skipped", f"{store.CANONICALISE} not found: run 'guardscope emit-warmup "
+                           f"{out_dir} --transform SPEC...'")
+        options = (["--holdout", str(holdout)] if holdout is not None else []) + (
+            ["--corpus", str(Path(corpus).resolve())] if corpus is not None else [])
+        return _run_child(out_dir, name, name, options, timeout=timeout)
     planned = planned_status(out_dir, name)
     if planned is not None:
         return _result(name, "infeasible", planned)
@@ -334,6 +348,96 @@ def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout:
     )
 
 
+def _verify_canonical(out_dir: Path, catalog: dict, corpus: Any, model: Any, holdout: float | None,
+                      options: Any) -> dict:
+    """canonicalise.py's warmup, then the corpus (or its holdout) replayed through its
+    canonicalise(), compiles counted; then the outputs of each topology's first sample, eager,
+    as recorded and canonicalised (:func:`guardscope.fixes.whatif.compare_outputs`, padded
+    outputs cut back as the transforms' own record of what they padded says)."""
+    from .. import torch_compat
+    from ..fixes.transforms import Call as Arguments
+    from ..fixes.transforms import apply_chain, parse_transforms
+    from ..fixes.whatif import compare_outputs
+    from ..model import Sample
+    from ..replay.capture import TraceCapture, events_from_records
+    from ..replay.session import Runner
+
+    module = import_file(out_dir / store.CANONICALISE)
+    failed_before = {f["sample"] for f in catalog.get("failed_samples", [])}
+    start = 0 if holdout is None else int(len(corpus) * (1.0 - holdout))
+    raised: list[tuple[int, str]] = []
+    replayed = 0
+    with TraceCapture() as capture:
+        capture.set_sample(None)
+        runner = Runner(model, options)
+        started = time.perf_counter()
+        module.warmup(runner.compiled, device=options.device, inference_mode=options.inference_mode)
+        torch_compat.synchronize(runner.device)
+        setup_seconds = time.perf_counter() - started
+        setup_events = events_from_records(capture.records).events
+        for sample in corpus:
+            if sample.index < start or sample.index in failed_before:
+                continue
+            capture.set_sample(sample.index)
+            try:
+                args, kwargs = module.canonicalise(*sample.args, **sample.kwargs)
+                call = runner.prepare(Sample(sample.index, args, kwargs), mark=False)
+                with runner.grad_context():
+                    runner.forget_entries()
+                    runner.compiled(*call.args, **call.kwargs)
+            except Exception as exc:  # noqa: BLE001 - a sample the canonicalisation breaks: the result says so
+                raised.append((sample.index, f"{type(exc).__name__}: {exc}"))
+            replayed += 1
+        capture.set_sample(None)
+    events = events_from_records(capture.records).events
+    recompiles = [e for e in events if e.sample is not None]
+    torch_compat.reset_dynamo()
+
+    chain = parse_transforms(module.TRANSFORMS)
+    arguments = Arguments(model)
+    topologies = []
+    for topology in catalog["topologies"]:
+        sample = corpus.sample(topology["first_sample"])
+        entry: dict[str, Any] = {"topology": topology["id"], "sample": sample.index}
+        try:
+            _, _, applied = apply_chain(arguments, chain, sample.args, sample.kwargs, sample.index)
+            args, kwargs = module.canonicalise(*sample.args, **sample.kwargs)
+            outputs = []
+            for run_args, run_kwargs in ((sample.args, sample.kwargs), (args, kwargs)):
+                call = runner.prepare(Sample(sample.index, run_args, run_kwargs), mark=False)
+                with runner.grad_context():
+                    outputs.append(runner.model(*call.args, **call.kwargs))
+            entry.update(compare_outputs(outputs[0], outputs[1], [p for a in applied for p in a.padded]))
+        except Exception as exc:  # noqa: BLE001 - recorded per topology
+            entry.update(equal=False, max_diff=None, cut=[], note=f"raised: {type(exc).__name__}: {exc}")
+        topologies.append(entry)
+    diffs = [t["max_diff"] for t in topologies if t["max_diff"] is not None]
+    equal = all(t["equal"] for t in topologies)
+    reasons = []
+    if recompiles:
+        reasons.append(f"{len(recompiles)} compile(s) during the replay of the canonicalised corpus, first at "
+                       f"sample {recompiles[0].sample} (graph {recompiles[0].compile_id})")
+    if raised:
+        reasons.append(f"{len(raised)} sample(s) raised once canonicalised (first, sample {raised[0][0]}: "
+                       f"{raised[0][1].splitlines()[0] if raised[0][1] else ''})")
+    return _result(
+        CANONICAL,
+        "failed" if reasons else "passed",
+        "; ".join(reasons) or None,
+        setup_graphs=sum(1 for e in setup_events if e.fail_type is None),
+        setup_frames=len({e.frame_id for e in setup_events}),
+        setup_seconds=round(setup_seconds, 3),
+        replay_recompiles=len(recompiles),
+        recompile_samples=sorted({e.sample for e in recompiles}),
+        failures=[{"sample": e.sample, "compile_id": e.compile_id, "frame": e.frame_id,
+                   "reasons": [f"{f.kind.value}: {f.raw}" for f in classify_reasons(e.reasons)]} for e in recompiles],
+        samples_replayed=replayed,
+        transforms=list(module.TRANSFORMS),
+        outputs={"equal": equal, "max_diff": max(diffs) if diffs else None, "changes_results": not equal,
+                 "topologies": topologies},
+    )
+
+
 def _verify_export(out_dir: Path, catalog: dict, corpus: Any, model: Any) -> dict:
     """Export with the module on the plan's example, then run every topology the plan covers
     through the program and compare it with eager; the topologies the plan lists as outside the
@@ -434,7 +538,7 @@ def child_main(argv: list[str]) -> int:
 
 
     parser = argparse.ArgumentParser(prog="python -m guardscope.proving.verify")
-    parser.add_argument("artifact", choices=plans.NAMES)
+    parser.add_argument("artifact", choices=ARTIFACTS)
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("result", type=Path)
     parser.add_argument("--holdout", type=float, default=None)
@@ -446,6 +550,8 @@ def child_main(argv: list[str]) -> int:
     out, catalog, corpus, model = store.load_inputs(arguments.out_dir, arguments.corpus)
     if arguments.artifact == "export":
         result = _verify_export(out, catalog, corpus, model)
+    elif arguments.artifact == CANONICAL:
+        result = _verify_canonical(out, catalog, corpus, model, arguments.holdout, production_options(catalog))
     elif arguments.backend is None:
         result = _verify_compiled(arguments.artifact, out, corpus, model, arguments.holdout,
                                   production_options(catalog))

@@ -27,6 +27,7 @@ from .sections import (
     fidelity_context,
     fixes_context,
     frames_context,
+    input_fixes_context,
     risk_context,
     summary_context,
     topologies_context,
@@ -36,7 +37,7 @@ from .sections import (
 
 def read_inputs(out_dir: str | Path) -> dict[str, Any]:
     """Load an analysis folder through :mod:`guardscope.store`: ``catalog`` (required),
-    ``timings``, ``fixes``, ``verification``, ``bench``, ``probe``, ``fidelity`` and ``bundles``
+    ``timings``, ``fixes``, ``verification``, ``bench``, ``probe``, ``fidelity``, ``bundles`` and ``whatif``
     (``None`` when absent). Keys match :func:`render_report`'s arguments."""
     out = Path(out_dir)
     return {
@@ -48,6 +49,7 @@ def read_inputs(out_dir: str | Path) -> dict[str, Any]:
         "probe": store.read_document(out, store.PROBE),
         "fidelity": store.read_fidelity(out),
         "bundles": read_bundles(out),
+        "whatif": store.read_document(out, store.WHATIF),
     }
 
 
@@ -59,7 +61,7 @@ def read_bundles(out_dir: str | Path) -> dict[str, Any] | None:
 def build_context(catalog: dict, *, timings: dict | None, fixes: dict | None,
                   verification: dict | None, trace_dir: str = store.TRACE_DIR,
                   probe: dict | None = None, fidelity: dict | None = None,
-                  bench: dict | None = None, bundles: dict | None = None) -> dict:
+                  bench: dict | None = None, bundles: dict | None = None, whatif: dict | None = None) -> dict:
     return {
         "fidelity": fidelity_context(catalog, fidelity),
         "risk": risk_context(catalog, probe),
@@ -72,6 +74,7 @@ def build_context(catalog: dict, *, timings: dict | None, fixes: dict | None,
         "frames": frames_context(catalog, fidelity),
         "dimensions": dimensions_context(catalog),
         "fixes": fixes_context(fixes, verification, bundles),
+        "input_fixes": input_fixes_context(whatif, fixes, verification),
         "recommendation": recommendation_context(catalog, fixes, verification, bench),
         "cudagraphs": cudagraphs_context(catalog, timings),
         "has_fixes": fixes is not None,
@@ -84,17 +87,18 @@ def build_context(catalog: dict, *, timings: dict | None, fixes: dict | None,
         "timings_file": store.TIMINGS,
         "fixes_file": store.FIXES,
         "verification_file": store.VERIFICATION,
+        "whatif_file": store.WHATIF,
     }
 
 
 def render_report(catalog: dict, *, timings: dict | None, fixes: dict | None,
                   verification: dict | None, trace_dir: str = store.TRACE_DIR,
                   probe: dict | None = None, fidelity: dict | None = None,
-                  bench: dict | None = None, bundles: dict | None = None) -> str:
+                  bench: dict | None = None, bundles: dict | None = None, whatif: dict | None = None) -> str:
     """The report page for already-loaded JSON (see :func:`read_inputs`). Reads and writes nothing."""
     context = build_context(catalog, timings=timings, fixes=fixes, verification=verification,
                             trace_dir=trace_dir, probe=probe, fidelity=fidelity, bench=bench,
-                            bundles=bundles)
+                            bundles=bundles, whatif=whatif)
     return ENVIRONMENT.get_template("report.html").render(context)
 
 

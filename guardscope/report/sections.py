@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from .. import store
+from .. import plans, store
 from ..catalog.diff import diff_catalogs
 from ..corpus.spec import model_label
 from ..text import (
@@ -421,3 +421,53 @@ def fidelity_context(catalog: dict, fidelity: dict | None) -> dict | None:
     context = diff_context(result, title=f"Fidelity: {labels[0]} vs {labels[1]}")
     context["ignored"] = list(fidelity.get("ignore", ()))
     return context
+
+
+def input_fixes_context(whatif: dict | None, fixes: dict | None, verification: dict | None) -> dict | None:
+    """"Fixes at the input" (whatif.json): each transform chain's row, the cheapest chain that keeps
+    the outputs equal (fewest graphs, then least padding, then fewest transforms), how it compares
+    with the warmup and unbacked plans (graphs, set-up), and the catalog's advice in words."""
+    if whatif is None:
+        return None
+
+    def outputs(row: dict) -> str:
+        if not row["transforms"]:
+            return "the reference"
+        if row.get("outputs_equal") is None:
+            return "not compared"
+        diff = "" if row.get("max_diff") is None else f" (max diff {row['max_diff']:.3g})"
+        return ("equal" if row["outputs_equal"] else "differ") + diff
+
+    rows = [{
+        "label": row["label"], "transforms": list(row["transforms"]), "graphs": row["graphs"], "frames": row["frames"],
+        "compile": format_duration(row.get("compile_seconds")), "padding": f"{row.get('padding_percent', 0.0):.1f} %",
+        "outputs": outputs(row), "changes_results": bool(row.get("changes_results")),
+        "notes": list(row.get("notes") or []),
+    } for row in whatif.get("rows", [])]
+    raw = whatif.get("rows", [])
+    recorded = next((row for row in raw if not row["transforms"]), None)
+    keeping = [row for row in raw if row["transforms"] and row.get("outputs_equal") and not row.get("raised")]
+    best = min(keeping, key=lambda r: (r["graphs"], r.get("padding_percent", 0.0), len(r["transforms"])), default=None)
+    verified = verification_by_name(verification)
+    compared = []
+    for artifact in (fixes or {}).get("artifacts", []):
+        graphs = (artifact.get("details") or {}).get("graphs")
+        if artifact["name"] not in (plans.WARMUP, plans.UNBACKED) or graphs is None or artifact.get("status") != "ok":
+            continue
+        check = verified.get(artifact["name"]) or {}
+        compared.append({"name": artifact["name"], "graphs": graphs, "setup": format_duration(check.get("setup_seconds"))})
+    return {
+        "rows": rows,
+        "best": None if best is None else {
+            "label": best["label"], "graphs": best["graphs"], "padding": f"{best.get('padding_percent', 0.0):.1f} %",
+            "compile": format_duration(best.get("compile_seconds")),
+            "max_diff": "n/a" if best.get("max_diff") is None else f"{best['max_diff']:.3g}",
+        },
+        "recorded_graphs": None if recorded is None else recorded["graphs"],
+        "recorded_compile": None if recorded is None else format_duration(recorded.get("compile_seconds")),
+        "plans": compared,
+        "advice": [{"applies": a["applies"], "subject": a["subject"], "spec": a["spec"], "text": a["text"]}
+                   for a in whatif.get("advice", [])],
+        "suggested": bool(whatif.get("suggested")),
+        "samples": whatif.get("samples"),
+    }

@@ -16,7 +16,9 @@ from guardscope import cli, pipeline, store
 from guardscope.corpus.writer import CorpusWriter
 
 from ..builders import write_image_corpus
+from ..pages import parse, words
 from ..paths import REPO
+from ..sessions import copy_analysis
 
 # (batch, height, width, dtype, layout) for tests/models.py's NormalisedCNN: float32 NCHW first,
 # then 120 px (the first sample of its topology: padding it to 128 changes what the convolutions
@@ -58,6 +60,13 @@ def test_image_transforms_merge_graphs_and_padding_the_sides_changes_the_results
     assert [t["sample"] for t in differing] == [1] and differing[0]["cut"] == []
     assert json.loads((tmp_path / "whatif.json").read_text()) == json.loads((out / store.WHATIF).read_text())
     assert document["catalog_sha256"] == store.catalog_digest(store.read_catalog(out))
+    # the catalog suggests the three that keep the answers, not the sides (they never recompiled)
+    assert [a["spec"] for a in document["advice"]] == [CAST, LAYOUT, BATCH] and not document["suggested"]
+    # the report's "Fixes at the input" leads with the cheapest chain that keeps the outputs equal
+    page = parse((out / store.REPORT).read_text())
+    best = words(page.find(id="input-fixes-best"))
+    assert best.startswith(f"Cheapest chain that keeps the outputs equal: {CAST} + {LAYOUT} + {BATCH}: "), best
+    assert len(page.find("section", id="input-fixes").find("tbody").find_all("tr")) == len(document["rows"])
 
 
 def test_right_padding_a_decoder_with_its_mask_merges_topologies_and_keeps_its_answers(tmp_path):
@@ -102,3 +111,22 @@ def test_whatif_command_prints_the_table_and_refuses_bad_arguments(elementwise_a
         (line,) = result.output.strip().splitlines()
         assert result.exit_code == 2 and line.startswith(f"error: --transform {spec}: {message}")
     assert json.loads((elementwise_analysis / store.WHATIF).read_text())["transforms"] == ["pad:x:0:buckets=8,16"]
+
+
+def test_whatif_without_transforms_on_the_seed_corpus_says_why_nothing_applies(seed_analysis, tmp_path):
+    """The seed GNN's recompiles are edge counts and node counts: no mask, so no padding can keep
+    its answers; the command says so per dim, replays nothing, and the report shows the advice."""
+    out = copy_analysis(seed_analysis, tmp_path / "out")
+    result = CliRunner().invoke(cli.main, ["whatif", str(out)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert ("advice      does not apply  local_edge_index dim 1: edges cannot be padded without a mask: "
+            "a padded edge would connect real nodes") in lines
+    assert not any(line.startswith("advice      applies") for line in lines)
+    assert "advice      the catalog suggests no input transform; give --transform SPEC to measure one" in lines
+    document = json.loads((out / store.WHATIF).read_text())
+    assert document["rows"] == [] and document["suggested"]
+    page = parse((out / store.REPORT).read_text())
+    assert words(page.find(id="input-fixes-best")).startswith("The catalog suggests no input transform")
+    advice = [words(li) for li in page.find("ul", class_="input-advice").find_all("li")]
+    assert any(line.startswith("does not apply cross_edge_index dim 1: edges cannot be padded") for line in advice)

@@ -403,3 +403,54 @@ def test_every_command_has_help():
         assert result.exit_code == 0 and "Usage:" in result.output, name
 
 
+
+
+# --- fixes at the input (whatif.json) ------------------------------------------------------------
+
+
+def _whatif_row(transforms: list[str], graphs: int, padding: float, equal: bool | None, diff: float | None) -> dict:
+    return {"label": " + ".join(transforms) or "as recorded", "transforms": transforms, "graphs": graphs,
+            "frames": 1, "compile_seconds": graphs * 0.5, "padding_percent": padding, "raised": 0, "notes": [],
+            "outputs_equal": equal, "max_diff": diff, "changes_results": equal is False, "topologies": []}
+
+
+WHATIF = {"schema": 1, "transforms": ["cast:images:float32:scale", "pad:images:2,3:multiple=32"], "samples": 12,
+          "suggested": False, "rows": [
+              _whatif_row([], 8, 0.0, None, None),
+              _whatif_row(["cast:images:float32:scale"], 4, 0.0, True, 0.0),
+              _whatif_row(["pad:images:2,3:multiple=32"], 3, 0.6, False, 0.00234),
+              _whatif_row(["cast:images:float32:scale", "pad:images:2,3:multiple=32"], 1, 0.6, False, 0.00234)],
+          "advice": [{"subject": "images", "spec": "cast:images:float32:scale", "applies": True, "text": "cast it"},
+                     {"subject": "edge_index dim 1", "spec": None, "applies": False,
+                      "text": "edges cannot be padded without a mask: a padded edge would connect real nodes"}]}
+
+
+def test_fixes_at_the_input_leads_with_the_cheapest_chain_that_keeps_the_outputs_equal():
+    catalog, _ = synthetic_catalog(samples=30, topologies=2, extra_compiles=2)
+    page = parse(render_report(catalog, timings=None, fixes=SEED_FIXES, verification=SEED_VERIFICATION,
+                               whatif=WHATIF))
+    section = page.find("section", id="input-fixes")
+    # fewer graphs than the cast, but changing the results: never the first line
+    assert words(section.find(id="input-fixes-best")) == (
+        "Cheapest chain that keeps the outputs equal: cast:images:float32:scale: 4 graphs against 8 as "
+        "recorded, padding 0.0 % of the input elements, largest output difference 0.")
+    assert words(section.find(id="input-fixes-plans")) == (
+        "Compared with the plans of guardscope emit-warmup DIR: this chain compiles 4 graphs in 2.00 s "
+        "(measured in the what-if replay); the warmup plan 10 graphs, set-up 1.40 s; the unbacked plan "
+        "1 graph, set-up 1.40 s.")
+    rows = section.find("table").find("tbody").find_all("tr")
+    assert [words(r.find_all("td")[0]) for r in rows] == [
+        "as recorded", "cast:images:float32:scale", "pad:images:2,3:multiple=32",
+        "chain: cast:images:float32:scale + pad:images:2,3:multiple=32"]
+    assert [words(r.find_all("td")[-1]) for r in rows][2] == "differ (max diff 0.00234) changes the results"
+    assert [r.attrs.get("class") for r in rows] == [None, None, "changes-results", "changes-results"]
+    advice = [words(li) for li in section.find("ul", class_="input-advice").find_all("li")]
+    assert advice[1] == ("does not apply edge_index dim 1: edges cannot be padded without a mask: a padded edge "
+                         "would connect real nodes")
+    assert page.find("a", href="#input-fixes") is not None
+    # without whatif.json there is no section, and when no chain keeps the answers none is named
+    assert not parse(render_report(catalog, timings=None, fixes=None, verification=None)).find_all(id="input-fixes")
+    changing = {**WHATIF, "rows": [r for r in WHATIF["rows"] if r["outputs_equal"] is not True]}
+    page = parse(render_report(catalog, timings=None, fixes=None, verification=None, whatif=changing))
+    assert words(page.find(id="input-fixes-best")).startswith("No transform chain kept the outputs equal")
+    assert not page.find_all(id="input-fixes-plans")

@@ -255,6 +255,7 @@ def test_whatif_refuses_a_bad_spec_in_one_line_with_status_2(tmp_path, spec, mes
     assert result.exit_code == 2 and line.startswith(f"error: --transform {spec}: ") and message in line
 
 
-def test_whatif_needs_a_transform(tmp_path):
+def test_whatif_without_a_transform_needs_an_analysis_to_advise_from(tmp_path):
     result = CliRunner().invoke(cli.main, ["whatif", str(tmp_path)])
-    assert result.exit_code == 2 and "--transform" in result.output
+    (line,) = result.output.strip().splitlines()
+    assert result.exit_code == 2 and line.startswith("error: ") and "catalog.json not found" in line
