@@ -22,6 +22,7 @@ nothing here compiles.
 
 from __future__ import annotations
 
+import abc
 import inspect
 import re
 from collections.abc import Callable
@@ -163,7 +164,7 @@ class Applied:
 
 
 @dataclass(frozen=True)
-class Transform:
+class Transform(abc.ABC):
     """One parsed spec; ``apply`` edits one call's :class:`CallArguments`."""
 
     spec: str
@@ -192,8 +193,10 @@ class Transform:
     def check_tensor(self, path: str, value: torch.Tensor, index: int) -> None:
         pass
 
+    @abc.abstractmethod
     def apply(self, arguments: CallArguments, index: int) -> Applied:
-        raise NotImplementedError
+        """Transform sample ``index``'s arguments in place; what it did (for the padding's cost
+        and for cutting padded outputs back)."""
 
     def _tensor(self, arguments: CallArguments, path: str, index: int) -> torch.Tensor | None:
         try:
