@@ -151,12 +151,12 @@ def test_list_length_constant_type_and_global_state():
 TEMPERATURE_CONSTANT = (
     "0/0: temperature == 0.5                                       # return out if temperature is None else "
     "out / temperature  # tests/models.py:107 in forward\nUser stack trace:\n  File "
-    "\"/work/main/tests/models.py\", line 107, in forward\n    return out if temperature is None else out / temperature"
+    "\"/home/user/project/tests/models.py\", line 107, in forward\n    return out if temperature is None else out / temperature"
 )
 TEMPERATURE_FLOAT = (
     "0/1: ___check_type_id(temperature, 139881299137024), type=<class 'float'>  # return out if temperature is None "
     "else out / temperature  # tests/models.py:107 in forward (HINT: type float)\nUser stack trace:\n  File "
-    "\"/work/main/tests/models.py\", line 107, in forward\n    return out if temperature is None else out / temperature"
+    "\"/home/user/project/tests/models.py\", line 107, in forward\n    return out if temperature is None else out / temperature"
 )
 
 
