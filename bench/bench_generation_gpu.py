@@ -120,9 +120,10 @@ def record(options) -> None:
                                                  compile={"dynamic": None}, overwrite=True)
     model.forward = traffic.wrap(model.forward)
     with torch.no_grad():
-        for shape, new in requests(options.train, 0, model.config.vocab_size):
+        for position, (shape, new) in enumerate(requests(options.train, 0, model.config.vocab_size)):
             ids = _ids(shape, options.device, model.config.vocab_size)
-            model.generate(ids, attention_mask=torch.ones_like(ids), **_generate_kwargs(options, new))
+            with traffic.request(f"req-{position}"):  # guardscope bench: TTFT, TPOT per request
+                model.generate(ids, attention_mask=torch.ones_like(ids), **_generate_kwargs(options, new))
     traffic.close()
     print(json.dumps(traffic.counts()))
 

@@ -245,3 +245,21 @@ def missed_targets(row: dict[str, Any]) -> list[str]:
                             if value is not None else f"worst request unknown ({target.get('unknown') or 'no eager row'})"),
         }[key])
     return words
+
+
+def generation_lines(generation: dict[str, Any]) -> list[str]:
+    """The generation figures of a row in words: TTFT, time per output token, compiling
+    requests, the worst request."""
+    ttft, tpot = generation["ttft"] or {}, generation["tpot"] or {}
+    lines = [(f"generation: {generation['requests']} requests ({generation['calls']} forward calls); "
+              f"time to first token {format_ms(ttft.get('mean_ms'))} mean, {format_ms(ttft.get('max_ms'))} max; "
+              f"time per output token {format_ms(tpot.get('mean_ms'))} mean, {format_ms(tpot.get('p99_ms'))} p99")]
+    if generation["compiling_requests"]:
+        longest = generation["longest_compile_request"]
+        lines.append(f"{generation['compiling_requests']} requests compiled, "
+                     f"{format_duration(generation['compile_calls_seconds'])} in their compiling calls; "
+                     f"the most in request {longest['request']!r}: {format_duration(longest['compile_seconds'])}")
+    worst = generation["worst_request"]
+    lines.append(f"worst request {worst['request']!r}: {format_duration(worst['seconds'])} over {worst['calls']} calls"
+                 + (f", {worst['graphs']} compiled" if worst["graphs"] else ""))
+    return lines

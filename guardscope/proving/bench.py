@@ -53,9 +53,10 @@ from .. import plans, store, torch_compat
 from ..corpus import load_corpus
 from ..errors import CompileOptionsError
 from ..options import production_options
-from ..text import exception_line, format_duration, format_ms, format_ratio, missed_targets
+from ..text import exception_line, format_duration, format_ms, format_ratio, generation_lines, missed_targets
 from .isolation import child_environment, import_file, run_module
 from .setup import isolated_caches
+from .tokens import generation_stats
 
 TITLES = {"eager": "eager", "compile": "plain torch.compile", **{p.name: p.bench_title for p in plans.PLANS}}
 # The plain compile raises Dynamo's recompile limit as the seed article does (64; 8 by default),
@@ -147,17 +148,21 @@ def empty_row(name: str, status: str, reason: str | None, wall_seconds: float | 
         "error_requests": [],
         "speedup": None,
         "targets": None,
+        "generation": None,
         "wall_seconds": None if wall_seconds is None else round(wall_seconds, 3),
     }
 
 
-def summarize(name: str, raw: dict[str, Any], wall_seconds: float | None = None) -> dict[str, Any]:
+def summarize(name: str, raw: dict[str, Any], wall_seconds: float | None = None, *,
+              tags: Callable[[int], tuple | None] | None = None, per_pass: int = 0) -> dict[str, Any]:
     """A strategy's row from what its process reported (see :func:`_measure`).
 
     ``raw["requests"]`` holds ``[sample, seconds, graphs compiled]`` per request in replay order;
     ``raw["fallbacks"]`` and ``raw["errors"]`` ``[request, text]``. A request that compiled is a
     recompile, except the first one of a strategy that compiled nothing at set-up (the plain
-    compile's first request): that is its first compile.
+    compile's first request): that is its first compile. With ``tags`` (sample -> ``(request,
+    step)``, the corpus's ``requests.json``) and the corpus's length ``per_pass``, the row also
+    has the generation figures (:func:`guardscope.proving.tokens.generation_stats`).
     """
     requests = raw["requests"]
     errors = {request: text for request, text in raw["errors"]}
@@ -198,6 +203,7 @@ def summarize(name: str, raw: dict[str, Any], wall_seconds: float | None = None)
         errors=len(errors),
         error_requests=[{"request": r, "sample": requests[r][0], "error": text}
                         for r, text in raw["errors"][:LISTED]],
+        generation=None if tags is None else generation_stats(requests, tags, per_pass, set(errors), latency_stats),
     )
     return row
 
@@ -375,6 +381,8 @@ def format_table(document: dict[str, Any]) -> str:
             paired = row["paired"]
             details.append(f"paired with eager in its own process ({paired['requests']} requests): "
                            f"{format_ms(paired['mean_ms'])} against eager's {format_ms(paired['eager_mean_ms'])}")
+        if row.get("generation"):
+            details.extend(generation_lines(row["generation"]))
         if row["fallbacks"]:
             details.append(f"{row['fallbacks']} requests fell back to eager")
         if row["errors"]:
@@ -412,8 +420,11 @@ def run_strategy(
     repeat: int,
     timeout: float,
     paired: int = 1,
+    tags: Callable[[int], tuple | None] | None = None,
+    per_pass: int = 0,
 ) -> dict[str, Any]:
-    """Measure one strategy in a fresh process with empty compile caches; always a row."""
+    """Measure one strategy in a fresh process with empty compile caches; always a row (with
+    generation figures when ``tags`` says each sample's request and step)."""
     from .verify import planned_status
 
     infeasible = planned_status(out_dir, name) if name in plans.MODULES else None
@@ -436,7 +447,7 @@ def run_strategy(
         shutil.rmtree(work, ignore_errors=True)
     if outcome.result is None:
         return empty_row(name, "failed", outcome.failure, outcome.seconds)
-    return summarize(name, outcome.result, outcome.seconds)
+    return summarize(name, outcome.result, outcome.seconds, tags=tags, per_pass=per_pass)
 
 
 # --- the child ---------------------------------------------------------------------------------
@@ -639,7 +650,9 @@ def run_bench(
             "with inductor for the CPU; meant for testing)"
         )
     corpus_dir = store.corpus_dir_of(out, catalog, corpus)
-    samples = len(load_corpus(corpus_dir))  # a clear error before any subprocess starts
+    loaded = load_corpus(corpus_dir)  # a clear error before any subprocess starts
+    samples = len(loaded)
+    runs = loaded.requests  # generate() calls tagged with request and step: TTFT, TPOT per request
     options = production_options(catalog, backend=backend, device=device)
     options.validate()
     rows = []
@@ -652,6 +665,7 @@ def run_bench(
             out, name, device=device, backend=backend,
             corpus_dir=corpus_dir.resolve() if corpus is not None else None,
             repeat=repeat, paired=paired, timeout=timeout,
+            tags=None if runs is None else runs.of, per_pass=samples,
         ))
     compile_options = options.compile_json()
     bytecode = bytecode_note(bool(sys.flags.dont_write_bytecode),

@@ -13,6 +13,7 @@ from ..text import (
     format_ms,
     format_samples,
     format_seconds,
+    generation_lines,
     guard_text,
     missed_targets,
     sample_runs,
@@ -348,6 +349,8 @@ def bench_context(bench: dict | None) -> dict | None:
                 "eager_mean": format_ms(row["paired"]["eager_mean_ms"]),
             },
             "bundle": None if (row.get("bundle") or {}).get("status", "absent") == "absent" else row["bundle"],
+            "generation": [line[0].upper() + line[1:] for line in generation_lines(row["generation"])]
+            if row.get("generation") else [],
             "fallbacks": row.get("fallbacks"),
             "errors": row.get("errors"),
             "first_error": (row.get("error_requests") or [{}])[0].get("error"),

@@ -125,3 +125,38 @@ def test_all_five_strategies_with_inductor_on_the_cpu(tmp_path):
     assert "strategy set-up graphs recompiles mean p50 p99 max worst speedup paired".split() in [line.split() for line in lines]
     assert lines[-2].startswith("recommended ") and lines[-1] == f"wrote       {out / 'bench.json'}, {out / 'report.html'}"
     assert 'id="bench-export"' in (out / "report.html").read_text()
+
+
+def test_a_recorded_generate_workload_gets_time_to_first_token_and_per_output_token(tmp_path):
+    """generate() of a tiny GPT-2, its forward wrapped by the traffic recorder with each request
+    tagged: guardscope bench groups the replayed forward calls by request (prefill, decode steps)."""
+    from guardscope.runtime import TrafficRecorder
+
+    from .. import object_models as om
+
+    requests = om.prompts(4, seed=3, longest=24, max_batch=2, max_new=4)
+    model = om.gpt2()
+    traffic = TrafficRecorder(tmp_path / "c", model=f"{om.__file__}:gpt2", compile={"dynamic": None})
+    model.forward = traffic.wrap(model.forward)
+    for position, request in enumerate(requests):
+        with traffic.request(f"req-{position}"):
+            om.generate_all(model, [request])
+    traffic.close()
+    calls = traffic.counts()["recorded"]
+    out = tmp_path / "out"
+    guardscope.analyze(tmp_path / "c", out)
+    result = CliRunner().invoke(main, ["bench", str(out), "--device", "cpu", "--backend", "eager", "--paired", "0",
+                                       "--strategy", "eager", "--strategy", "compile"])
+    assert result.exit_code == 0, result.output
+    eager, compiled = json.loads((out / "bench.json").read_text())["strategies"]
+    for row in (eager, compiled):
+        generation = row["generation"]
+        assert generation["requests"] == len(requests) and generation["calls"] == calls == row["requests"]
+        assert generation["ttft"]["count"] + (generation["compiling_requests"] if row is compiled else 0) >= len(requests)
+        # every request makes one decode call per new token after the first
+        assert generation["tpot"]["count"] + (row["replay_compiles"] or 0) >= sum(new - 1 for _, new in requests)
+    assert eager["generation"]["compiling_requests"] == 0
+    compiling = compiled["generation"]
+    assert compiling["compiling_requests"] >= 1 and compiling["compile_calls_seconds"] > 0
+    assert compiling["worst_request"]["graphs"] >= 1  # the first request compiles its prefill
+    assert "  generation: 4 requests" in result.output and "time per output token" in result.output

@@ -253,6 +253,53 @@ def test_report_shows_the_bench_table_when_bench_json_exists(tmp_path):
     assert write_report(tmp_path).read_text() == page  # deterministic
 
 
+def _generation_row(name="compile"):
+    """Two generate() requests of 3 forward calls each (a prefill and two decode steps), replayed
+    twice: request "a" compiles at its prefill and its first decode step in the first pass, "b"
+    raises at its second decode step in both passes."""
+    calls = [(0, 2.0, 1), (1, 1.0, 1), (2, 0.010), (3, 0.050), (4, 0.012), (5, 0.020)]
+    calls += [(0, 0.040), (1, 0.011), (2, 0.009), (3, 0.060), (4, 0.013), (5, 0.030)]
+    tags = {0: ("a", 0), 1: ("a", 1), 2: ("a", 2), 3: ("b", 0), 4: ("b", 1), 5: ("b", 2)}
+    raw = _raw(calls, errors=[(5, "RuntimeError: boom"), (11, "RuntimeError: boom")])
+    return summarize(name, raw, tags=tags.get, per_pass=6)
+
+
+def test_generation_figures_count_prefills_decode_steps_and_compiling_requests():
+    generation = _generation_row()["generation"]
+    assert generation["requests"] == 4 and generation["calls"] == 12  # two requests, two passes
+    # the first token: the prefills that did not compile (b twice, a in the second pass)
+    assert generation["ttft"] == latency_stats([0.050, 0.060, 0.040])
+    # the decode steps that neither compiled nor raised
+    assert generation["tpot"] == latency_stats([0.010, 0.012, 0.011, 0.009, 0.013])
+    assert generation["compiling_requests"] == 1 and generation["compile_calls_seconds"] == 3.0
+    worst = generation["worst_request"]
+    assert worst == {"request": "a", "pass": 0, "first_sample": 0, "calls": 3, "graphs": 2, "seconds": 3.01,
+                     "compile_seconds": 3.0}
+    assert generation["longest_compile_request"] == worst
+    assert generation["request_time"]["count"] == 4
+    # untagged corpora have no generation figures; an untagged call is left out of them
+    assert summarize("compile", _raw([(0, 0.1)]))["generation"] is None
+    assert summarize("compile", _raw([(0, 0.1)]), tags={}.get, per_pass=1)["generation"] is None
+
+
+def test_generation_figures_in_the_table_and_the_report(tmp_path):
+    shutil.copy(GOLDEN_CATALOG, tmp_path / "catalog.json")
+    rows = [_generation_row("eager"), _generation_row("compile")]
+    document = build_document(rows, criteria=Criteria(), torch_version="2.11.0", device="cuda",
+                              options={"backend": "inductor", "dynamic": None}, corpus_path="../gen",
+                              samples=6, repeat=2)
+    text = format_table(document).splitlines()
+    assert ("  generation: 4 requests (12 forward calls); time to first token 50.00 ms mean, 60.00 ms max; "
+            "time per output token 11.00 ms mean, 12.96 ms p99") in text
+    assert "  1 requests compiled, 3.00 s in their compiling calls; the most in request 'a': 3.00 s" in text
+    assert "  worst request 'a': 3.01 s over 3 calls, 2 compiled" in text
+    (tmp_path / "bench.json").write_text(json.dumps(document))
+    section = write_report(tmp_path).read_text()
+    section = section[section.index('<section id="latency">'):]
+    assert section.count("Generation: 4 requests (12 forward calls); time to first token 50.00 ms mean") == 2
+    assert "Worst request &#39;a&#39;: 3.01 s over 3 calls, 2 compiled." in section
+
+
 # --- the command -------------------------------------------------------------------------------
 
 
