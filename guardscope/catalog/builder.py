@@ -244,6 +244,10 @@ def topology_key(serving: str, graphs: tuple[str, ...] = ()) -> str:
 
 # How many samples that ran on tensors materialised from their signature catalog.json lists.
 MATERIALISED_LISTED = 20
+# (path, shape) pairs CatalogBuilder remembers as accumulated, before it starts afresh.
+SHAPES_SEEN_KEPT = 65536
+# Up to this many dims a sample's pattern of equal sizes is found by list.index (in C).
+_INDEXED_DIMS = 32
 
 
 @dataclass
@@ -272,6 +276,10 @@ class CatalogBuilder:
     samples: int = 0
     _partitions_seen: set = field(default_factory=set, repr=False)
     _dim_names: dict[str, list[str]] = field(default_factory=dict, repr=False)  # per path, by axis
+    # (path, shape) pairs whose sizes the dims' accumulators already hold: a pair seen before
+    # changes no min, max, zero or one (the newest SHAPES_SEEN_KEPT; forgetting one only costs
+    # its update again).
+    _shapes_seen: set = field(default_factory=set, repr=False, compare=False)
     described: int = 0  # samples whose forward ran (failed ones carry no shapes worth trusting)
     # With CUDA graphs (mode="reduce-overhead"): the distinct shapes per graph that ran (Dynamo's
     # lookup, SampleMeta.ran; CUDA Graph Trees are that graph's), for the expected recordings and
@@ -305,15 +313,22 @@ class CatalogBuilder:
         fresh: set[str] = set()
         names = self._dim_names
         accumulators = self.dims
+        seen = self._shapes_seen
         for path, tensor in meta.tensors:
             shape = tensor.shape
             known = names.get(path)
             if known is None or len(known) < len(shape):
                 known = names[path] = [f"{path}.size()[{axis}]" for axis in range(len(shape))]
+            dims.extend(known if len(known) == len(shape) else known[:len(shape)])
+            values.extend(shape)
+            pair = (path, shape)
+            if pair in seen:
+                continue  # its dims exist and their accumulators hold these sizes already
+            if len(seen) >= SHAPES_SEEN_KEPT:
+                seen.clear()
+            seen.add(pair)
             for axis, value in enumerate(shape):
                 dim = known[axis]
-                dims.append(dim)
-                values.append(value)
                 accumulator = accumulators.get(dim)
                 if accumulator is None:
                     accumulator = accumulators[dim] = _DimAccumulator(path, axis, value, value)
@@ -332,8 +347,13 @@ class CatalogBuilder:
         # argument's dims can still equal another input's). Candidates only change when a
         # sample's pattern of equal dims is new: intersecting with one already applied changes
         # nothing.
-        first_of: dict[int, int] = {}
-        partition = (tuple(dims), tuple(first_of.setdefault(v, i) for i, v in enumerate(values)))
+        # Each value's first position: list.index in C for a few dims, a dict for many.
+        if len(values) <= _INDEXED_DIMS:
+            firsts = tuple(map(values.index, values))
+        else:
+            first_of: dict[int, int] = {}
+            firsts = tuple(first_of.setdefault(v, i) for i, v in enumerate(values))
+        partition = (tuple(dims), firsts)
         if partition not in self._partitions_seen:
             self._partitions_seen.add(partition)
             groups: dict[int, set[str]] = {}
@@ -353,7 +373,7 @@ class CatalogBuilder:
         if meta.serving is None:
             self.not_analysed.append(meta.index)
             return
-        key = topology_key(meta.serving, meta.graphs)
+        key = topology_key(meta.serving, meta.graphs) if meta.graphs else meta.serving
         self.members.setdefault(key, []).append(meta.index)
         if key not in self.first_shapes:
             self.first_shapes[key] = {path: list(t.shape) for path, t in meta.tensors}

@@ -7,8 +7,10 @@ from __future__ import annotations
 import bisect
 import copy
 import functools
+import json
 import os
 import pathlib
+import secrets
 from collections.abc import Iterator
 from typing import Any
 
@@ -45,12 +47,19 @@ class SignatureRecord:
     once per argument and size. :meth:`sample` builds one sample afresh, as loading does.
     """
 
-    __slots__ = ("first", "repeat", "array", "full", "call", "key", "_signature", "_placement")
+    __slots__ = ("first", "repeat", "_array", "full", "call", "key", "_signature", "_placement")
 
-    def __init__(self, first: int, repeat: int, array: list, full: int | None, call: CallTemplate | None,
+    def __init__(self, first: int, repeat: int, array: list | str, full: int | None, call: CallTemplate | None,
                  key: tuple | None, sig: tuple | None, placement: Any) -> None:
-        self.first, self.repeat, self.array, self.full = first, repeat, array, full
+        """``array``: the signature's JSON array, or its JSON text (parsed when asked for)."""
+        self.first, self.repeat, self._array, self.full = first, repeat, array, full
         self.call, self.key, self._signature, self._placement = call, key, sig, placement
+
+    @property
+    def array(self) -> list:
+        if type(self._array) is str:
+            self._array = json.loads(self._array)
+        return self._array  # type: ignore[return-value]
 
     def __repr__(self) -> str:
         return f"SignatureRecord(first={self.first}, repeat={self.repeat}, full={self.full})"
@@ -79,7 +88,7 @@ class SignatureRecord:
         skipped = index - self.first
         if not 0 <= skipped < self.repeat:
             raise IndexError(f"sample {index} is not in {self!r}")
-        return SignatureRecord(index, self.repeat - skipped, self.array, self.full, self.call, self.key,
+        return SignatureRecord(index, self.repeat - skipped, self._array, self.full, self.call, self.key,
                                self._signature, self._placement)
 
 
@@ -189,8 +198,41 @@ class Corpus:
         not built yet (a replay checks most of them against the guards without building
         them). Everything is checked as :meth:`load_shard` checks it."""
         path = self.path / shard.file
-        content = read_shard(path, shard.sha256, self.manifest.format_version, self._map_location)
+        content = read_shard(path, shard.sha256, self.manifest.format_version, self._map_location,
+                             self._prematch if self._templates else None)
         return self._records(path, shard, content)
+
+    def _prematch(self, text: str) -> tuple[str, list[str], list[_Matched]]:
+        """A format 3 index's text with the signatures its call templates match in their text
+        (:meth:`CallTemplate.match_text`) replaced by placeholders: the text, the placeholders
+        and the matches, in order (:func:`guardscope.corpus.shards.decode_shard`)."""
+        calls = list(self._templates)
+        pieces: list[str] = []
+        names: list[str] = []
+        matched: list[_Matched] = []
+        nonce = secrets.token_hex(8)  # no shard can hold it: a placeholder is never a record's own
+        last = 0
+        start = text.find(_SIGNATURE_ENTRY)
+        while start >= 0:
+            start += len(_SIGNATURE_ENTRY)
+            for position, call in enumerate(calls):
+                found = call.match_text(text, start)
+                if found is not None:
+                    if position:
+                        calls.insert(0, calls.pop(position))
+                    key, end = found
+                    name = f"{nonce}:{len(names)}"
+                    pieces.append(text[last:start])
+                    pieces.append(f'"{name}"')
+                    names.append(name)
+                    matched.append(_Matched(call, key, text[start:end]))
+                    last = start = end
+                    break
+            start = text.find(_SIGNATURE_ENTRY, start)
+        if not matched:
+            return text, names, matched
+        pieces.append(text[last:])
+        return "".join(pieces), names, matched
 
     def _records(self, path: pathlib.Path, shard: ShardInfo, content: Any) -> list[Sample | SignatureRecord]:
         if not isinstance(content, dict) or content.get("format") != FORMAT:
@@ -208,6 +250,13 @@ class Corpus:
         records: list[Sample | SignatureRecord] = []
         index = shard.first
         structured = content.get("structured", False)
+        # Signatures matched in the shard's text keep their call template and key when the
+        # templates cannot change meanwhile: each other record adds at most one template, so
+        # none is dropped (TEMPLATES_KEPT) while they are fewer than the room left. Otherwise
+        # (or for a template not kept) they are parsed and matched in order, as the others are.
+        others = sum(1 for entry in entries if isinstance(entry, dict) and type(entry.get("signature")) is list)
+        trusted = len(self._templates) + others <= TEMPLATES_KEPT
+        calls = self._templates
         for entry in entries:
             if isinstance(entry, dict) and "signature" in entry:
                 full = entry["full"]
@@ -216,14 +265,26 @@ class Corpus:
                         f"shard {path}: sample {index} names sample {full} as its full recording, "
                         "which does not come before it; re-record the corpus"
                     )
+                signature = entry["signature"]
+                if type(signature) is _Matched:
+                    if trusted and signature.call in calls:
+                        # As _match would find it: the one template matching it, moved to the front.
+                        position = calls.index(signature.call)
+                        if position:
+                            calls.insert(0, calls.pop(position))
+                        records.append(SignatureRecord(index, entry["repeat"], signature.text, full, signature.call,
+                                                       signature.key, None, self._placement))
+                        index += entry["repeat"]
+                        continue
+                    signature = json.loads(signature.text)
                 try:
-                    call, key, sig = self._match(entry["signature"])
+                    call, key, sig = self._match(signature)
                 except (ValueError, RuntimeError, RecursionError) as exc:
                     raise ShardError(
                         f"shard {path}: sample {index}'s signature cannot be rebuilt "
                         f"({message_line(exc)}); re-record the corpus"
                     ) from None
-                records.append(SignatureRecord(index, entry["repeat"], entry["signature"], full, call, key, sig,
+                records.append(SignatureRecord(index, entry["repeat"], signature, full, call, key, sig,
                                                self._placement))
                 index += entry["repeat"]
                 continue
@@ -269,6 +330,19 @@ class Corpus:
         calls.insert(0, call)
         del calls[TEMPLATES_KEPT:]
         return call, key, sig
+
+
+# How a format 3 index's signature record starts, as the corpus writer spells it.
+_SIGNATURE_ENTRY = '{"signature":'
+
+
+class _Matched:
+    """A signature record's signature read from its text: its call template, key and text."""
+
+    __slots__ = ("call", "key", "text")
+
+    def __init__(self, call: CallTemplate, key: tuple, text: str) -> None:
+        self.call, self.key, self.text = call, key, text
 
 
 def records_from(records: list[Sample | SignatureRecord], start: int) -> list[Sample | SignatureRecord]:

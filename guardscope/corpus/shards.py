@@ -97,7 +97,8 @@ def encode_shard(samples: list[dict[str, Any]], version: int = FORMAT_VERSION) -
     return {"format": FORMAT, "format_version": version, "blob": blob, "index": index}
 
 
-def read_shard(path: pathlib.Path, sha256: str, version: int, map_location: Any = None) -> Any:
+def read_shard(path: pathlib.Path, sha256: str, version: int, map_location: Any = None,
+               prematch: Any = None) -> Any:
     """A shard file's content, its SHA-256 checked against the manifest's and loaded with
     ``torch.load(weights_only=True)``; format 2 and 3 shards decoded (:func:`decode_shard`).
     ``ShardError`` saying what is wrong and what to do."""
@@ -135,7 +136,7 @@ def read_shard(path: pathlib.Path, sha256: str, version: int, map_location: Any 
     except Exception as exc:  # torch raises RuntimeError and others for corrupt archives
         raise ShardError(f"shard {path} cannot be loaded: {message_line(exc)}") from None
     if version != 1:
-        content = decode_shard(path, content, map_location, version)
+        content = decode_shard(path, content, map_location, version, prematch)
     return content
 
 
@@ -151,22 +152,48 @@ def weights_only_reason(exc: BaseException) -> str:
     return " ".join(" ".join(reasons).split()) or "unsupported content"
 
 
-def decode_shard(path: pathlib.Path, content: Any, map_location: Any, version: int = 2) -> dict[str, Any]:
+def decode_shard(path: pathlib.Path, content: Any, map_location: Any, version: int = 2,
+                 prematch: Any = None) -> dict[str, Any]:
     """A format 2 (or 3) shard's samples, decoded and with their tensors built (ShardError if
     any part is malformed: nothing is read outside the blob, no storage is resized); a format 3
-    signature record stays a ``{"signature", "repeat", "full"}`` dict."""
+    signature record stays a ``{"signature", "repeat", "full"}`` dict.
+
+    ``prematch(text)``, when given, reads signatures straight from a format 3 index's text
+    (most of that text, and of the time parsing it): it returns the text with some signature
+    records' signatures replaced by placeholder strings, and what stands for each, in order
+    (:class:`guardscope.corpus.reader.Corpus` matches its call templates). Such a record's
+    ``"signature"`` is then what stands for it, when every placeholder is where a record's
+    signature belongs, in order; otherwise the text is parsed whole as without it."""
     # Decoding allocates tens of thousands of acyclic objects per shard, and the cyclic garbage
     # collector's passes over them cost about as much as the decoding itself: pause it.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _decode_shard_unpaused(path, content, map_location, version)
+        try:
+            return _decode_shard_unpaused(path, content, map_location, version, prematch)
+        except ShardError:
+            if prematch is None:
+                raise
+            # Said of the shard as written, not of its text with placeholders.
+            return _decode_shard_unpaused(path, content, map_location, version)
     finally:
         if enabled:
             gc.enable()
 
 
-def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, version: int) -> dict[str, Any]:
+def _placed(index: Any, names: list[str]) -> bool:
+    """Whether the parsed index holds the placeholder ``names`` exactly as its signature records'
+    signatures, in order, and nowhere else among its records."""
+    entries = index.get("samples") if type(index) is dict else None
+    if type(entries) is not list:
+        return False
+    found = [entry["signature"] for entry in entries
+             if type(entry) is dict and type(entry.get("signature")) is str]
+    return found == names
+
+
+def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, version: int,
+                           prematch: Any = None) -> dict[str, Any]:
     if not isinstance(content, dict) or content.get("format") != FORMAT:
         raise ShardError(f"shard {path} is not a {FORMAT} shard (no 'format': {FORMAT!r} entry)")
     # A format 4 corpus's shards written before its first stored object are format 2 or 3.
@@ -187,8 +214,20 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, 
     index = content.get("index")
     if version >= 3:
         index = _inflate(index)
+    matched: list[Any] = []
+    if prematch is not None and type(index) is str:
+        reduced, names, matched = prematch(index)
+        if matched:
+            try:
+                parsed = json.loads(reduced)
+            except (ValueError, RecursionError):
+                parsed = None
+            if _placed(parsed, names):
+                index = parsed
+            else:  # a placeholder where no signature belongs: the text as it is
+                matched = []
     try:
-        index = json.loads(index) if type(index) is str else None
+        index = json.loads(index) if type(index) is str else index
     except (ValueError, RecursionError):
         index = None
     if type(index) is not dict:
@@ -284,7 +323,10 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, 
             raise bad(entry, "repeat is a positive int")
         if full is not None and (type(full) is not int or full < 0):
             raise bad(entry, "full is a sample index or null")
-        if type(entry["signature"]) is not list:
+        if matched and type(entry["signature"]) is str:  # a placeholder (_placed checked them)
+            entry["signature"] = matched[placeholders[0]]
+            placeholders[0] += 1
+        elif type(entry["signature"]) is not list:
             raise bad(entry, "not a signature: a signature is a JSON array")
         return entry
 
@@ -333,6 +375,7 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, 
         raise bad(value, f"unknown tag {tag!r}")
 
     stored = [False]  # whether any sample holds a stored object (the reader rebuilds those)
+    placeholders = [0]  # the matched signatures taken so far
     samples: list[dict[str, Any]] = []
     for entry in entries:
         if version >= 3 and type(entry) is dict:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import json
+import re
 from typing import Any, Iterator
 
 import torch
@@ -386,6 +388,8 @@ class CallTemplate:
         # strides, dtype, device and dispatch keys, never the storage's own size.
         self._pools: list[Any] = [None for _ in slots]
         self._bytes = 0  # storage bytes of the pools
+        self._sig = sig
+        self._text: tuple[Any, list[int]] | None = None  # match_text's pattern, built on first use
 
     def _node(self, value: tuple, slots: list[tuple]) -> tuple | None:
         """The template of one argument (None: a leaf, its slot appended to ``slots``)."""
@@ -460,6 +464,33 @@ class CallTemplate:
                 key.append(None)  # a constant: one part per argument all the same
         return tuple(key)
 
+    def match_text(self, text: str, position: int) -> tuple[tuple, int] | None:
+        """:meth:`match` of the signature whose compact JSON text (as the corpus writer spells
+        it: ``json.dumps(..., separators=(",", ":"))``) starts at ``text[position]``, without
+        parsing it: ``(key, end)``, the text's end after it; None when the text there is not
+        spelled exactly so (another spacing, a number out of a size's range...: parse it and
+        :meth:`match` the array instead, which may still accept it). Whatever it accepts,
+        ``match(json.loads(text[position:end]))`` gives the same key."""
+        if self._text is None:
+            self._text = _text_pattern(self._sig, self.slots)
+        pattern, widths = self._text
+        found = pattern.match(text, position) if pattern is not None else None
+        if found is None:
+            return None
+        numbers = list(map(int, found.groups()))
+        key: list[Any] = []
+        at = 0
+        for width in widths:
+            if width < 0:
+                key.append(None)  # a constant
+            elif width == 0:
+                key.append(numbers[at])  # an int
+                at += 1
+            else:
+                key.append(tuple(numbers[at:at + width]))  # a tensor's sizes, strides and offset
+                at += width
+        return tuple(key), found.end()
+
     def arguments(self, key: tuple) -> tuple[tuple, dict[str, Any], list[torch.Tensor]]:
         """``(args, kwargs, tensors)`` of the signature with this key (from :meth:`match`);
         ``tensors`` in argument order. The tensors are shared: read them only (containers are
@@ -504,6 +535,40 @@ class CallTemplate:
             pool = self._pools[position] = torch.zeros(size, dtype=torch.uint8, device=device).untyped_storage()
             self._bytes += size
         return _on_storage(pool, offset, shape, stride, dtype, requires_grad, inference)
+
+
+# In a signature's text: a size, stride or offset (a JSON int, 0 <= n < 10**18 < 2**62, so
+# _check_numbers accepts it), and an int argument (any JSON int).
+_SIZE_TEXT = "(0|[1-9][0-9]{0,17})"
+_INT_TEXT = "(-?(?:0|[1-9][0-9]*))"
+# Patterns with more groups than this are not built (a call of thousands of tensors).
+_MAX_TEXT_GROUPS = 4096
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _text_pattern(sig: tuple, slots: list[tuple]) -> tuple[Any, list[int]]:
+    """The compiled pattern of a call template's signatures as compact JSON text, its groups
+    the numbers of a key in slot order; with the number of groups each slot takes (a tensor's
+    sizes, strides and offset; 0: an int, one group; -1: a constant, none)."""
+    widths = [2 * slot[1] + 1 if slot[0] == _TENSOR else 0 if slot[0] == _INT else -1 for slot in slots]
+    if sum(max(width, 1) for width in widths) > _MAX_TEXT_GROUPS:
+        return None, widths
+
+    def node(value: Any) -> str:
+        if type(value) is not tuple:
+            return re.escape(_compact(value))  # a str, int, bool or None of the structure
+        if value[:1] == ("tensor",) and len(value) == 11:
+            sizes = ",".join([_SIZE_TEXT] * len(value[2]))
+            tail = re.escape(_compact(signature_to_json(value[5:]))[1:-1])
+            return rf'\["tensor","Tensor",\[{sizes}\],\[{sizes}\],{_SIZE_TEXT},{tail}\]'
+        if value[:1] == ("int",) and len(value) == 2:
+            return rf'\["int",{_INT_TEXT}\]'
+        return r"\[" + ",".join(map(node, value)) + r"\]"
+
+    return re.compile(node(sig)), widths
 
 
 def _gather(node: tuple | None, value: Any, leaves: list[Any]) -> bool:

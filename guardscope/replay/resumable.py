@@ -20,7 +20,7 @@ import gc
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
 from .. import store, torch_compat
 from ..corpus.reader import records_from
@@ -66,6 +66,39 @@ class ShardCollector:
     def close(self) -> None:
         if self._enabled:
             gc.enable()
+
+
+class _SizedStream:
+    """A trace stream that knows whether it was written to since its size was last read: a
+    replay takes the size after every sample (for the checkpoint), but a sample that compiled
+    nothing wrote nothing, so flushing and asking the file (``tell``) again is skipped then."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self._size = store.stream_size(stream)
+        self._written = False
+
+    def write(self, text: str) -> int:
+        self._written = True
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def size(self) -> int | None:
+        """Bytes written so far (:func:`guardscope.store.stream_size`)."""
+        if self._written:
+            self._written = False
+            self._size = store.stream_size(self.stream)
+        return self._size
+
+
+def _sized(stream: IO[str] | None) -> _SizedStream | None:
+    return None if stream is None else _SizedStream(stream)
+
+
+def _size(stream: _SizedStream | None) -> int | None:
+    return None if stream is None else stream.size()
 
 
 def fingerprint(corpus: Any, spec: str, options: ReplayOptions, replay_mode: str) -> dict[str, Any]:
@@ -122,8 +155,10 @@ def replay_corpus(
                                 keep_bytes=(state or {}).get("cudagraph_bytes"))
         if options.uses_cudagraphs else contextlib.nullcontext()
     ) as cudagraph_stream:
+        # Their sizes after each finished sample, read only when something was written.
+        trace_sized, cudagraph_sized = _sized(trace_stream), _sized(cudagraph_stream)
         done = {"next": state["next_sample"] if state else 0, "time": time.monotonic(),
-                "trace": store.stream_size(trace_stream), "cudagraphs": store.stream_size(cudagraph_stream)}
+                "trace": _size(trace_sized), "cudagraphs": _size(cudagraph_sized)}
         # The members streamed so far (store.MEMBERS): per topology, and that file's size.
         streamed = {"counts": builder.member_counts() if state else {},
                     "bytes": (state or {}).get("members_bytes", 0)}
@@ -150,8 +185,10 @@ def replay_corpus(
             })
 
         def finished(index: int) -> None:
-            done.update(next=index + 1, trace=store.stream_size(trace_stream),
-                        cudagraphs=store.stream_size(cudagraph_stream))
+            done["next"] = index + 1
+            done["trace"] = trace_sized.size() if trace_sized is not None else None
+            if cudagraph_sized is not None:
+                done["cudagraphs"] = cudagraph_sized.size()
             if time.monotonic() - done["time"] >= checkpoint_every:
                 checkpoint()
 
@@ -159,10 +196,10 @@ def replay_corpus(
             model,
             options,
             on_sample=builder.add_sample,
-            trace_stream=trace_stream,
+            trace_stream=trace_sized,  # type: ignore[arg-type]  # written and flushed only
             progress=(lambda count: progress(done_before + count, session.compiles)) if progress else None,
             guard_only=replay_mode in ("auto", "guards"),
-            cudagraph_stream=cudagraph_stream,
+            cudagraph_stream=cudagraph_sized,  # type: ignore[arg-type]
             track_lookup=track_lookup,
             after_sample=finished,
             full_sample=corpus.full_sample,
@@ -199,6 +236,9 @@ def replay_corpus(
                     if end > started:
                         rebuilt()
                         session.replay(records_from(records, done["next"]))
+                    # The shard's records (their signatures' JSON arrays) are garbage now: freed
+                    # before the collector runs, so it does not walk them.
+                    records = []
                     collector.shard_done()
                 rebuilt()
             except (KeyboardInterrupt, SystemExit):

@@ -11,6 +11,7 @@ replay so it starts as a fresh process would.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import dataclasses
@@ -253,6 +254,13 @@ class _RecordPlan:
         self.lengths = lengths
         self.scalars = scalars
         self.metas: dict[tuple[int, tuple], TensorMeta] = {}
+        # Each tensor's path with its position and the position of its part of a key.
+        self._steps = None if paths is None else [(path, position, parts[position]) for path, position in paths]
+        # The fields every description of this plan shares (SampleMeta's defaults, and these):
+        # a description is this, its index, tensors and serving graph (SampleMeta.at's copy, not
+        # a frozen dataclass's field-by-field __init__: this runs for every new signature).
+        self._fields = SampleMeta(index=0, tensors=(), lengths=lengths, scalars=scalars, serving=None,
+                                  recorded="signature").__dict__
 
     @classmethod
     def of(cls, runner: Runner, call: Any, args: tuple, kwargs: dict, tensors: list) -> _RecordPlan:
@@ -268,18 +276,22 @@ class _RecordPlan:
 
     def describe(self, key: tuple, tensors: list, index: int, serving: str) -> SampleMeta:
         metas = self.metas
-        parts = self.parts
         described = []
-        for path, position in self.paths:  # type: ignore[union-attr]
-            found = (position, key[parts[position]])
+        for path, position, part in self._steps:  # type: ignore[union-attr]
+            found = (position, key[part])
             meta = metas.get(found)
             if meta is None:
                 if len(metas) >= self.KEPT:
                     metas.clear()
                 meta = metas[found] = tensor_meta(tensors[position])
             described.append((path, meta))
-        return SampleMeta(index=index, tensors=tuple(described), lengths=self.lengths, scalars=self.scalars,
-                          serving=serving, recorded="signature")
+        made = object.__new__(SampleMeta)
+        fields = made.__dict__
+        fields.update(self._fields)
+        fields["index"] = index
+        fields["tensors"] = tuple(described)
+        fields["serving"] = serving
+        return made
 
 
 class ReplaySession:
@@ -347,7 +359,10 @@ class ReplaySession:
         # tensors built once per argument and size) and described from their plan
         # (_RecordPlan), so a new signature costs a guard check, not a rebuilt call.
         cacheable = self.skip_served and not track_lookup and signature_cache > 0
-        self._by_signature: dict[tuple, SampleMeta] | None = {} if cacheable else None
+        # Oldest first (popitem(last=False) evicts in constant time: deleting a plain dict's
+        # first key leaves a hole that every later next(iter(...)) walks past).
+        self._by_signature: collections.OrderedDict[Any, SampleMeta] | None = (
+            collections.OrderedDict() if cacheable else None)
         self._signature_cache = signature_cache
         self.signature_hits = 0
         self._plans: dict[Any, _RecordPlan] = {}  # per call template of the signature records
@@ -438,7 +453,7 @@ class ReplaySession:
         cache = self._by_signature
         if cache is not None and meta.serving is not None and meta.error is None:
             if len(cache) >= self._signature_cache:
-                del cache[next(iter(cache))]  # the oldest
+                cache.popitem(last=False)  # the oldest
             cache[key] = meta if meta.ran_on is None else dataclasses.replace(meta, ran_on=None)
 
     def _record(self, record: SignatureRecord, offset: int) -> SampleMeta:
@@ -469,15 +484,18 @@ class ReplaySession:
         arguments anew; None when no graph accepts it (it must run) or its tensors are not on
         the replay's device."""
         runner = self.runner
-        shared = runner.record_arguments(record)
-        if shared is None:
-            return None
+        plan = self._plans.get(record.call)
+        if plan is None:
+            shared = runner.record_arguments(record)
+            if shared is None:
+                return None
+        else:  # a plan is made only for a call template whose tensors are on the replay's device
+            shared = record.call.arguments(record.key)
         args, kwargs, tensors = shared
         named = None
         if mark:
             named = runner.binder.named_or_positional(args, kwargs)
             runner.apply_marks(named)
-        plan = self._plans.get(record.call)
         if plan is None:
             if len(self._plans) >= PLANS_KEPT:  # a corpus of ever new structures: start afresh
                 self._plans.clear()

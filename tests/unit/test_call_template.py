@@ -266,3 +266,80 @@ def test_built_tensors_are_bounded_in_bytes(monkeypatch):
     assert template.arguments(keys[0])[2][0] is first  # kept until the bound is passed (80 + 140 > 120)
     template.arguments(template.match(array_of((torch.ones(5, 2),), {})))  # a new size: start afresh
     assert template.arguments(keys[0])[2][0] is not first
+
+
+# ---- signatures read from a shard's text ---------------------------------------------------------
+
+
+def compact(args: tuple, kwargs: dict) -> str:
+    """A call's signature as the corpus writer spells it in a shard's index."""
+    return json.dumps(signature_to_json(signature(args, kwargs, inference=False)), separators=(",", ":"))
+
+
+@pytest.mark.parametrize("make", [call, nested])
+def test_a_signature_matched_in_its_text_has_the_key_of_its_array(make):
+    template = CallTemplate(signature(*make(5), inference=False))
+    for rows in (5, 0, 1, 9, 123456):
+        text = compact(*make(rows))
+        padded = f'xx{text},"repeat":1'
+        key, end = template.match_text(padded, 2)
+        assert key == template.match(json.loads(text)) and padded[end:] == ',"repeat":1'
+    if make is call:
+        assert template.match_text(compact(*call(5, steps=-7)), 0)[0] == template.match(array_of(*call(5, steps=-7)))
+
+
+@pytest.mark.parametrize("edit", [
+    lambda text: text.replace(",", ", "),                        # spelled with spaces: parse it instead
+    lambda text: text.replace("[5,4]", "[5.0,4]", 1),            # a float where a size belongs
+    lambda text: text.replace("[5,4]", "[05,4]", 1),             # not JSON
+    lambda text: text.replace("[5,4]", "[-5,4]", 1),             # impossible: match refuses it
+    lambda text: text.replace("[5,4]", f"[{2**62},4]", 1),      # too large for a size
+    lambda text: text.replace("false", "0", 1),                  # 0 equals False, but is not how it is written
+    lambda text: text.replace('"sum"', '"max"'),                 # another constant: another call
+])
+def test_a_text_not_spelled_as_the_writer_spells_it_is_not_matched(edit):
+    template = CallTemplate(signature(*call(5), inference=False))
+    text = compact(*call(5))
+    assert template.match_text(text, 0) is not None
+    assert template.match_text(edit(text), 0) is None
+
+
+def records_of(corpus) -> list:
+    return [record for shard in corpus.manifest.shards for record in corpus.load_records(shard)]
+
+
+def test_records_read_from_the_text_equal_those_parsed(tmp_path, monkeypatch):
+    base = torch.ones(4, 2)
+    calls = [call(5), call(6), call(6), call(7, steps=-2), nested(3), nested(4), call(5, grad=True), call(0),
+             ((base, base[1:]), {}), nested(0), call(9), ((torch.ones(2), [torch.ones(1)]), {}), call(11), nested(2)]
+    write(tmp_path / "c", calls * 3, full_per_signature=0)
+    fast = records_of(load_corpus(tmp_path / "c"))
+    # Later shards' signatures are matched in their text, kept unparsed until asked for.
+    assert sum(type(record._array) is str for record in fast) >= 20
+    monkeypatch.setattr("guardscope.corpus.reader.Corpus._prematch", lambda self, text: (text, [], []))
+    parsed = records_of(load_corpus(tmp_path / "c"))
+    assert not any(type(record._array) is str for record in parsed)
+    assert [(r.first, r.repeat, r.full, r.key, r.array, r.signature) for r in fast] == [
+        (r.first, r.repeat, r.full, r.key, r.array, r.signature) for r in parsed]
+    # The same records share a call template either way.
+    assert [[fast.index(o) for o in fast if o.call is r.call] for r in fast if r.call is not None] == [
+        [parsed.index(o) for o in parsed if o.call is r.call] for r in parsed if r.call is not None]
+
+
+def test_a_broken_record_after_matched_ones_is_refused_as_without_matching(tmp_path):
+    write(tmp_path / "c", [call(n) for n in range(1, 9)], full_per_signature=0)
+    shard = tmp_path / "c" / "shard-00001.pt"
+    content = torch.load(shard, weights_only=True)
+    text = zlib.decompress(content["index"].numpy().tobytes()).decode()
+    content["index"] = torch.frombuffer(bytearray(zlib.compress(text.replace('"repeat":1', '"repeat":0', 1).encode())),
+                                        dtype=torch.uint8)
+    buffer = io.BytesIO()
+    torch.save(content, buffer)
+    shard.write_bytes(buffer.getvalue())
+    manifest = json.loads((tmp_path / "c" / "corpus.json").read_text())
+    manifest["shards"][1]["sha256"] = hashlib.sha256(buffer.getvalue()).hexdigest()
+    (tmp_path / "c" / "corpus.json").write_text(json.dumps(manifest))
+    corpus = load_corpus(tmp_path / "c")
+    corpus.load_records(corpus.manifest.shards[0])  # its call template is known from here on
+    with pytest.raises(ShardError, match=r"repeat is a positive int\): \{'signature': \['call'"):
+        corpus.load_records(corpus.manifest.shards[1])
