@@ -562,7 +562,8 @@ def format_advice(document: dict[str, Any]) -> list[str]:
 
 
 def format_whatif(document: dict[str, Any]) -> list[str]:
-    """The what-if rows as a table, then what each row's notes say."""
+    """The what-if rows as a table (warmup: the samples of the row's warmup, one per graph;
+    set-up s: that warmup run through a fresh compile), then what each row's notes say."""
     def outputs(row: dict[str, Any]) -> str:
         diff = "" if row["max_diff"] is None else f" (max diff {row['max_diff']:.3g})"
         if not row["transforms"]:
@@ -571,17 +572,19 @@ def format_whatif(document: dict[str, Any]) -> list[str]:
             return "not compared (the samples raise as recorded)"
         return f"equal{diff}" if row["outputs_equal"] else f"DIFFER{diff}: changes the results"
 
-    table = [("transform", "graphs", "frames", "compile s", "padding %", "outputs")]
+    table = [("transform", "graphs", "frames", "compile s", "warmup", "set-up s", "padding %", "outputs")]
     for row in document["rows"]:
         chain = row["transforms"]
         if len(chain) == 2:
-            table.append((f"chained: {chain[0]}", "", "", "", "", "(as its own row above)"))
+            table.append((f"chained: {chain[0]}", "", "", "", "", "", "", "(as its own row above)"))
         label = f"  + {chain[-1]}" if len(chain) > 1 else row["label"]
+        setup = row.get("warmup_setup_seconds")
         table.append((label, str(row["graphs"]), str(row["frames"]), f"{row['compile_seconds']:.2f}",
+                      str(row.get("warmup_samples", "")), "" if setup is None else f"{setup:.2f}",
                       f"{row['padding_percent']:.1f}", outputs(row)))
-    widths = [max(len(line[i]) for line in table) for i in range(5)]
-    lines = ["  ".join([line[0].ljust(widths[0]), *(cell.rjust(w) for cell, w in zip(line[1:5], widths[1:])),
-                        line[5]]).rstrip() for line in table]
+    widths = [max(len(line[i]) for line in table) for i in range(7)]
+    lines = ["  ".join([line[0].ljust(widths[0]), *(cell.rjust(w) for cell, w in zip(line[1:7], widths[1:])),
+                        line[7]]).rstrip() for line in table]
     for row in document["rows"]:
         for note in row["notes"]:
             lines.append(f"note        {row['label']}: {note}")

@@ -86,10 +86,10 @@ IMAGE_REQUESTS = (
 )
 
 
-def write_image_corpus(path, requests=IMAGE_REQUESTS, keep="all"):
-    """A corpus of images for tests/models.py's NormalisedCNN (compile options left to the
-    defaults: ``dynamic=None``, ``fullgraph=False``)."""
-    with CorpusWriter(path, model=model_spec("NormalisedCNN"), keep=keep) as writer:
+def write_image_corpus(path, requests=IMAGE_REQUESTS, keep="all", model="NormalisedCNN"):
+    """A corpus of images for tests/models.py's NormalisedCNN, or ``model`` (compile options left
+    to the defaults: ``dynamic=None``, ``fullgraph=False``)."""
+    with CorpusWriter(path, model=model_spec(model), keep=keep) as writer:
         for index, (batch, height, width, dtype, layout) in enumerate(requests):
             images = torch.rand(batch, 3, height, width, generator=torch.Generator().manual_seed(index))
             images = (images * 255).to(torch.uint8) if dtype == "uint8" else images.to(getattr(torch, dtype))

@@ -143,3 +143,27 @@ class NormalisedCNN(torch.nn.Module):
             levels.append(x)
         merged = levels[-2] + torch.nn.functional.interpolate(levels[-1], scale_factor=2.0, mode="nearest")
         return self.head(merged.mean((2, 3)))
+
+
+class SizeDivisibleCNN(NormalisedCNN):
+    """NormalisedCNN that takes images of any side, as detection and segmentation models do
+    (detectron2's ``size_divisibility``, mmdet's ``size_divisor``): after the normalisation it
+    zero-pads the bottom and right sides to a multiple of 32 itself when one is not. The ``if``
+    guards on ``size % 32``: sides that are multiples of 32 and sides that are not take different
+    graphs. Padding the raw images to a multiple of 32 before the call merges them, but changes the
+    answers: the pad value 0 is normalised to ``-mean / std``, where the model's own pad is 0."""
+
+    def forward(self, images):
+        if images.shape[-1] == 3 and images.shape[1] != 3:  # HWC-permuted
+            images = images.permute(0, 3, 1, 2)
+        images = images.float() / 255.0 if images.dtype == torch.uint8 else images.float()
+        x = (images - self.mean) / self.std
+        height, width = x.shape[-2:]
+        if height % 32 or width % 32:
+            x = torch.nn.functional.pad(x, (0, (-width) % 32, 0, (-height) % 32))
+        levels = []
+        for stage in self.stages:
+            x = stage(x)
+            levels.append(x)
+        merged = levels[-2] + torch.nn.functional.interpolate(levels[-1], scale_factor=2.0, mode="nearest")
+        return self.head(merged.mean((2, 3)))

@@ -4,13 +4,16 @@ whether it changes the model's answers.
 For each transform alone, then for the cumulative chain in the order given, the corpus is
 replayed with every sample transformed (through the analysis's own compile options; guard-only
 where that is sound, as for the analysis) and the row records the graphs and frames compiled,
-the seconds those compiles took, the padding's cost in % of the corpus's input elements, and
-samples that raised. Then, for each topology of the analysis, its first sample runs eagerly (no
-compile) as recorded and transformed, and the outputs are compared: every tensor in the output,
-a padded output cut back to its unpadded part on each dim where its size is a padded size and
-the recorded output's the size before (``--output-slice`` style: logits, a KV cache's keys),
-else whole; with the largest difference and a tolerance for the
-output's dtype (``torch.testing``'s defaults). A row whose outputs differ changes the results.
+the seconds those compiles took, the padding's cost in % of the corpus's input elements, the
+samples that raised, and the set-up of the row's warmup: the transformed samples that compiled a
+graph in that replay (one per graph, in corpus order: run in that order they compile the same
+graphs), run again through a fresh compile (Dynamo reset, the same options) in the same process
+and timed from the first call to the last. Then, for each topology of the analysis, its first
+sample runs eagerly (no compile) as recorded and transformed, and the outputs are compared: every
+tensor in the output, a padded output cut back to its unpadded part on each dim where its size is
+a padded size and the recorded output's the size before (``--output-slice`` style: logits, a KV
+cache's keys), else whole; with the largest difference and a tolerance for the output's dtype
+(``torch.testing``'s defaults). A row whose outputs differ changes the results.
 
 The first row is the corpus as recorded, replayed the same way in the same process, so its
 compile seconds compare with the others' (the analysis's timings.json measured them in another
@@ -79,6 +82,30 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
+def _warmup_setup(model: Any, corpus: Any, call: Call, chain: tuple[Transform, ...], options: Any,
+                  events: list[Any]) -> dict[str, Any]:
+    """The warmup of a row's replay: one transformed sample per graph it compiled (the samples
+    that compiled, in corpus order), replayed through a fresh compile of ``model`` (the replay
+    resets Dynamo) with the same options, every sample run. Its graphs (every frame) and the
+    seconds from its first call to its last: the set-up a server would pay before its first
+    request. ``graphs`` is the row replay's count, for the comparison."""
+    compiled = [e for e in events if e.fail_type is None]
+    indices = sorted({e.sample for e in compiled if e.sample is not None})
+    found = {"graphs": len(compiled), "warmup_samples": len(indices), "warmup_graphs": 0,
+             "warmup_setup_seconds": 0.0}
+    if not indices:
+        return found
+    samples = []
+    for index in indices:
+        sample = corpus.sample(index)
+        args, kwargs, _ = apply_chain(call, chain, sample.args, sample.kwargs, index)
+        samples.append(Sample(index, args, kwargs))
+    result = replay(model, samples, options, on_sample=lambda meta: None)
+    found["warmup_graphs"] = sum(1 for e in result.events if e.fail_type is None)
+    found["warmup_setup_seconds"] = round(result.seconds, 6)
+    return found
+
+
 def _replay_row(model: Any, corpus: Any, call: Call, chain: tuple[Transform, ...], options: Any,
                 failed_before: set[int]) -> dict[str, Any]:
     cost = _Cost()
@@ -90,7 +117,11 @@ def _replay_row(model: Any, corpus: Any, call: Call, chain: tuple[Transform, ...
 
     result = replay(model, _transformed(corpus, call, chain, cost), options, on_sample=collect, guard_only=True)
     events = result.events
+    warmup = _warmup_setup(model, corpus, call, chain, options, events)
     notes = []
+    if warmup["warmup_graphs"] != warmup["graphs"]:
+        notes.append(f"its warmup compiled {_count(warmup['warmup_graphs'], 'graph')} run alone, "
+                     f"against {warmup['graphs']} in the replay")
     if cost.over:
         notes.append(f"{_count(cost.over, 'size')} beyond the largest bucket left as they were")
     if raised:
@@ -102,6 +133,9 @@ def _replay_row(model: Any, corpus: Any, call: Call, chain: tuple[Transform, ...
         "frames": len({e.frame_id for e in events}) or 1,
         "compile_seconds": round(sum(e.seconds or 0.0 for e in events), 6),
         "padding_percent": round(100.0 * (cost.after - cost.before) / cost.before, 3) if cost.before else 0.0,
+        "warmup_samples": warmup["warmup_samples"],
+        "warmup_graphs": warmup["warmup_graphs"],
+        "warmup_setup_seconds": warmup["warmup_setup_seconds"],
         "raised": len(raised),
         "notes": notes,
     }

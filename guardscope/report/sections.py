@@ -429,7 +429,8 @@ def fidelity_context(catalog: dict, fidelity: dict | None) -> dict | None:
 def input_fixes_context(whatif: dict | None, fixes: dict | None, verification: dict | None) -> dict | None:
     """"Fixes at the input" (whatif.json): each transform chain's row, the cheapest chain that keeps
     the outputs equal (fewest graphs, then least padding, then fewest transforms), how it compares
-    with the warmup and unbacked plans (graphs, set-up), and the catalog's advice in words."""
+    with the warmup and unbacked plans (graphs, set-up: the chain's warmup measured by whatif, the
+    plans' by verify), and the catalog's advice in words."""
     if whatif is None:
         return None
 
@@ -444,6 +445,7 @@ def input_fixes_context(whatif: dict | None, fixes: dict | None, verification: d
     rows = [{
         "label": row["label"], "transforms": list(row["transforms"]), "graphs": row["graphs"], "frames": row["frames"],
         "compile": format_duration(row.get("compile_seconds")), "padding": f"{row.get('padding_percent', 0.0):.1f} %",
+        "warmup": row.get("warmup_samples"), "setup": format_duration(row.get("warmup_setup_seconds")),
         "outputs": outputs(row), "changes_results": bool(row.get("changes_results")),
         "notes": list(row.get("notes") or []),
     } for row in whatif.get("rows", [])]
@@ -463,11 +465,13 @@ def input_fixes_context(whatif: dict | None, fixes: dict | None, verification: d
         "rows": rows,
         "best": None if best is None else {
             "label": best["label"], "graphs": best["graphs"], "padding": f"{best.get('padding_percent', 0.0):.1f} %",
-            "compile": format_duration(best.get("compile_seconds")),
+            "compile": format_duration(best.get("compile_seconds")), "warmup": best.get("warmup_samples"),
+            "setup": format_duration(best.get("warmup_setup_seconds")),
             "max_diff": "n/a" if best.get("max_diff") is None else f"{best['max_diff']:.3g}",
         },
         "recorded_graphs": None if recorded is None else recorded["graphs"],
         "recorded_compile": None if recorded is None else format_duration(recorded.get("compile_seconds")),
+        "recorded_setup": None if recorded is None else format_duration(recorded.get("warmup_setup_seconds")),
         "plans": compared,
         "advice": [{"applies": a["applies"], "subject": a["subject"], "spec": a["spec"], "text": a["text"]}
                    for a in whatif.get("advice", [])],

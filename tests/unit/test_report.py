@@ -410,7 +410,8 @@ def test_every_command_has_help():
 
 def _whatif_row(transforms: list[str], graphs: int, padding: float, equal: bool | None, diff: float | None) -> dict:
     return {"label": " + ".join(transforms) or "as recorded", "transforms": transforms, "graphs": graphs,
-            "frames": 1, "compile_seconds": graphs * 0.5, "padding_percent": padding, "raised": 0, "notes": [],
+            "frames": 1, "compile_seconds": graphs * 0.5, "padding_percent": padding, "warmup_samples": graphs,
+            "warmup_graphs": graphs, "warmup_setup_seconds": graphs * 0.75, "raised": 0, "notes": [],
             "outputs_equal": equal, "max_diff": diff, "changes_results": equal is False, "topologies": []}
 
 
@@ -433,12 +434,19 @@ def test_fixes_at_the_input_leads_with_the_cheapest_chain_that_keeps_the_outputs
     # fewer graphs than the cast, but changing the results: never the first line
     assert words(section.find(id="input-fixes-best")) == (
         "Cheapest chain that keeps the outputs equal: cast:images:float32:scale: 4 graphs against 8 as "
-        "recorded, padding 0.0 % of the input elements, largest output difference 0.")
+        "recorded, warmup set-up 3.00 s against 6.00 s, padding 0.0 % of the input elements, largest output "
+        "difference 0.")
     assert words(section.find(id="input-fixes-plans")) == (
-        "Compared with the plans of guardscope emit-warmup DIR: this chain compiles 4 graphs in 2.00 s "
-        "(measured in the what-if replay); the warmup plan 10 graphs, set-up 1.40 s; the unbacked plan "
-        "1 graph, set-up 1.40 s.")
-    rows = section.find("table").find("tbody").find_all("tr")
+        "Compared with the plans of guardscope emit-warmup DIR: this chain compiles 4 graphs in 2.00 s, set-up "
+        "3.00 s (a warmup of 4 samples) (measured by the what-if replay); the warmup plan 10 graphs, set-up "
+        "1.40 s; the unbacked plan 1 graph, set-up 1.40 s.")
+    # each row's warmup: its samples and its set-up
+    table = section.find("table")
+    assert [words(th) for th in table.find("thead").find_all("th")] == [
+        "transform", "graphs", "frames", "compile", "warmup", "set-up", "padding", "outputs"]
+    rows = table.find("tbody").find_all("tr")
+    assert [[words(td) for td in r.find_all("td")[1:6]] for r in rows][:2] == [
+        ["8", "1", "4.00 s", "8", "6.00 s"], ["4", "1", "2.00 s", "4", "3.00 s"]]
     assert [words(r.find_all("td")[0]) for r in rows] == [
         "as recorded", "cast:images:float32:scale", "pad:images:2,3:multiple=32",
         "chain: cast:images:float32:scale + pad:images:2,3:multiple=32"]
