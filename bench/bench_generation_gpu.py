@@ -83,11 +83,12 @@ def build_forward():
     return build().forward
 
 
-def requests(count: int, seed: int, vocab: int) -> list[tuple[list[int], int]]:
+def requests(count: int, seed: int, vocab: int, batches: str = "1,1,2,4") -> list[tuple[list[int], int]]:
     rng = random.Random(seed)
     made = []
+    choices = [int(b) for b in batches.split(",")]
     for _ in range(count):
-        batch = rng.choice([1, 1, 2, 4])
+        batch = rng.choice(choices)
         length = min(512, max(16, int(rng.paretovariate(1.1) * 24)))
         made.append(((batch, length, rng.randrange(1 << 30)), rng.randint(8, 32)))
     return made
@@ -120,7 +121,7 @@ def record(options) -> None:
                                                  compile={"dynamic": None}, overwrite=True)
     model.forward = traffic.wrap(model.forward)
     with torch.no_grad():
-        for position, (shape, new) in enumerate(requests(options.train, 0, model.config.vocab_size)):
+        for position, (shape, new) in enumerate(requests(options.train, 0, model.config.vocab_size, options.batches)):
             ids = _ids(shape, options.device, model.config.vocab_size)
             with traffic.request(f"req-{position}"):  # guardscope bench: TTFT, TPOT per request
                 model.generate(ids, attention_mask=torch.ones_like(ids), **_generate_kwargs(options, new))
@@ -189,7 +190,7 @@ def serve(options) -> dict:
     progress()
     with torch_compat.raised_recompile_limit(4096), torch_compat.compile_start_callback(
             lambda _: compiles.__setitem__(0, compiles[0] + 1)), torch.no_grad():
-        for index, (shape, new) in enumerate(requests(options.test, 1, vocab)):
+        for index, (shape, new) in enumerate(requests(options.test, 1, vocab, options.batches)):
             position["request"], position["call"] = index, 0
             ids = _ids(shape, device, vocab)
             begun = time.perf_counter()
@@ -241,7 +242,8 @@ def make_bundle(options) -> dict:
 def _child(options, *arguments: str, env: dict | None = None) -> subprocess.CompletedProcess:
     command = [sys.executable, str(pathlib.Path(__file__).resolve()), *arguments, "--work", str(options.work),
                "--size", options.size, "--device", options.device, "--backend", options.backend,
-               "--cache", options.cache, "--train", str(options.train), "--test", str(options.test)]
+               "--cache", options.cache, "--train", str(options.train), "--test", str(options.test),
+               "--batches", options.batches]
     if options.mode:
         command += ["--mode", options.mode]
     environment = {**os.environ, "GUARDSCOPE_BENCH_SIZE": options.size, "GUARDSCOPE_BENCH_DEVICE": options.device,
@@ -315,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", default="dynamic", choices=["dynamic", "static"])
     parser.add_argument("--train", type=int, default=24, help="requests recorded for the analysis")
     parser.add_argument("--test", type=int, default=12, help="other requests served per strategy")
+    parser.add_argument("--batches", default="1,1,2,4", help="batch sizes drawn from (comma-separated, repeats weigh)")
     parser.add_argument("--work", type=pathlib.Path, default=ROOT / ".bench-work" / "generation-gpu",
                         help="corpus, analysis and bundle: inside the repository (git-ignored), so that a warm "
                         "device machine keeps it between calls and `carry` can take a small one to a fresh machine")
