@@ -13,12 +13,19 @@ from typing import Any, Callable
 import click
 
 from . import store
-from .corpus.spec import model_label
 from .errors import GuardscopeError
 from .model import GUARD_TEXT, IGNORABLE
 from .options import BACKENDS
 from .plans import BUNDLED, NAMES, STRATEGIES
-from .text import compile_failure_cause, first_line, torch_log_lines
+from .terminal import (  # noqa: F401  (format_cudagraphs, format_summary: used by tests and bench)
+    ReplayProgress,
+    format_advice,
+    format_bundle_setup,
+    format_cudagraphs,
+    format_summary,
+    format_whatif,
+)
+from .text import first_line, torch_log_lines
 
 
 def _friendly_errors(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -555,46 +562,6 @@ def whatif(out_dir: str, transforms: tuple[str, ...], json_path: str | None, cor
                                            str(Path(out_dir) / store.REPORT)]))
 
 
-def format_advice(document: dict[str, Any]) -> list[str]:
-    """The catalog's advice: the transforms that apply and the ones that do not, in words."""
-    return [f"{'applies' if a['applies'] else 'does not apply':<14}  {a['subject']}: {a['text']}"
-            for a in document.get("advice", [])]
-
-
-def format_whatif(document: dict[str, Any]) -> list[str]:
-    """The what-if rows as a table (warmup: the samples of the row's warmup, one per graph;
-    set-up s: that warmup run through a fresh compile), then what each row's notes say."""
-    def outputs(row: dict[str, Any]) -> str:
-        diff = "" if row["max_diff"] is None else f" (max diff {row['max_diff']:.3g})"
-        if not row["transforms"]:
-            return "(the reference)"
-        if row["outputs_equal"] is None:
-            return "not compared (the samples raise as recorded)"
-        return f"equal{diff}" if row["outputs_equal"] else f"DIFFER{diff}: changes the results"
-
-    table = [("transform", "graphs", "frames", "compile s", "warmup", "set-up s", "padding %", "outputs")]
-    for row in document["rows"]:
-        chain = row["transforms"]
-        if len(chain) == 2:
-            table.append((f"chained: {chain[0]}", "", "", "", "", "", "", "(as its own row above)"))
-        label = f"  + {chain[-1]}" if len(chain) > 1 else row["label"]
-        setup = row.get("warmup_setup_seconds")
-        table.append((label, str(row["graphs"]), str(row["frames"]), f"{row['compile_seconds']:.2f}",
-                      str(row.get("warmup_samples", "")), "" if setup is None else f"{setup:.2f}",
-                      f"{row['padding_percent']:.1f}", outputs(row)))
-    widths = [max(len(line[i]) for line in table) for i in range(7)]
-    lines = ["  ".join([line[0].ljust(widths[0]), *(cell.rjust(w) for cell, w in zip(line[1:7], widths[1:])),
-                        line[7]]).rstrip() for line in table]
-    for row in document["rows"]:
-        for note in row["notes"]:
-            lines.append(f"note        {row['label']}: {note}")
-        for topology in row["topologies"]:
-            if topology["note"]:
-                lines.append(f"note        {row['label']}: T{topology['topology']} (sample {topology['sample']}) "
-                             f"{topology['note']}")
-    return lines
-
-
 @main.command()
 @click.argument("old", type=click.Path(path_type=str))
 @click.argument("new", type=click.Path(path_type=str))
@@ -758,66 +725,6 @@ def _kept(out_dir: str, corpus: str) -> str:
             f"'guardscope analyze {corpus} --out {out_dir} --resume'")
 
 
-class ReplayProgress:
-    """Progress of a replay on stderr: samples done out of the total, compiles so far, and an
-    ETA from the pace of samples that compiled nothing (a compile takes seconds, a guard-checked
-    sample microseconds to milliseconds: the ETA assumes nothing else compiles). On a terminal one
-    line is redrawn (at most 10 times a second); otherwise, in a CI log, a plain line is printed
-    at most every ``every`` seconds, and at the end."""
-
-    def __init__(self, total: int, *, stream: Any, quiet: bool = False, every: float = 10.0) -> None:
-        import time
-
-        self.total, self.stream, self.every = total, stream, every
-        self.quiet = quiet
-        self.terminal = stream.isatty()
-        self._clock = time.monotonic
-        self._last_call = self._clock()
-        self._last_shown = float("-inf")
-        self._steady_seconds = 0.0
-        self._steady = 0
-        self._done = self._compiles = 0
-        self._shown = False
-
-    def __call__(self, done: int, compiles: int) -> None:
-        now = self._clock()
-        if done > self._done and compiles == self._compiles and self._done:
-            self._steady_seconds += now - self._last_call
-            self._steady += done - self._done
-        self._last_call = now
-        self._done, self._compiles = done, compiles
-        if self.quiet or now - self._last_shown < (0.1 if self.terminal else self.every):
-            return
-        self._last_shown = now
-        self._show()
-
-    def line(self) -> str:
-        share = f" ({100 * self._done // self.total}%)" if self.total else ""
-        eta = "--:--:--"
-        if self._steady:
-            seconds = int((self.total - self._done) * self._steady_seconds / self._steady)
-            eta = f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-        return (f"replaying {self._done:,}/{self.total:,} samples{share}, {self._compiles} compile"
-                f"{'' if self._compiles == 1 else 's'}, ETA {eta}")
-
-    def _show(self) -> None:
-        self._shown = True
-        if self.terminal:
-            self.stream.write("\r" + self.line().ljust(79))
-        else:
-            self.stream.write(self.line() + "\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        """The final line (a terminal's redrawn line is ended)."""
-        if self.quiet or not self._shown and self._done == 0:
-            return
-        self._show()
-        if self.terminal:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
 def _analyze_in_child(out_dir: str, corpus: str) -> None:
     """Run this same command with --no-isolate in a child; report its death by a signal."""
     from .proving.isolation import run_foreground, signal_name
@@ -833,148 +740,6 @@ def _analyze_in_child(out_dir: str, corpus: str) -> None:
                 "Try --backend eager (the guards, and so the catalog, are the same) to analyse anyway.",
                 fg="red", err=True)
     sys.exit(3)
-
-
-def format_bundle_setup(measured: dict) -> str:
-    """One line on a plan's compile-cache bundle from its verification result."""
-    line = f"bundle {measured['status'].upper()}"
-    without, with_ = measured.get("without") or {}, measured.get("with") or {}
-    if without.get("setup_seconds") is not None and with_.get("setup_seconds") is not None:
-        cache = with_.get("cache") or {}
-        line += (f": set-up {with_['setup_seconds']:.1f} s with {measured['file']} vs {without['setup_seconds']:.1f} s "
-                 f"without ({measured['backend']}, {measured['device']}; fresh processes, empty caches; "
-                 f"{cache.get('fxgraph_hits', 0)} graphs from the cache, {cache.get('fxgraph_misses', 0)} compiled)")
-    if measured.get("reason"):
-        line += f"; {measured['reason']}"
-    return line
-
-
-def format_summary(analysis: Any) -> str:
-    catalog = analysis.catalog
-    data = catalog.to_json()["summary"]
-    lines = [
-        f"corpus      {analysis.corpus_dir} ({catalog.samples} samples), model {model_label(catalog.model)}",
-        f"compile     backend={catalog.compile['backend']} dynamic={catalog.compile['dynamic']} "
-        f"fullgraph={catalog.compile['fullgraph']} device={catalog.compile['device']} "
-        f"torch {catalog.torch_version}",
-        f"compiles    {data['compiles']} at samples {data['compile_samples']}",
-        f"recompiles  {data['recompiles']} at samples {data['recompile_samples']}",
-    ]
-    # A compile that failed and stopped Dynamo compiling a frame matters more than anything below.
-    for skipped in catalog.skipped_frames:
-        eager = skipped["eager_samples"]
-        lines.append(f"compile failed {skipped['compile_id']} of {skipped['frame_label']} at sample {skipped['sample']}: "
-                     f"{compile_failure_cause(skipped)}")
-        lines.append("  eager     Dynamo stopped compiling the frame: every later call ran it eagerly"
-                     + ("" if eager is None else f", {len(eager)} samples, first {eager[:10]}"))
-    if data["failures_by_kind"]:
-        kinds = ", ".join(f"{k} {v}" for k, v in data["failures_by_kind"].items())
-        lines.append(f"failures    {kinds}")
-    if catalog.requests is not None:
-        tagged = catalog.requests
-        where = ", ".join(f"{c['compile_id']} at request {c['request']} step {c['step']}" for c in tagged["compiles"][:5])
-        lines.append(f"requests    {tagged['requests']} tagged ({tagged['calls']} calls); {tagged['compiling']} of them "
-                     f"compiled" + (f": {where}" + (", ..." if len(tagged["compiles"]) > 5 else "") if where else ""))
-        if tagged["unseen_topology_probability"] is not None:
-            lines.append(f"  unseen    {tagged['unseen_topology_probability']:.1%} chance the next request brings a new "
-                         f"topology ({len(tagged['singleton_topologies'])} topologies seen in one request only; "
-                         "counted by requests, not calls)")
-    timed = [c for c in catalog.compiles if c.event.seconds is not None]
-    if timed:
-        slowest = max(timed, key=lambda c: c.event.seconds)
-        total = sum(c.event.seconds for c in timed)
-        lines.append(
-            f"compile time {total:.2f} s in all; slowest {slowest.event.seconds:.2f} s "
-            f"(compile {slowest.event.compile_id}, sample {slowest.event.sample})"
-        )
-    if len(catalog.frames) > 1:
-        lines.append(f"frames      {len(catalog.frames)} (graph breaks split the model; each frame compiles on its own)")
-        for frame in catalog.frames:
-            lines.append(f"  {frame['frame']:<4} {frame['graphs']:>3} graphs, {frame['recompiles']:>3} recompiles  "
-                         f"{frame['label']}")
-        lines.append(f"graph breaks {len(catalog.graph_breaks)}")
-        for found in catalog.graph_breaks[:10]:
-            lines.append(f"  frame {found['frame']:<3} at {found['location'] or '?'}: {found['reason']}")
-        if len(catalog.graph_breaks) > 10:
-            lines.append(f"  ... {len(catalog.graph_breaks) - 10} more in catalog.json")
-    lines.append(f"topologies  {data['topologies']}")
-    for topology in catalog.topologies:
-        facts = "; ".join(topology.facts[:4]) + (" ..." if len(topology.facts) > 4 else "")
-        later = len(topology.graphs) - 1
-        graphs = f"graph {topology.compile_id}" + (f" +{later} in later frames" if later > 0 else "")
-        lines.append(
-            f"  T{topology.id:<3} {topology.count:>6} samples, first {topology.first_sample:<6} "
-            f"{graphs}: {facts}"
-        )
-    if catalog.failed_samples:
-        first = catalog.failed_samples[0]
-        lines.append(f"failed      {len(catalog.failed_samples)} samples raised, first sample {first.index}: "
-                     f"{first_line(first.error)} (every error, whole, in catalog.json)")
-    if catalog.not_analysed:
-        from .catalog.caveats import limit_reached
-
-        cause = ("the first frame reached Dynamo's recompile limit"
-                 if limit_reached(catalog, catalog.compile.get("recompile_limit", 0)) else "no graph accepted them")
-        lines.append(f"not analysed {len(catalog.not_analysed)} samples ran without a compiled graph "
-                     f"({cause}), first {list(catalog.not_analysed[:10])}")
-    if catalog.skipped_shards:
-        lines.append(f"skipped     {len(catalog.skipped_shards)} corrupt shards: "
-                     + ", ".join(s['file'] for s in catalog.skipped_shards))
-    if catalog.unparsed:
-        lines.append(f"unparsed    {dict(sorted(catalog.unparsed.items()))}")
-    if catalog.cudagraphs is not None:
-        lines.extend(format_cudagraphs(catalog.cudagraphs))
-    forced = " — CUDA graphs record at run time, so every sample ran" if (catalog.cudagraphs or {}).get("observed") else ""
-    lines.append(f"replay      {analysis.replay_seconds:.1f} s ({catalog.replay_mode} replay{forced}; "
-                 f"Dynamo's recompile limit raised to {catalog.compile.get('recompile_limit')} for it)")
-    lines.append(f"wrote       {analysis.catalog_path}, {analysis.timings_path}, "
-                 f"{analysis.out_dir / store.REPORT}, {analysis.trace_path}")
-    return "\n".join(lines)
-
-
-def format_cudagraphs(section: dict[str, Any]) -> list[str]:
-    """The summary lines of the catalog's ``cudagraphs`` section."""
-    lines = []
-    expected = section["expected"]
-    recorded = section.get("recorded")
-    expected_skips = f", {expected['skips']} skips" if expected.get("skips") else ""
-    if recorded is not None:
-        skips = sum(s["count"] for s in recorded["skips"])
-        lines.append(
-            f"cudagraphs  {recorded['new_shapes']['count']} new shapes (warm-ups) at "
-            f"{len(recorded['new_shapes']['samples'])} samples, {recorded['recordings']['count']} recordings, "
-            f"{skips} skips (expected from the shapes: {expected['new_shapes']} new shapes, "
-            f"{expected['recordings']} recordings{expected_skips})"
-        )
-        for skip in recorded["skips"][:5]:
-            lines.append(f"  skipped   {skip['count']}x at samples {skip['samples'][:10]}: {skip['reason']}")
-    else:
-        lines.append(
-            f"cudagraphs  expected from the shapes: {expected['new_shapes']} new shapes (warm-ups), "
-            f"{expected['recordings']} recordings{expected_skips} (not observed: run --backend inductor --device cuda to see them)"
-        )
-    if (section.get("settings") or {}).get("skip_dynamic_graphs"):
-        from .catalog.buckets import skip_effect
-
-        lines.append("  setting   cudagraph_skip_dynamic_graphs = True. "
-                     + skip_effect(section["settings"]["graph_partition"]))
-    padding = section["padding"]
-    chosen = padding.get("chosen")
-    if padding["verdict"] == "pad" and chosen:
-        bounds = "; ".join(f"{g['name']} to {chosen['bounds'][g['name']]}" for g in padding["groups"] if g["name"] in chosen["bounds"])
-        confirmed = "" if padding["paddable_confirmed"] else " [dims assumed paddable: confirm with --paddable]"
-        lines.append(
-            f"padding     pad {bounds}: {chosen['shapes']} shapes (at most {chosen['max_per_graph']} per graph) "
-            f"for {100 * chosen['padding_waste']:.1f}% more input elements{confirmed}"
-        )
-    elif padding["verdict"] == "skip_dynamic_graphs":
-        lines.append("padding     set torch._inductor.config.triton.cudagraph_skip_dynamic_graphs = True: "
-                     + padding["reasons"][-1].split(": ", 1)[-1])
-    else:
-        lines.append(f"padding     none needed: {padding['reasons'][0]}")
-    if padding.get("unknown_paddable"):
-        lines.append(f"  unknown   --paddable dims that are not dynamic: {padding['unknown_paddable']}")
-    return lines
 
 
 if __name__ == "__main__":  # pragma: no cover
