@@ -17,6 +17,9 @@ guardscope supports torch 2.9 to 2.14. Private APIs used here, and why:
   it): the serving runtime's guarantee that a call runs eagerly rather than compiling. torch
   keeps the stance in one process-wide variable, so :func:`eager_on_recompile` shares it
   between threads.
+* ``torch.fx._symbolic_trace.is_fx_symbolic_tracing`` / ``_is_fx_tracing_flag``: one process-wide
+  flag; while another thread's compile traces, Dynamo refuses compiled calls on every thread
+  (:func:`fx_symbolic_tracing`, :func:`refused_for_fx_trace`).
 * CUDA Graph Trees (``mode="reduce-overhead"``), observed without patching torch: the
   ``cudagraphs`` artifact loggers of ``torch._inductor.cudagraph_trees`` / ``cudagraph_utils``
   (new trees per size key, recordings, "skipping cudagraphs due to ..."), the
@@ -646,6 +649,36 @@ def eager_on_recompile() -> contextlib.AbstractContextManager[bool]:
     if not supports_eager_on_recompile():
         return contextlib.nullcontext(False)
     return _EAGER_ON_RECOMPILE.held()
+
+
+# FX symbolic tracing is one process-wide flag (``torch.fx._symbolic_trace._is_fx_tracing_flag``,
+# set by any thread's ``Tracer.trace``: make_fx inside an inductor compile on a background
+# thread too). While ``is_fx_symbolic_tracing()`` (the flag and not ``torch.compiler.is_compiling()``,
+# 2.11 and 2.13) holds, Dynamo's compile_wrapper refuses, on entry and before running anything,
+# to call a compiled function on every thread, with this RuntimeError.
+_NESTED_FX_TRACE = "Detected that you are using FX to symbolically trace a dynamo-optimized function"
+
+
+def fx_symbolic_tracing() -> bool:
+    """Whether Dynamo refuses to enter compiled functions now because an FX trace is on somewhere in
+    the process (False on a torch without the flag)."""
+    module = getattr(torch.fx, "_symbolic_trace", None)
+    check = getattr(module, "is_fx_symbolic_tracing", None)
+    if callable(check):
+        return bool(check())
+    return bool(getattr(module, "_is_fx_tracing_flag", False))  # pragma: no cover - older torch
+
+
+def refused_for_fx_trace(exc: BaseException) -> bool:
+    """Whether ``exc`` is that refusal raised on entering the compiled function itself (the one
+    ``compile_wrapper`` frame of its traceback, innermost): nothing of the call ran."""
+    if not isinstance(exc, RuntimeError) or not str(exc).startswith(_NESTED_FX_TRACE):
+        return False
+    import traceback
+
+    names = [frame.f_code.co_name for frame, _ in traceback.walk_tb(exc.__traceback__)]
+    return names.count("compile_wrapper") == 1 and names[-1] == "compile_wrapper"
+
 
 # --- CUDA Graph Trees --------------------------------------------------------------------------
 

@@ -1,0 +1,339 @@
+"""Background compiles while serving (issue 25): what a compile on a background thread costs the
+serving thread, per strategy, on the seed corpus.
+
+    PYTHONPATH=. python bench/bench_background_gpu.py --json OUT/bench_background.json          # H200
+    python bench/bench_background_gpu.py --device cpu --backend eager --corpus samples/gnn/corpus \\
+        --requests small --json /tmp/bg.json                                                     # smoke
+
+A plan is built from the first --plan-samples requests (``guardscope analyze`` + ``emit-warmup``,
+in a fresh process, as ``bench/bench_runtime.py`` does). Then each strategy runs in a fresh process
+with empty compile caches:
+
+  none         ``serve(model, plan)``: fallbacks run eagerly, nothing compiles while serving
+  article      the seed article's Option 5 wrapper (its code, plain, in-process): warmed with the
+               plan's samples, a guard miss (``error_on_recompile``) runs eagerly and hands the
+               request to a background thread that compiles it; eager while that compile runs
+  article_gil  the same with the GIL switch interval at 0.1 ms while a compile runs
+  guardscope   ``serve(model, plan, background_compile=True)`` (its defaults)
+
+Each process first times the eager model on every request (eager's own latency), then serves:
+pass 1 every request in order; then the requests again, in order and round again, until no
+background compile is pending (at most --max-wait seconds); then a steady pass of every request.
+Every call is timed (device synchronised) with whether a background compile was pending. Reported
+per strategy: the serving thread's latency while a compile was pending (mean, p99, max) against
+eager's own, the ratio of those maxima (issue 25's target: at most 3), the seconds from each new
+topology's first fallback until its compile was done, and the steady pass's latency and eager calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import time
+
+if __package__ in (None, ""):  # run as a file: make the repository root importable
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from bench import common
+from bench.bench_runtime import stage_plan
+
+STRATEGIES = ("none", "article", "article_gil", "guardscope")
+SMALL = 150  # --requests small: requests 0..149 (topologies first seen at 112 and 144 are new)
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def latency(seconds: list[float]) -> dict:
+    if not seconds:
+        return {"calls": 0}
+    ordered = sorted(seconds)
+    return {"calls": len(ordered), "mean_ms": statistics.fmean(ordered) * 1e3,
+            "p99_ms": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1e3, "max_ms": ordered[-1] * 1e3}
+
+
+class ArticleWrapper:
+    """The seed article's ``AsyncCompileWrapper`` (Option 5), kept as published except that it is
+    warmed with the plan's samples and reports when each compile ends."""
+
+    def __init__(self, model, options, gil_interval_ms: float | None) -> None:
+        import queue
+        import threading
+
+        from guardscope.replay.session import compile_model
+
+        self.eager = model.eval()
+        self.compiled = compile_model(model, options)
+        self.gil_interval_ms = gil_interval_ms
+        self.jobs: queue.Queue = queue.Queue(maxsize=1)
+        self.compiling = threading.Event()
+        self.completed: list[float] = []  # perf_counter at each compile's end
+        self.worker = threading.Thread(target=self._worker, daemon=True)
+        self.worker.start()
+
+    def _worker(self) -> None:
+        import torch
+        import torch._dynamo as dynamo
+
+        while (sample := self.jobs.get()) is not None:
+            previous = sys.getswitchinterval()
+            if self.gil_interval_ms is not None:
+                sys.setswitchinterval(self.gil_interval_ms / 1_000)
+            saved = dynamo.config.error_on_recompile
+            dynamo.config.error_on_recompile = False
+            try:
+                with torch.inference_mode():
+                    self.compiled(*sample.args, **sample.kwargs)
+            except Exception as exc:  # noqa: BLE001 - reported, the article's loop goes on
+                print(f"article worker: compile failed: {type(exc).__name__}: {exc}", flush=True)
+            finally:
+                dynamo.config.error_on_recompile = saved
+                sys.setswitchinterval(previous)
+            self.completed.append(time.perf_counter())
+            self.compiling.clear()
+            self.jobs.task_done()
+        self.jobs.task_done()
+
+    def __call__(self, sample) -> bool:
+        """Serve one request; True when it ran compiled."""
+        import torch._dynamo as dynamo
+
+        if self.compiling.is_set():
+            self.eager(*sample.args, **sample.kwargs)
+            return False
+        saved = dynamo.config.error_on_recompile
+        dynamo.config.error_on_recompile = True
+        try:
+            self.compiled(*sample.args, **sample.kwargs)
+            return True
+        except dynamo.exc.RecompileError:
+            self.compiling.set()
+            self.jobs.put(sample)
+            self.eager(*sample.args, **sample.kwargs)
+            return False
+        finally:
+            dynamo.config.error_on_recompile = saved
+
+    def close(self) -> None:
+        self.jobs.put(None)
+        self.worker.join(timeout=60)
+
+
+def stage_strategy(strategy: str, corpus_dir: pathlib.Path, work: pathlib.Path, device: str, backend: str,
+                   requests: int, max_wait: float) -> dict:
+    import torch
+
+    from bench.bench_runtime import _model
+    from guardscope import load_corpus, runtime
+    from guardscope.proving.isolation import import_file
+
+    corpus = load_corpus(corpus_dir, map_location=device)
+    samples = [s for s in corpus if s.index < requests]
+    model = _model(corpus, device)
+
+    eager_seconds = []
+    with torch.inference_mode():
+        for sample in samples[:3]:  # warm eager
+            model(*sample.args, **sample.kwargs)
+        for sample in samples:
+            _sync(device)
+            started = time.perf_counter()
+            model(*sample.args, **sample.kwargs)
+            _sync(device)
+            eager_seconds.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    if strategy.startswith("article"):
+        from guardscope import store
+        from guardscope.options import production_options
+
+        catalog = store.read_catalog(work / "plan")
+        options = production_options(catalog, backend=backend, device=device, inference_mode=True)
+        from guardscope import torch_compat
+
+        # The article set Dynamo's cache_size_limit to 64; torch 2.13 names it recompile_limit.
+        torch_compat.raised_recompile_limit(64).__enter__()  # for the rest of this process
+        served = ArticleWrapper(model, options, 0.1 if strategy == "article_gil" else None)
+        import_file(work / "plan" / "warmup.py").warmup(served.compiled, device=device, inference_mode=True)
+
+        def call(sample) -> tuple[bool, bool]:
+            pending = served.compiling.is_set()
+            with torch.inference_mode():  # as the article's infer_step_async
+                compiled = served(sample)
+            return compiled, pending or served.compiling.is_set()
+
+        def done() -> list[float]:
+            return list(served.completed)
+    else:
+        served = runtime.serve(model, work / "plan", plan="warmup", backend=backend, device=device,
+                               background_compile=strategy == "guardscope")
+        done_at: list[float] = []
+
+        def call(sample) -> tuple[bool, bool]:
+            before = served.stats
+            pending = before.background_pending > 0
+            with torch.inference_mode():
+                served(*sample.args, **sample.kwargs)
+            stats = served.stats
+            while len(done_at) < stats.background_done + stats.background_failed:
+                done_at.append(time.perf_counter())
+            # Eager: a fallback, or an accepted call run eagerly while the worker's compile FX-traced.
+            compiled = (stats.fallbacks, stats.background_eager_tracing) == (before.fallbacks,
+                                                                            before.background_eager_tracing)
+            return compiled, pending or stats.background_pending > 0
+
+        def done() -> list[float]:
+            return list(done_at)
+    setup = time.perf_counter() - started
+
+    rows = []
+
+    def timed(sample, phase: str) -> None:
+        _sync(device)
+        started = time.perf_counter()
+        compiled, pending = call(sample)
+        _sync(device)
+        seconds = time.perf_counter() - started
+        rows.append({"sample": sample.index, "phase": phase, "seconds": seconds, "compiled": compiled,
+                     "pending": pending, "at": started})
+
+    for sample in samples:
+        timed(sample, "first")
+    deadline = time.perf_counter() + max_wait
+    rounds, busy = 0, any(r["pending"] for r in rows)
+    while strategy != "none" and time.perf_counter() < deadline and (
+            busy or (strategy == "guardscope" and served.stats.background_pending)):
+        rounds += 1
+        for sample in samples:
+            timed(sample, "waiting")
+        busy = any(r["pending"] for r in rows[-len(samples):])
+    for sample in samples:
+        timed(sample, "steady")
+    ends = done()
+    if hasattr(served, "close"):
+        served.close()
+    return {
+        "strategy": strategy,
+        "setup_seconds": setup,
+        "eager": latency(eager_seconds),
+        "pending": latency([r["seconds"] for r in rows if r["pending"]]),
+        "pending_eager_calls": sum(1 for r in rows if r["pending"] and not r["compiled"]),
+        "not_pending": latency([r["seconds"] for r in rows if not r["pending"]]),
+        "steady": latency([r["seconds"] for r in rows if r["phase"] == "steady"]),
+        "steady_eager_calls": sum(1 for r in rows if r["phase"] == "steady" and not r["compiled"]),
+        "compiles_done": len(ends),
+        "waiting_rounds": rounds,
+        "stats": served.stats.to_json() if hasattr(served, "stats") else None,
+        "calls": [{k: r[k] for k in ("sample", "phase", "seconds", "compiled", "pending", "at")} for r in rows],
+    }
+
+
+def seconds_to_compiled(calls: list[dict], new: list[int]) -> dict[int, float | None]:
+    """Per new-topology request: seconds from its first call (pass 1) to its first call served
+    compiled (None: never within the run)."""
+    result: dict[int, float | None] = {}
+    for index in new:
+        mine = [c for c in calls if c["sample"] == index]
+        later = [c["at"] for c in mine if c["compiled"]]
+        result[index] = (later[0] - mine[0]["at"]) if mine and later else None
+    return result
+
+
+def _line(label: str, figures: dict) -> str:
+    if not figures.get("calls"):
+        return f"  {label:<10} no calls"
+    return (f"  {label:<10} {figures['calls']:5d} calls  mean {figures['mean_ms']:9.2f} ms  "
+            f"p99 {figures['p99_ms']:9.2f} ms  max {figures['max_ms']:9.2f} ms")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python bench/bench_background_gpu.py", description=__doc__.splitlines()[0])
+    common.add_gpu_run_options(parser, work="background", work_help="folder for the plan and logs")
+    parser.add_argument("--backend", default="inductor", help="serving backend (default %(default)s)")
+    parser.add_argument("--plan-samples", type=int, default=100, help="plan from this many first requests (default 100)")
+    parser.add_argument("--requests", default="all",
+                        help=f"'all', 'small' (the first {SMALL}: a CPU smoke test) or a number (default all)")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated, of " + ", ".join(STRATEGIES))
+    parser.add_argument("--max-wait", type=float, default=300.0,
+                        help="seconds of serving allowed for the background compiles to finish (default 300)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per child process (default 900)")
+    parser.add_argument("--stage", help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=pathlib.Path, help=argparse.SUPPRESS)
+    options = parser.parse_args(argv)
+    work, corpus = options.work.resolve(), options.corpus.resolve()
+    requests = {"all": 1 << 30, "small": SMALL}.get(options.requests) or int(options.requests)
+
+    if options.stage:  # inside a child process
+        if options.stage == "plan":
+            result = stage_plan(corpus, work, options.plan_samples, options.device)
+        else:
+            result = stage_strategy(options.stage, corpus, work, options.device, options.backend, requests,
+                                    options.max_wait)
+        options.result.write_text(json.dumps(result))
+        return 0
+
+    strategies = [s for s in options.strategies.split(",") if s]
+    unknown = sorted(set(strategies) - set(STRATEGIES))
+    if unknown:
+        parser.error(f"unknown strategies: {', '.join(unknown)}")
+    if not (corpus / "corpus.json").is_file():
+        from bench.bench_seed import ensure_full_corpus
+
+        ensure_full_corpus(corpus, regenerate=False)
+    spec = common.ensure_model_resolves(corpus)
+    print(f"corpus      {corpus} (model {spec}), device {options.device}, backend {options.backend}")
+    from guardscope.proving.setup import isolated_caches
+
+    results: dict[str, dict] = {}
+    for stage in ("plan", *strategies):
+        result_path = work / f"{stage}.json"
+        argv = [sys.executable, str(pathlib.Path(__file__).resolve()), "--stage", stage, "--result", str(result_path),
+                "--corpus", str(corpus), "--work", str(work), "--device", options.device, "--backend",
+                options.backend, "--plan-samples", str(options.plan_samples), "--requests", str(requests),
+                "--max-wait", str(options.max_wait)]
+        print(f"running     {stage} ...", flush=True)
+        with isolated_caches() as caches:
+            run = common.run_child(argv, work / f"{stage}.log", env=common.child_env(caches),
+                                   timeout=options.timeout, shown=f"bench_background_gpu --stage {stage}").check()
+        results[stage] = {**common.read_json(result_path), "run": run.to_json()}
+        if stage == "plan":
+            print(f"  plan      topologies first seen at {results[stage]['plan_topologies']}", flush=True)
+            continue
+        r = results[stage]
+        reference = results.get("none", r)  # the requests that fell back without background compiles
+        new = sorted({c["sample"] for c in reference["calls"] if c["phase"] == "first" and not c["compiled"]})
+        r["new_topology_requests"] = new
+        r["seconds_to_compiled"] = seconds_to_compiled(r["calls"], new)
+        ratio = (r["pending"]["max_ms"] / r["eager"]["max_ms"]) if r["pending"].get("calls") else None
+        r["pending_max_over_eager_max"] = ratio
+        shown = {k: (round(v, 2) if v is not None else None) for k, v in r["seconds_to_compiled"].items()}
+        print(f"  {stage}: set-up {r['setup_seconds']:.1f} s, {r['compiles_done']} compiles done, "
+              f"seconds to served compiled (by request) {shown}", flush=True)
+        print(_line("eager", r["eager"]))
+        print(_line("pending", r["pending"]) + (f"  (max {ratio:.2f}x eager's max)" if ratio else ""))
+        print(_line("steady", r["steady"]) + f"  ({r['steady_eager_calls']} eager)", flush=True)
+        if r.get("stats"):
+            print(f"  eager while a background compile FX-traced: "
+                  f"{r['stats']['background'].get('eager_while_tracing', 0)} calls", flush=True)
+    common.write_results(options.json, {
+        "benchmark": "bench_background_gpu",
+        "machine": common.machine(),
+        "corpus": str(corpus),
+        "device": options.device,
+        "backend": options.backend,
+        "plan_samples": options.plan_samples,
+        "requests": requests,
+        "results": results,
+    })
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

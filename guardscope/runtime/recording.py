@@ -1,0 +1,556 @@
+"""Recording calls into a guardscope corpus while serving: :class:`FallbackRecorder` (a bounded,
+sampled record of the calls no compiled graph accepted) and :class:`TrafficRecorder` (every call,
+by signature), with :func:`input_signature`, the coarse description of a call they sample by.
+
+The serving thread only decides and copies; a writer thread writes with
+:class:`guardscope.CorpusWriter`. Nothing here raises into a served call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import math
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..corpus.format import MANIFEST_NAME, check_method_name, check_model_spec
+from ..corpus.requests import check_request
+from ..corpus.signature import signature
+from ..corpus.values import check_sample, snapshot, storage_bytes
+from ..corpus.writer import CorpusWriter
+from ..errors import ModelSpecError, SampleError, ServeError
+from ..replay.arguments import describe
+
+logger = logging.getLogger("guardscope.runtime")
+
+# Why a fallback was not recorded (keys of RuntimeStats.dropped_by_reason).
+SAMPLED_OUT = "sampled_out"  # its signature was recorded already and the repeat rate said no
+MAX_SAMPLES = "max_samples"
+MAX_BYTES = "max_bytes"
+QUEUE_FULL = "queue_full"  # the writer thread is behind by max_pending samples
+UNSTORABLE = "unstorable"  # a value the corpus format cannot store (SampleError)
+ERROR = "error"  # recording failed (disk full, fallback directory unusable...): logged
+CLOSED = "closed"  # the call came after close()
+
+# Recording errors are logged this many times in full, then every LOG_EVERY-th.
+_LOG_FIRST = 10
+_LOG_EVERY = 1000
+
+# --- input signatures (pure) ---------------------------------------------------------------------
+
+
+def input_signature(arguments: dict[str, Any]) -> tuple:
+    """A coarse description of what Dynamo's guards look at in one call's arguments (by name),
+    used to record one fallback per kind of input rather than every one.
+
+    Per tensor: dtype, device, ``requires_grad``, and for each size whether it is 0, 1, or
+    which class of equal sizes it belongs to (sizes equal to each other share a class, as duck
+    sizing makes them share a symbol); for each stride whether it is 0, 1 or larger. Lengths of
+    lists, tuples and dicts; ints as 0, 1 or other; other scalars by value. Two calls of one
+    signature usually need the same graph; the repeat rate covers the cases they do not.
+    """
+    meta = describe(arguments, -1, None, None)
+    classes: dict[int, str] = {}
+
+    def size(n: int) -> int | str:
+        return n if n in (0, 1) else classes.setdefault(n, f"s{len(classes)}")
+
+    tensors = tuple(
+        (
+            path,
+            t.dtype,
+            t.device,
+            t.requires_grad,
+            tuple(size(n) for n in t.shape),
+            tuple(s if s in (0, 1) else "n" for s in t.stride),
+        )
+        for path, t in meta.tensors
+    )
+    scalars = tuple((path, _scalar_class(text)) for path, text in meta.scalars)
+    return (tensors, meta.lengths, scalars)
+
+
+def _steps(count: int, rate: float) -> int:
+    return math.floor(count * rate + 1e-9)
+
+
+def _scalar_class(text: str) -> str:
+    kind, _, value = text.partition(":")
+    if kind == "int":
+        return f"int:{value}" if value in ("0", "1") else "int"
+    return text[:80]
+
+
+# --- the recorder --------------------------------------------------------------------------------
+
+
+class FallbackRecorder:
+    """Keeps a bounded, sampled record of fallback calls in a guardscope corpus directory.
+
+    Offered a call, it records it when its :func:`input_signature` is new, and otherwise at
+    ``repeat_rate`` (0.01: every hundredth repeat, deterministically);
+    never more than ``max_samples`` samples or ``max_bytes`` bytes of tensor storage. The
+    serving thread only decides and copies the arguments (:func:`guardscope.corpus.snapshot`);
+    a background thread writes them with :class:`guardscope.CorpusWriter`, flushing a shard at
+    least every ``flush_every`` seconds so a crash loses little. The corpus directory is
+    created at the first recorded sample. Safe to call from several threads; :meth:`offer`
+    never raises.
+    """
+
+    _KIND = "fallback"  # in messages: what the recorded calls are
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        model: str,
+        compile: dict[str, Any] | None = None,
+        max_samples: int = 1000,
+        max_bytes: int = 256 * 2**20,
+        repeat_rate: float = 0.01,
+        max_pending: int = 64,
+        max_signatures: int = 4096,
+        flush_every: float = 30.0,
+        overwrite: bool = False,
+        method: str | None = None,
+    ) -> None:
+
+        for name, value in (("max_samples", max_samples), ("max_bytes", max_bytes),
+                            ("max_pending", max_pending), ("max_signatures", max_signatures)):
+            if type(value) is not int or value < 0:
+                raise ServeError(f"{name} must be an int >= 0, got {value!r}")
+        if not (isinstance(repeat_rate, (int, float)) and 0.0 <= repeat_rate <= 1.0):
+            raise ServeError(f"repeat_rate must be between 0 and 1, got {repeat_rate!r}")
+        if not (isinstance(flush_every, (int, float)) and flush_every >= 0 and math.isfinite(flush_every)):
+            raise ServeError(f"flush_every must be a number of seconds >= 0, got {flush_every!r}")
+        self.directory = Path(directory)
+        if self.directory.exists() and not self.directory.is_dir():
+            raise ServeError(f"{self._KIND} directory {self.directory} exists and is not a directory")
+        if (self.directory / MANIFEST_NAME).exists() and not overwrite:
+            raise ServeError(
+                f"{self._KIND} directory {self.directory} already holds a corpus; pass a fresh "
+                "directory (one per process, e.g. with the host name and pid in it) or "
+                f"overwrite_{self._KIND}=True to replace it"
+            )
+        self.model = check_model_spec(model)
+        self.compile = dict(compile or {})
+        try:
+            self.method = None if method is None else check_method_name(method)
+        except ModelSpecError as exc:
+            raise ServeError(str(exc)) from None
+        self.max_samples = max_samples
+        self.max_bytes = max_bytes
+        self.repeat_rate = float(repeat_rate)
+        self.max_signatures = max_signatures
+        self.flush_every = float(flush_every)
+        self.overwrite = overwrite
+
+        self._lock = threading.Lock()
+        self._signatures: set[tuple] = set()
+        self._repeats = 0
+        self._reserved_samples = 0
+        self._reserved_bytes = 0
+        self._pending = 0
+        self._recorded = 0
+        self._errors = 0
+        self._dropped: dict[str, int] = {}
+        self._closed = False
+        self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
+        self._thread = threading.Thread(target=self._write_loop, name=f"guardscope-{self._KIND}-recorder", daemon=True)
+        self._thread.start()
+
+    # -- serving thread --
+
+    def offer(self, args: tuple, kwargs: dict, arguments: dict[str, Any]) -> str | None:
+        """Consider one fallback call (``arguments``: by parameter name). Returns None when it
+        is queued for recording, else why not (a ``dropped_by_reason`` key). Never raises."""
+        try:
+            return self._offer(args, kwargs, arguments)
+        except Exception as exc:
+            self.error("recording a fallback", exc)
+            with self._lock:
+                self._drop(ERROR)
+            return ERROR
+
+    def _offer(self, args: tuple, kwargs: dict, arguments: dict[str, Any]) -> str | None:
+
+        signature = input_signature(arguments)
+        with self._lock:
+            if self._closed:
+                return self._drop(CLOSED)
+            new = signature not in self._signatures
+            if not new:
+                # The n-th repeat is taken when floor(n * rate) steps up: evenly spaced, exact
+                # (rate 0.1 takes the 10th, 20th...), the same for the same sequence of calls.
+                self._repeats += 1
+                if _steps(self._repeats, self.repeat_rate) == _steps(self._repeats - 1, self.repeat_rate):
+                    return self._drop(SAMPLED_OUT)
+            if self._reserved_samples >= self.max_samples:
+                return self._drop(MAX_SAMPLES)
+            size = storage_bytes((args, kwargs))
+            if self._reserved_bytes + size > self.max_bytes:
+                return self._drop(MAX_BYTES)
+            # Reserved now, so concurrent offers cannot overshoot the bounds together.
+            self._reserved_samples += 1
+            self._reserved_bytes += size
+            self._pending += 1
+            if new and len(self._signatures) < self.max_signatures:
+                self._signatures.add(signature)
+        reason = None
+        try:
+            # Copied on this thread: the caller may reuse its buffers once the call returns.
+            item = snapshot(args, kwargs)
+        except SampleError as exc:
+            logger.debug("fallback not recorded: %s", exc)
+            reason = UNSTORABLE
+        except Exception as exc:
+            self.error("copying a fallback's arguments", exc)
+            reason = ERROR
+        with self._lock:
+            if reason is None:
+                if self._closed:  # closed while copying: the writer takes nothing more
+                    reason = CLOSED
+                else:
+                    try:
+                        self._queue.put_nowait(item)
+                        return None
+                    except queue.Full:
+                        reason = QUEUE_FULL
+            self._reserved_samples -= 1
+            self._reserved_bytes -= size
+            self._pending -= 1
+            return self._drop(reason)
+
+    def _drop(self, reason: str) -> str:
+        self._dropped[reason] = self._dropped.get(reason, 0) + 1
+        return reason
+
+    def error(self, doing: str, exc: BaseException) -> None:
+        """Count and log a failure (the first few in full, then every thousandth)."""
+        with self._lock:
+            self._errors += 1
+            count = self._errors
+        if count <= _LOG_FIRST or count % _LOG_EVERY == 0:
+            logger.warning(
+                "guardscope runtime: %s failed (%s: %s); serving goes on [error %d]",
+                doing, type(exc).__name__, exc, count, exc_info=count <= _LOG_FIRST,
+            )
+
+    def counts(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "recorded": self._recorded,
+                "pending": self._pending,
+                "dropped": sum(self._dropped.values()),
+                "dropped_by_reason": tuple(sorted(self._dropped.items())),
+                "signatures": len(self._signatures),
+                "errors": self._errors,
+            }
+
+    # -- writer thread --
+
+    def _write_loop(self) -> None:
+
+        writer = None
+        broken = False  # the corpus could not be created: later samples are dropped
+        last_flush = time.monotonic()
+        while True:
+            try:
+                item = self._queue.get(timeout=self.flush_every or None)
+            except queue.Empty:
+                item = None
+            if item is _STOP:
+                break
+            if isinstance(item, threading.Event):  # flush(): everything queued before it is added
+                if writer is not None:
+                    try:
+                        writer.flush()
+                    except Exception as exc:
+                        self.error(f"writing the {self._KIND} corpus {self.directory}", exc)
+                    last_flush = time.monotonic()
+                item.set()
+                continue
+            written = False
+            try:
+                if item is not None:
+                    if writer is None and not broken:
+                        broken = True
+                        writer = self._open_writer()
+                        broken = False
+                    if writer is not None:
+                        self._write(writer, item)
+                        written = True
+                if writer is not None and time.monotonic() - last_flush >= self.flush_every:
+                    last_flush = time.monotonic()
+                    writer.flush()
+            except Exception as exc:
+                self.error(f"writing the {self._KIND} corpus {self.directory}", exc)
+            if item is not None:
+                with self._lock:
+                    self._pending -= 1
+                    if written:
+                        self._recorded += 1
+                    else:
+                        self._drop(ERROR)
+        if writer is not None:
+            try:
+                writer.close()
+                logger.info("guardscope runtime: %s corpus %s: %s", self._KIND, self.directory, writer.summary())
+            except Exception as exc:
+                self.error(f"closing the {self._KIND} corpus {self.directory}", exc)
+        while True:  # a flush() that raced with close(): its samples are written now
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, threading.Event):
+                item.set()
+
+    def _open_writer(self) -> CorpusWriter:
+        return CorpusWriter(self.directory, model=self.model, compile=self.compile, overwrite=self.overwrite,
+                            method=self.method)
+
+    def _write(self, writer: CorpusWriter, item: Any) -> None:
+        writer.add_snapshot(item[0], item[1])  # copied on the serving thread already
+
+    def _send(self, item: object) -> bool:
+        """Queue a control item for the writer, waiting while it drains a full queue."""
+        while self._thread.is_alive():
+            try:
+                self._queue.put(item, timeout=1.0)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Write every sample queued so far to disk (a shard and the manifest) and wait for it;
+        False if that did not finish within ``timeout`` seconds or the recorder is closed."""
+        with self._lock:
+            if self._closed:
+                return False
+        done = threading.Event()
+        if not self._send(done):
+            return False
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not done.wait(0.1):
+            if not self._thread.is_alive():  # closed meanwhile: close() wrote everything
+                return done.is_set()
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+        return True
+
+    def close(self) -> None:
+        """Stop taking samples, write the queued ones and the manifest, and wait for the writer
+        thread. Calling it again does nothing."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True  # from here no offer queues anything
+        self._send(_STOP)
+        self._thread.join()
+
+
+_STOP = object()
+
+
+class TrafficRecorder(FallbackRecorder):
+    """Records every call it is offered into a corpus by signature (format 3,
+    ``CorpusWriter(keep="signatures")``): the first ``full_per_signature`` calls of each
+    signature with their tensors, every other call as its signature only (sizes, strides,
+    dtypes, aliasing, scalars: no tensor data), consecutive calls of one signature as one record.
+
+    On the serving thread a call costs its signature (tens of microseconds for a few tensors)
+    and, for a call recorded in full, a copy of its arguments; the background thread writes.
+    Bounded: at most ``max_bytes`` bytes of tensor storage are recorded in full (after that,
+    new signatures are recorded as signatures only), ``max_signatures`` signatures are counted
+    towards ``full_per_signature`` (later new ones are recorded as signatures only), and at most
+    ``max_pending`` calls wait for the writer (beyond that a call is dropped, ``queue_full``).
+    A signature-only record takes a few dozen bytes on disk. ``full_per_signature=0`` records
+    no tensor data at all. Never raises into the call; see :class:`FallbackRecorder` for
+    ``flush_every``, ``overwrite``, :meth:`flush` and :meth:`close`.
+
+    Example::
+
+        traffic = TrafficRecorder("traffic/", model="myapp/model.py:build", compile={"dynamic": True})
+        for request in requests:
+            traffic.offer(request.args, request.kwargs)
+            reply(model(*request.args, **request.kwargs))
+        traffic.close()          # then: guardscope analyze traffic/
+    """
+
+    _KIND = "traffic"
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        model: str,
+        compile: dict[str, Any] | None = None,
+        full_per_signature: int = 1,
+        max_bytes: int = 256 * 2**20,
+        max_pending: int = 4096,
+        max_signatures: int = 1 << 20,
+        flush_every: float = 30.0,
+        overwrite: bool = False,
+        method: str | None = None,
+    ) -> None:
+        if type(full_per_signature) is not int or full_per_signature < 0:
+            raise ServeError(f"full_per_signature must be an int >= 0, got {full_per_signature!r}")
+        self.full_per_signature = full_per_signature
+        self._full_counts: dict[int, int] = {}  # hash of a signature -> calls recorded in full
+        self._full = 0
+        self._local = threading.local()  # .request: [tag, next step] of this thread's request
+        super().__init__(directory, model=model, compile=compile, max_samples=0, max_bytes=max_bytes,
+                         repeat_rate=1.0, max_pending=max_pending, max_signatures=max_signatures,
+                         flush_every=flush_every, overwrite=overwrite, method=method)
+
+    def offer(self, args: tuple, kwargs: dict, arguments: dict[str, Any] | None = None) -> str | None:
+        """Record one call (``arguments`` is not needed here). Returns None when it is queued,
+        else why not (a ``dropped_by_reason`` key). Never raises."""
+        return super().offer(tuple(args), dict(kwargs), arguments or {})
+
+    @contextlib.contextmanager
+    def request(self, tag: str | int) -> Iterator[None]:
+        """Tag the calls this thread offers inside the block as steps 0, 1, 2... of request
+        ``tag`` (a str or an int; the corpus's ``requests.json``), so the analysis says which
+        request and step compiled::
+
+            with traffic.request(request_id):
+                model.generate(...)         # its forward wrapped by traffic.wrap(...)
+        """
+        try:
+            tag = check_request(tag)
+        except TypeError as exc:
+            raise ServeError(str(exc)) from None
+        previous = getattr(self._local, "request", None)
+        self._local.request = [tag, 0]
+        try:
+            yield
+        finally:
+            self._local.request = previous
+
+    def _offer(self, args: tuple, kwargs: dict, arguments: dict[str, Any]) -> str | None:
+        current = getattr(self._local, "request", None)
+        tag = None
+        if current is not None:  # a dropped call is a step of its request all the same
+            tag = (current[0], current[1])
+            current[1] += 1
+        try:
+            devices = check_sample(args, kwargs)
+        except SampleError as exc:
+            logger.debug("call not recorded: %s", exc)
+            with self._lock:
+                return self._drop(UNSTORABLE)
+        sig = signature(args, kwargs, inference=False)
+        key = hash(sig)
+        with self._lock:
+            if self._closed:
+                return self._drop(CLOSED)
+            count = self._full_counts.get(key, 0)
+            full = count < self.full_per_signature
+            size = storage_bytes((args, kwargs)) if full else 0
+            if full and self._reserved_bytes + size > self.max_bytes:
+                full = False  # the data budget is spent: its signature only
+            if full and key not in self._full_counts and len(self._full_counts) >= self.max_signatures:
+                full = False  # too many signatures to count: its signature only
+            if full:
+                self._full_counts[key] = count + 1
+                self._reserved_bytes += size
+            self._pending += 1
+        item: Any = ("signature", sig, devices, tag)
+        if full:
+            try:
+                # Copied on this thread: the caller may reuse its buffers once the call returns.
+                item = ("full", *snapshot(args, kwargs), sig, tag)
+            except Exception as exc:
+                self.error("copying a call's arguments", exc)
+        with self._lock:
+            if not self._closed:
+                try:
+                    self._queue.put_nowait(item)
+                    self._full += item[0] == "full"
+                    return None
+                except queue.Full:
+                    reason = QUEUE_FULL
+            else:
+                reason = CLOSED
+            self._pending -= 1
+            if full:
+                self._reserved_bytes -= size
+                self._full_counts[key] -= 1
+            return self._drop(reason)
+
+    def wrap(self, function: Any) -> Any:
+        """``function`` recording every call it gets before running it: with
+        ``model.forward = traffic.wrap(torch.compile(model.forward))``, every forward call that
+        ``model.generate()`` makes (prefill and each decode step, with its KV cache) is recorded,
+        bounded as :meth:`offer` is. The call is recorded as it comes in: the forward may grow
+        the cache afterwards.
+
+        The corpus then says what production compiles: a bound method such as ``model.forward``
+        (compiled or not) makes ``method`` that method's name, unless it was given, so the
+        replay compiles ``model.forward`` of the model spec's module, as production did. Wrap
+        before the first call is recorded."""
+        # Through the wrappers (torch.compile's, functools.wraps ones) to the first bound method
+        # of a module; not further: a decorated forward's function wraps other functions.
+        target, seen = function, 0
+        while not isinstance(getattr(target, "__self__", None), torch.nn.Module) and seen < 32:
+            target, seen = getattr(target, "__wrapped__", None), seen + 1
+        name = getattr(target, "__name__", None)
+        # model.__call__ (transformers' generate() compiles it) is the module itself, as
+        # torch.compile(model) compiles it; a name no manifest can store stays unsaid.
+        if self.method is None and target is not None and isinstance(name, str) and not name.startswith("_"):
+            with self._lock:
+                self.method = name if name.isidentifier() else None
+
+        @functools.wraps(function)
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            self.offer(args, kwargs)
+            return function(*args, **kwargs)
+
+        return recorded
+
+    def counts(self) -> dict[str, Any]:
+        counted = super().counts()
+        with self._lock:
+            counted["signatures"] = len(self._full_counts)
+            counted["full"] = self._full
+        return counted
+
+    def _open_writer(self) -> CorpusWriter:
+        return CorpusWriter(self.directory, model=self.model, compile=self.compile, overwrite=self.overwrite,
+                            method=self.method, keep="signatures", full_per_signature=self.full_per_signature,
+                            max_signatures=self.max_signatures,
+                            # The bound this recorder applies before copying, so the writer's
+                            # never refuses a call copied for it and its summary states this one.
+                            max_full_bytes=self.max_bytes)
+
+    def _write(self, writer: CorpusWriter, item: Any) -> None:
+        if item[0] == "full":  # its signature taken on the serving thread
+            writer.add_snapshot(item[1], item[2], item[3], request=item[4])
+        else:
+            writer.add_signature(item[1], item[2], request=item[3])
+
+
+__all__ = [
+    "CLOSED",
+    "ERROR",
+    "MAX_BYTES",
+    "MAX_SAMPLES",
+    "QUEUE_FULL",
+    "SAMPLED_OUT",
+    "UNSTORABLE",
+    "FallbackRecorder",
+    "TrafficRecorder",
+    "input_signature",
+    "storage_bytes",
+]

@@ -1,0 +1,202 @@
+"""serve(..., background_compile=True): a topology that fell back is compiled on the background
+worker (real torch.compile, eager backend, CPU), then served compiled; no compile ever runs on the
+serving thread; a failing compile leaves it eager; close() during a compile ends cleanly.
+
+The queue's order and bounds with a stand-in compile are in tests/unit/test_background.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+import torch
+from torch._dynamo.callback import callback_handler
+
+import guardscope
+from guardscope import CorpusWriter, load_corpus, pipeline, runtime, torch_compat
+
+from ..conftest import model_spec
+from ..models import Elementwise
+
+
+class BreaksOnMatrices(torch.nn.Module):
+    """Elementwise's forward, with a graph break (fullgraph=True cannot compile it) on 2-D input."""
+
+    def forward(self, x):
+        if x.dim() == 2:
+            torch._dynamo.graph_break()
+        return x.sin() * 2
+
+
+def eager(model, x):
+    with torch.inference_mode():
+        return model(x)
+
+
+@pytest.fixture(scope="module")
+def tiny_plan(tmp_path_factory):
+    """A one-graph plan for ``Elementwise`` on 1-D float32 inputs of 2..9 elements."""
+    base = tmp_path_factory.mktemp("tiny-plan")
+    with CorpusWriter(base / "corpus", model=model_spec("Elementwise"),
+                      compile={"dynamic": True, "fullgraph": True}) as writer:
+        for n in range(2, 10):
+            writer.add(torch.randn(n))
+    guardscope.analyze(base / "corpus", base / "out", strict=True)
+    pipeline.emit_warmup(base / "out")
+    return base / "out"
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()  # the graphs of earlier tests' instances share the code object's cache
+    yield
+    torch._dynamo.reset()
+
+
+class CompileThreads:
+    """The thread of every Dynamo compile started while it is on (Dynamo's compile-start callback)."""
+
+    def __init__(self):
+        self.threads: list[int] = []
+
+    def __enter__(self):
+        self._block = torch_compat.compile_start_callback(lambda _: self.threads.append(threading.get_ident()))
+        self._block.__enter__()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._block.__exit__(*exc_info)
+
+
+@pytest.fixture
+def hold_compiles():
+    """An Event that compiles on other threads wait for at their end (Dynamo's compile-end callback),
+    so a test can act while a background compile is running."""
+    hold = threading.Event()
+    serving = threading.get_ident()
+
+    def wait(_):
+        if threading.get_ident() != serving:
+            hold.wait(60)
+
+    callback_handler.register_end_callback(wait)
+    yield hold
+    hold.set()
+    if wait in callback_handler.end_callbacks:
+        callback_handler.remove_end_callback(wait)
+
+
+def test_a_fallback_topology_is_served_compiled_after_its_background_compile(tiny_plan, tmp_path, hold_compiles):
+    model = Elementwise()
+    fallbacks = tmp_path / "fb"
+    with runtime.serve(model, tiny_plan, plan="warmup", backend="eager", fallback_dir=fallbacks,
+                       background_compile=True) as served, CompileThreads() as compiles:
+        serving = threading.get_ident()
+        assert served.graphs == 1
+        # Three 2-D calls (one topology) and one float64 call fall back while the first compile,
+        # of a 0-size vector, is held running: the 2-D topology is compiled next, being the more
+        # frequent, and accepted 1-D calls are served compiled meanwhile.
+        first = torch.randn(0)
+        assert torch.equal(served(first), eager(model, first))
+        deadline = time.monotonic() + 60
+        while not served.background.running and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert served.background.running
+        inputs = [torch.randn(2, 3), torch.randn(3, dtype=torch.float64), torch.randn(4, 5), torch.randn(3, 2),
+                  torch.randn(6)]
+        for x in inputs:
+            assert torch.equal(served(x), eager(model, x))
+        assert served.stats.background_pending == 3 and served.stats.compiled == 1
+        hold_compiles.set()
+        assert served.wait_background(timeout=120)
+
+        stats = served.stats
+        assert (stats.background_done, stats.background_failed, stats.background_pending) == (3, 0, 0)
+        assert [c.eager_calls for c in stats.background_compiles] == [1, 3, 1]
+        assert all(c.status == "done" and c.seconds > 0 for c in stats.background_compiles)
+        # From now on those topologies are served compiled, with the eager model's outputs.
+        fell_back = stats.fallbacks
+        for x in [torch.randn(5, 7), torch.randn(2, 2), torch.randn(8, dtype=torch.float64), torch.randn(0), torch.randn(7)]:
+            assert torch.allclose(served(x), eager(model, x))
+        assert served.stats.fallbacks == fell_back == 5
+        assert served.stats.compiled == 1 + 5
+    assert len(compiles.threads) == 3 and serving not in compiles.threads  # all on the worker
+    assert len(set(compiles.threads)) == 1
+    json = served.stats.to_json()["background"]
+    assert (json["done"], json["failed"], json["pending"]) == (3, 0, 0)
+    # What was compiled in the background was recorded for the next analysis all the same.
+    recorded = sorted(tuple(s.args[0].shape) + (s.args[0].dtype,) for s in load_corpus(fallbacks))
+    assert recorded == sorted([(0, torch.float32), (2, 3, torch.float32), (3, torch.float64)])
+
+
+def test_without_background_compile_fallbacks_stay_eager(tiny_plan):
+    model = Elementwise()
+    with runtime.serve(model, tiny_plan, plan="warmup", backend="eager") as served, CompileThreads() as compiles:
+        assert served.background is None and served.wait_background(0)
+        for _ in range(3):
+            served(torch.randn(2, 3))
+    assert served.stats.fallbacks == 3 and compiles.threads == []
+    assert served.stats.to_json()["background"] == {"done": 0, "failed": 0, "pending": 0, "dropped": 0,
+                                                     "eager_while_tracing": 0, "compiles": []}
+
+
+def test_a_failing_background_compile_leaves_the_topology_eager(tiny_plan, caplog):
+    model = BreaksOnMatrices()
+    with caplog.at_level(logging.WARNING, logger="guardscope.runtime"), \
+            runtime.serve(model, tiny_plan, plan="warmup", backend="eager", background_compile=True) as served, \
+            CompileThreads() as compiles:
+        x = torch.randn(2, 3)
+        assert torch.equal(served(x), eager(model, x))
+        assert served.wait_background(timeout=120)
+        for _ in range(4):
+            x = torch.randn(3, 4)
+            assert torch.equal(served(x), eager(model, x))  # eager, and not compiled again
+            y = torch.randn(5)
+            assert torch.equal(served(y), eager(model, y))  # the plan's graph still serves
+        assert served.wait_background(timeout=120)
+        stats = served.stats
+    assert (stats.background_done, stats.background_failed, stats.fallbacks, stats.compiled) == (0, 1, 5, 4)
+    assert stats.background_compiles[0].eager_calls == 1 and "Unsupported" in stats.background_compiles[0].error
+    assert len(compiles.threads) == 1  # one attempt, on the worker
+    assert compiles.threads[0] != threading.get_ident()
+    failures = [r for r in caplog.records if "background compile failed" in r.getMessage()]
+    assert len(failures) == 1
+
+
+def test_close_while_a_background_compile_runs_ends_cleanly(tiny_plan, hold_compiles):
+    model = Elementwise()
+    served = runtime.serve(model, tiny_plan, plan="warmup", backend="eager", background_compile=True)
+    served(torch.randn(2, 3))
+    served(torch.randn(0))  # queued behind it: dropped by close()
+    deadline = time.monotonic() + 60
+    while not served.background.running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert served.background.running
+    threading.Timer(0.5, hold_compiles.set).start()
+    started = time.monotonic()
+    served.close(timeout=60)  # waits for the running compile, which ends at the timer
+    assert 0.3 < time.monotonic() - started < 30
+    assert not served.background._thread.is_alive()
+    stats = served.stats
+    assert (stats.background_done, stats.background_pending, dict(served.background.counts()["dropped_by_reason"])) \
+        == (1, 0, {"closed": 1})
+    x = torch.randn(2, 3)
+    assert torch.equal(served(x), eager(model, x))  # served after close(), compiled now
+    assert served.stats.compiled == 1
+
+    # A compile that outlasts close()'s timeout is left to its daemon thread: close() returns.
+    served = runtime.serve(BreaksOnMatrices(), tiny_plan, plan="warmup", backend="eager", background_compile=True)
+    hold_compiles.clear()
+    served(torch.randn(0))
+    deadline = time.monotonic() + 60
+    while not served.background.running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    started = time.monotonic()
+    served.close(timeout=0.2)
+    assert time.monotonic() - started < 10 and served.background._thread.daemon
+    hold_compiles.set()
+    served.background._thread.join(60)
+    assert not served.background._thread.is_alive()
