@@ -203,6 +203,7 @@ class ServedModel:
         setup_seconds: float,
         warnings: tuple[str, ...],
         background: dict[str, Any] | None = None,
+        configure: Callable[[], None] | None = None,
     ) -> None:
         self.model = model
         self.compiled = compiled
@@ -217,6 +218,9 @@ class ServedModel:
         self.setup_seconds = setup_seconds
         self.warnings = warnings
         self._mark = mark
+        # The plan's global settings (the unbacked plan's duck sizing): torch 2.13 keeps settings
+        # made in code per thread, so the background worker makes them again on its own thread.
+        self._configure = configure
         self._binder = CallBinder(model)
         self._code = self._binder.code
         self._grad = torch.inference_mode if options.inference_mode else torch.no_grad
@@ -313,6 +317,8 @@ class ServedModel:
         """On the background worker, with a private copy of a fallback call: compile the model
         for it (BackgroundCompiler's ``compile``). True once a graph accepts the call, False when
         one did already; raises when none does after the compile."""
+        if self._configure is not None:
+            self._configure()  # this thread's settings, as the serving thread's (torch 2.13: per thread)
         if self._mark is not None:
             self._mark(*args, **kwargs)  # the plan's marks, as on the serving path
         with self._grad():
@@ -570,6 +576,7 @@ def serve(
         plan_dir=plan_dir,
         options=options,
         mark=module.mark if chosen == "unbacked" else None,
+        configure=module.configure if chosen == "unbacked" else None,
         recorder=recorder,
         traffic=traffic,
         eager_on_recompile=eager_on_recompile,

@@ -200,3 +200,32 @@ def test_close_while_a_background_compile_runs_ends_cleanly(tiny_plan, hold_comp
     hold_compiles.set()
     served.background._thread.join(60)
     assert not served.background._thread.is_alive()
+
+
+def test_the_unbacked_plans_settings_reach_the_background_worker(tiny_plan, tmp_path):
+    """torch 2.13 keeps settings made in code per thread: the plan's configure() (duck sizing)
+    made on the serving thread is made again on the worker before it compiles."""
+    import shutil
+
+    import torch.fx.experimental._config as fx_config
+
+    plan = tmp_path / "plan"
+    shutil.copytree(tiny_plan, plan)
+    module = plan / "unbacked.py"
+    text = module.read_text()
+    assert "\nDUCK_SHAPE = True\n" in text
+    module.write_text(text.replace("\nDUCK_SHAPE = True\n", "\nDUCK_SHAPE = False\n"))  # a plan that turns it off
+    seen: list[tuple[int, bool]] = []
+    model = Elementwise()
+    try:
+        with runtime.serve(model, plan, plan="unbacked", backend="eager", background_compile=True) as served, \
+                torch_compat.compile_start_callback(
+                    lambda _: seen.append((threading.get_ident(), fx_config.use_duck_shape))):
+            x = torch.randn(4, dtype=torch.float64)  # another dtype: no planned graph accepts it
+            assert torch.equal(served(x), eager(model, x))
+            assert served.wait_background(timeout=120)
+            assert served.stats.background_done == 1
+    finally:
+        fx_config.use_duck_shape = True
+    workers = [duck for thread, duck in seen if thread != threading.get_ident()]
+    assert workers == [False], seen
