@@ -25,6 +25,7 @@ from .sessions import (  # noqa: F401
     seed_fixes,
     seed_report,
     sharded_seed,
+    tiny_plan,
 )
 
 

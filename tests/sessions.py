@@ -153,6 +153,20 @@ def repeats(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_plan(tmp_path_factory):
+    """A one-graph plan for ``Elementwise`` on 1-D float32 inputs of 2..9 elements (the serving
+    runtime's tests; ``serve`` only reads it)."""
+    base = tmp_path_factory.mktemp("tiny-plan")
+    with CorpusWriter(base / "corpus", model=model_spec("Elementwise"),
+                      compile={"dynamic": True, "fullgraph": True}) as writer:
+        for n in range(2, 10):
+            writer.add(torch.randn(n))
+    guardscope.analyze(base / "corpus", base / "out", strict=True)
+    pipeline.emit_warmup(base / "out")
+    return base / "out"
+
+
+@pytest.fixture(scope="session")
 def _elementwise_analysis(tmp_path_factory):
     """Read through :func:`elementwise_analysis`, which copies it."""
     root = tmp_path_factory.mktemp("fidelity")

@@ -57,19 +57,6 @@ def seed_plan(tmp_path_factory, seed_samples):
     return base / "out"
 
 
-@pytest.fixture(scope="module")
-def tiny_plan(tmp_path_factory):
-    """A one-graph plan for ``Elementwise`` on 1-D float32 inputs of 2..9 elements."""
-    base = tmp_path_factory.mktemp("tiny-plan")
-    with CorpusWriter(base / "corpus", model=model_spec("Elementwise"),
-                      compile={"dynamic": True, "fullgraph": True}) as writer:
-        for n in range(2, 10):
-            writer.add(torch.randn(n))
-    guardscope.analyze(base / "corpus", base / "out", strict=True)
-    pipeline.emit_warmup(base / "out")
-    return base / "out"
-
-
 def new_kinds():
     """One input per kind the tiny plan has no graph for: 0/1 sizes, dtype, rank."""
     return [torch.randn(1), torch.randn(0), torch.randn(3, dtype=torch.float64), torch.randn(2, 3)]

@@ -18,10 +18,7 @@ import threading
 import pytest
 import torch
 
-import guardscope
-from guardscope import CorpusWriter, pipeline, runtime, torch_compat
-
-from ..conftest import model_spec
+from guardscope import runtime, torch_compat
 
 
 def fx_flag() -> bool:
@@ -82,19 +79,6 @@ class HeldInTrace(torch.nn.Module):
 def eager(model, x):
     with torch.inference_mode():
         return model(x)
-
-
-@pytest.fixture(scope="module")
-def tiny_plan(tmp_path_factory):
-    """A one-graph plan for ``Elementwise`` on 1-D float32 inputs of 2..9 elements."""
-    base = tmp_path_factory.mktemp("tiny-plan")
-    with CorpusWriter(base / "corpus", model=model_spec("Elementwise"),
-                      compile={"dynamic": True, "fullgraph": True}) as writer:
-        for n in range(2, 10):
-            writer.add(torch.randn(n))
-    guardscope.analyze(base / "corpus", base / "out", strict=True)
-    pipeline.emit_warmup(base / "out")
-    return base / "out"
 
 
 @pytest.fixture
