@@ -276,10 +276,10 @@ class CatalogBuilder:
     samples: int = 0
     _partitions_seen: set = field(default_factory=set, repr=False)
     _dim_names: dict[str, list[str]] = field(default_factory=dict, repr=False)  # per path, by axis
-    # (path, shape) pairs whose sizes the dims' accumulators already hold: a pair seen before
-    # changes no min, max, zero or one (the newest SHAPES_SEEN_KEPT; forgetting one only costs
-    # its update again).
-    _shapes_seen: set = field(default_factory=set, repr=False, compare=False)
+    # (path, shape) pairs whose sizes the dims' accumulators already hold, each with its dims'
+    # names: a pair seen before changes no min, max, zero or one, so it costs one lookup (the
+    # newest SHAPES_SEEN_KEPT; forgetting one only costs its update again).
+    _shapes_seen: dict = field(default_factory=dict, repr=False, compare=False)
     described: int = 0  # samples whose forward ran (failed ones carry no shapes worth trusting)
     # With CUDA graphs (mode="reduce-overhead"): the distinct shapes per graph that ran (Dynamo's
     # lookup, SampleMeta.ran; CUDA Graph Trees are that graph's), for the expected recordings and
@@ -316,17 +316,21 @@ class CatalogBuilder:
         seen = self._shapes_seen
         for path, tensor in meta.tensors:
             shape = tensor.shape
+            pair = (path, shape)
+            named = seen.get(pair)
+            if named is not None:  # its dims exist and their accumulators hold these sizes already
+                dims.extend(named)
+                values.extend(shape)
+                continue
             known = names.get(path)
             if known is None or len(known) < len(shape):
                 known = names[path] = [f"{path}.size()[{axis}]" for axis in range(len(shape))]
-            dims.extend(known if len(known) == len(shape) else known[:len(shape)])
+            named = known if len(known) == len(shape) else known[:len(shape)]
+            dims.extend(named)
             values.extend(shape)
-            pair = (path, shape)
-            if pair in seen:
-                continue  # its dims exist and their accumulators hold these sizes already
             if len(seen) >= SHAPES_SEEN_KEPT:
                 seen.clear()
-            seen.add(pair)
+            seen[pair] = named
             for axis, value in enumerate(shape):
                 dim = known[axis]
                 accumulator = accumulators.get(dim)

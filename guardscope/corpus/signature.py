@@ -388,8 +388,10 @@ class CallTemplate:
         # strides, dtype, device and dispatch keys, never the storage's own size.
         self._pools: list[Any] = [None for _ in slots]
         self._bytes = 0  # storage bytes of the pools
+        self.generation = 0  # counts the times every built tensor was dropped (a caller's cache of them is stale)
         self._sig = sig
         self._text: tuple[Any, list[int]] | None = None  # match_text's pattern, built on first use
+        self._parts: dict[str, tuple] = {}  # match_text's tensor parts by their text
 
     def _node(self, value: tuple, slots: list[tuple]) -> tuple | None:
         """The template of one argument (None: a leaf, its slot appended to ``slots``)."""
@@ -477,18 +479,25 @@ class CallTemplate:
         found = pattern.match(text, position) if pattern is not None else None
         if found is None:
             return None
-        numbers = list(map(int, found.groups()))
+        # One group a slot that is not a constant: a tensor's sizes, strides and offset as one
+        # text, whose part of the key is converted once per distinct text (sizes recur across
+        # signatures far more than whole signatures do), or an int.
+        parts = self._parts
+        if len(parts) >= TEXT_PARTS_KEPT:
+            parts.clear()
+        groups = iter(found.groups())
         key: list[Any] = []
-        at = 0
         for width in widths:
             if width < 0:
                 key.append(None)  # a constant
             elif width == 0:
-                key.append(numbers[at])  # an int
-                at += 1
+                key.append(int(next(groups)))  # an int
             else:
-                key.append(tuple(numbers[at:at + width]))  # a tensor's sizes, strides and offset
-                at += width
+                spelled = next(groups)
+                part = parts.get(spelled)
+                if part is None:
+                    part = parts[spelled] = tuple(map(int, _DIGITS.findall(spelled)))
+                key.append(part)
         return tuple(key), found.end()
 
     def arguments(self, key: tuple) -> tuple[tuple, dict[str, Any], list[torch.Tensor]]:
@@ -502,9 +511,7 @@ class CallTemplate:
             if kind == _TENSOR:
                 tensor = built.get(part)
                 if tensor is None:
-                    if len(built) >= TEMPLATE_TENSORS_KEPT or self._bytes > TEMPLATE_BYTES_KEPT:
-                        self._forget()
-                    tensor = built[part] = self._tensor(position, slot, part)
+                    tensor = self.tensor(position, part)
                 values.append(tensor)
                 tensors.append(tensor)
             elif kind == _INT:
@@ -517,12 +524,25 @@ class CallTemplate:
         arity = self.arity
         return tuple(values[:arity]), dict(zip(self.keywords, values[arity:])), tensors
 
+    def tensor(self, slot: int, part: tuple) -> torch.Tensor:
+        """The shared tensor of tensor slot ``slot`` (an index into :attr:`slots`) for its part
+        ``part`` of a key, as :meth:`arguments` gives it: built once, then the same object until
+        the tensors kept are dropped (:attr:`generation` then changes)."""
+        built = self._built[slot]
+        tensor = built.get(part)
+        if tensor is None:
+            if len(built) >= TEMPLATE_TENSORS_KEPT or self._bytes > TEMPLATE_BYTES_KEPT:
+                self._forget()
+            tensor = built[part] = self._tensor(slot, self.slots[slot], part)
+        return tensor
+
     def _forget(self) -> None:
         """Drop every built tensor (the call being assembled keeps its own references)."""
         for built in self._built:
             built.clear()
         self._pools = [None for _ in self.slots]
         self._bytes = 0
+        self.generation += 1
 
     def _tensor(self, position: int, slot: tuple, numbers: tuple) -> torch.Tensor:
         _check_numbers(numbers)
@@ -539,10 +559,14 @@ class CallTemplate:
 
 # In a signature's text: a size, stride or offset (a JSON int, 0 <= n < 10**18 < 2**62, so
 # _check_numbers accepts it), and an int argument (any JSON int).
-_SIZE_TEXT = "(0|[1-9][0-9]{0,17})"
+# A tensor's sizes, strides and offset are one group (its text), an int argument one.
+_SIZE_NUMBER = "(?:0|[1-9][0-9]{0,17})"
 _INT_TEXT = "(-?(?:0|[1-9][0-9]*))"
-# Patterns with more groups than this are not built (a call of thousands of tensors).
+# Patterns with more numbers than this are not built (a call of thousands of tensors).
 _MAX_TEXT_GROUPS = 4096
+# Tensor parts of keys a CallTemplate keeps by their text (match_text), before starting afresh.
+TEXT_PARTS_KEPT = 65536
+_DIGITS = re.compile("[0-9]+")
 
 
 def _compact(value: Any) -> str:
@@ -561,9 +585,10 @@ def _text_pattern(sig: tuple, slots: list[tuple]) -> tuple[Any, list[int]]:
         if type(value) is not tuple:
             return re.escape(_compact(value))  # a str, int, bool or None of the structure
         if value[:1] == ("tensor",) and len(value) == 11:
-            sizes = ",".join([_SIZE_TEXT] * len(value[2]))
+            # One group: the sizes, strides and offset, as match_text reads them.
+            sizes = ",".join([_SIZE_NUMBER] * len(value[2]))
             tail = re.escape(_compact(signature_to_json(value[5:]))[1:-1])
-            return rf'\["tensor","Tensor",\[{sizes}\],\[{sizes}\],{_SIZE_TEXT},{tail}\]'
+            return rf'\["tensor","Tensor",\[({sizes}\],\[{sizes}\],{_SIZE_NUMBER}),{tail}\]'
         if value[:1] == ("int",) and len(value) == 2:
             return rf'\["int",{_INT_TEXT}\]'
         return r"\[" + ",".join(map(node, value)) + r"\]"

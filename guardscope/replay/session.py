@@ -243,12 +243,19 @@ def _replay_settings(options: ReplayOptions) -> Iterator[None]:
 class _RecordPlan:
     """How the records of one call template (:class:`~guardscope.corpus.signature.CallTemplate`) are
     described without walking their arguments: each tensor's path among forward's arguments
-    and, since nothing but tensor sizes varies, the constant lengths and scalars."""
+    and, since nothing but tensor sizes varies, the constant lengths and scalars.
+
+    For a flat call template (every argument a tensor or a constant) whose tensors are each a
+    local of Dynamo's first frame, the plan also holds that frame's layout: a record's frame
+    locals are the example's with its own tensors put in (:meth:`frame`), and each tensor's
+    description is made once per argument and size, with the tensor (:meth:`frame`'s
+    batching: one lookup per argument and size, not an argument walk per record)."""
 
     # TensorMeta kept per tensor argument and size, before starting afresh.
     KEPT = 65536
 
-    def __init__(self, paths: list[tuple[str, int]] | None, parts: list[int], lengths: tuple, scalars: tuple) -> None:
+    def __init__(self, paths: list[tuple[str, int]] | None, parts: list[int], lengths: tuple, scalars: tuple,
+                 frame: tuple[tuple[str, ...], list, list[tuple[int, int]]] | None = None) -> None:
         self.paths = paths
         self.parts = parts
         self.lengths = lengths
@@ -261,6 +268,14 @@ class _RecordPlan:
         # a frozen dataclass's field-by-field __init__: this runs for every new signature).
         self._fields = SampleMeta(index=0, tensors=(), lengths=lengths, scalars=scalars, serving=None,
                                   recorded="signature").__dict__
+        # The first frame's layout (its local names, the example's values, and where each
+        # tensor position goes among them), when every tensor is a local of its own.
+        self.framed = frame is not None and paths is not None
+        self._names, self._values, self._placed = frame if frame is not None else ((), [], [])
+        # Per tensor position: part of a key -> (the call template's tensor, its TensorMeta),
+        # dropped whenever the call template drops its tensors (its generation changes).
+        self._pairs: list[dict[tuple, tuple[Any, TensorMeta]]] = [{} for _ in parts]
+        self._generation: int | None = None
 
     @classmethod
     def of(cls, runner: Runner, call: Any, args: tuple, kwargs: dict, tensors: list) -> _RecordPlan:
@@ -272,7 +287,8 @@ class _RecordPlan:
         paths: list[tuple[str, int]] | None = [(path, positions.get(id(tensor), -1)) for path, tensor in found]
         if call.has_ints or len(found) != len(tensors) or any(position < 0 for _, position in paths):
             paths = None
-        return cls(paths, call.tensor_parts, example.lengths, example.scalars)
+        frame = frame_layout(runner.binder.frame_locals(args, kwargs), tensors) if call.flat else None
+        return cls(paths, call.tensor_parts, example.lengths, example.scalars, frame)
 
     def describe(self, key: tuple, tensors: list, index: int, serving: str) -> SampleMeta:
         metas = self.metas
@@ -285,13 +301,69 @@ class _RecordPlan:
                     metas.clear()
                 meta = metas[found] = tensor_meta(tensors[position])
             described.append((path, meta))
+        return self.described(tuple(described), index, serving)
+
+    def described(self, tensors: tuple, index: int, serving: str) -> SampleMeta:
+        """The description of sample ``index`` with these tensor descriptions."""
         made = object.__new__(SampleMeta)
         fields = made.__dict__
         fields.update(self._fields)
         fields["index"] = index
-        fields["tensors"] = tuple(described)
+        fields["tensors"] = tensors
         fields["serving"] = serving
         return made
+
+    def frame(self, call: Any, key: tuple) -> tuple[dict[str, Any], tuple]:
+        """A record's first-frame locals (what ``binder.frame_locals`` of ``call.arguments(key)``
+        gives, the same tensors included) and its tensor descriptions (:meth:`describe`'s), for a
+        plan that is :attr:`framed`."""
+        pairs = self._pairs
+        if call.generation != self._generation:
+            self._forget(call.generation)
+        got = []
+        for position, slot in enumerate(self.parts):
+            part = key[slot]
+            pair = pairs[position].get(part)
+            if pair is None:
+                tensor = call.tensor(slot, part)
+                if call.generation != self._generation:  # it dropped its tensors to build this one
+                    self._forget(call.generation)
+                pair = pairs[position][part] = (tensor, tensor_meta(tensor))
+            got.append(pair)
+        values = self._values.copy()
+        for at, position in self._placed:
+            values[at] = got[position][0]
+        return (dict(zip(self._names, values)),
+                tuple([(path, got[position][1]) for path, position in self.paths]))  # type: ignore[union-attr]
+
+    def _forget(self, generation: int) -> None:
+        for pairs in self._pairs:
+            pairs.clear()
+        self._generation = generation
+
+
+def frame_layout(frame: dict[str, Any], tensors: list) -> tuple[tuple[str, ...], list, list[tuple[int, int]]] | None:
+    """The layout of a flat call template's first-frame locals, from one call's (``frame``, built
+    from arguments whose tensors are ``tensors``): the names, the values, and for each tensor
+    position the index of the local holding it; None unless each tensor is a local of its own
+    (found in a container, or twice, it could not be put in by position). The other locals are
+    the same objects for every call of the template (constants, defaults, the module)."""
+    positions = {id(tensor): position for position, tensor in enumerate(tensors)}
+    placed = [(at, positions[id(value)]) for at, value in enumerate(frame.values()) if id(value) in positions]
+    if sorted(position for _, position in placed) != list(range(len(tensors))):
+        return None
+    if any(_holds(value, positions) for value in frame.values() if id(value) not in positions):
+        return None
+    return tuple(frame), list(frame.values()), placed
+
+
+def _holds(value: Any, ids: dict[int, int]) -> bool:
+    """Whether a container (list, tuple, dict, nested) holds an object whose id is in ``ids``."""
+    if type(value) in (list, tuple):
+        return any(id(item) in ids or _holds(item, ids) for item in value)
+    if type(value) is dict:
+        return any(id(item) in ids or _holds(item, ids) for item in value.values())
+    return False
 
 
 class ReplaySession:
@@ -375,6 +447,7 @@ class ReplaySession:
             self._stack.enter_context(self.cudagraphs)
         self._stack.callback(torch_compat.reset_dynamo)
         self.runner = Runner(self.model, self.options)
+        self._checking = self.runner.grad_context()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -485,6 +558,11 @@ class ReplaySession:
         the replay's device."""
         runner = self.runner
         plan = self._plans.get(record.call)
+        if plan is not None and plan.framed and not mark:
+            f_locals, described = plan.frame(record.call, record.key)
+            with self._checking:  # runner.grad_context(), one instance entered record after record
+                serving = runner.serving_locals(f_locals)
+            return None if serving is None else plan.described(described, index, serving)
         if plan is None:
             shared = runner.record_arguments(record)
             if shared is None:
