@@ -14,7 +14,13 @@ with empty compile caches:
                plan's samples, a guard miss (``error_on_recompile``) runs eagerly and hands the
                request to a background thread that compiles it; eager while that compile runs
   article_gil  the same with the GIL switch interval at 0.1 ms while a compile runs
-  guardscope   ``serve(model, plan, background_compile=True)`` (its defaults)
+  article_nice the same as article_gil, its worker thread also at the lowest priority (nice 19)
+               and pinned to one core
+  guardscope_thread   ``serve(model, plan, background_compile="thread")``: the compile on
+               guardscope's worker thread (one at a time, most frequent first, GIL interval 0.1 ms)
+  guardscope_process  ``serve(model, plan, background_compile="process")``: a child process
+               compiles, the worker loads its compile-cache artifacts and compiles from them
+  guardscope   ``serve(model, plan, background_compile=True)`` (its default choice)
 
 Each process first times the eager model on every request (eager's own latency), then serves:
 pass 1 every request in order; then the requests again, in order and round again, until no
@@ -40,7 +46,8 @@ if __package__ in (None, ""):  # run as a file: make the repository root importa
 from bench import common
 from bench.bench_runtime import stage_plan
 
-STRATEGIES = ("none", "article", "article_gil", "guardscope")
+STRATEGIES = ("none", "article", "article_gil", "article_nice", "guardscope_thread", "guardscope_process", "guardscope")
+SERVED = {"none": False, "guardscope_thread": "thread", "guardscope_process": "process", "guardscope": True}
 SMALL = 150  # --requests small: requests 0..149 (topologies first seen at 112 and 144 are new)
 
 
@@ -63,7 +70,7 @@ class ArticleWrapper:
     """The seed article's ``AsyncCompileWrapper`` (Option 5), kept as published except that it is
     warmed with the plan's samples and reports when each compile ends."""
 
-    def __init__(self, model, options, gil_interval_ms: float | None) -> None:
+    def __init__(self, model, options, gil_interval_ms: float | None, nice: bool = False) -> None:
         import queue
         import threading
 
@@ -72,6 +79,7 @@ class ArticleWrapper:
         self.eager = model.eval()
         self.compiled = compile_model(model, options)
         self.gil_interval_ms = gil_interval_ms
+        self.nice = nice
         self.jobs: queue.Queue = queue.Queue(maxsize=1)
         self.compiling = threading.Event()
         self.completed: list[float] = []  # perf_counter at each compile's end
@@ -82,6 +90,12 @@ class ArticleWrapper:
         import torch
         import torch._dynamo as dynamo
 
+        if self.nice:  # Linux: a thread's priority and affinity are its own (its native id; 0 = this thread)
+            import os
+            import threading
+
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+            os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
         while (sample := self.jobs.get()) is not None:
             previous = sys.getswitchinterval()
             if self.gil_interval_ms is not None:
@@ -160,7 +174,7 @@ def stage_strategy(strategy: str, corpus_dir: pathlib.Path, work: pathlib.Path, 
 
         # The article set Dynamo's cache_size_limit to 64; torch 2.13 names it recompile_limit.
         torch_compat.raised_recompile_limit(64).__enter__()  # for the rest of this process
-        served = ArticleWrapper(model, options, 0.1 if strategy == "article_gil" else None)
+        served = ArticleWrapper(model, options, None if strategy == "article" else 0.1, nice=strategy == "article_nice")
         import_file(work / "plan" / "warmup.py").warmup(served.compiled, device=device, inference_mode=True)
 
         def call(sample) -> tuple[bool, bool]:
@@ -173,7 +187,7 @@ def stage_strategy(strategy: str, corpus_dir: pathlib.Path, work: pathlib.Path, 
             return list(served.completed)
     else:
         served = runtime.serve(model, work / "plan", plan="warmup", backend=backend, device=device,
-                               background_compile=strategy == "guardscope")
+                               background_compile=SERVED[strategy])
         done_at: list[float] = []
 
         def call(sample) -> tuple[bool, bool]:
@@ -209,7 +223,7 @@ def stage_strategy(strategy: str, corpus_dir: pathlib.Path, work: pathlib.Path, 
     deadline = time.perf_counter() + max_wait
     rounds, busy = 0, any(r["pending"] for r in rows)
     while strategy != "none" and time.perf_counter() < deadline and (
-            busy or (strategy == "guardscope" and served.stats.background_pending)):
+            busy or (strategy.startswith("guardscope") and served.stats.background_pending)):
         rounds += 1
         for sample in samples:
             timed(sample, "waiting")
@@ -264,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-wait", type=float, default=300.0,
                         help="seconds of serving allowed for the background compiles to finish (default 300)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per child process (default 900)")
+    parser.add_argument("--reuse-plan", action="store_true", help="keep the plan already in --work (a second call)")
     parser.add_argument("--stage", help=argparse.SUPPRESS)
     parser.add_argument("--result", type=pathlib.Path, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
@@ -292,7 +307,22 @@ def main(argv: list[str] | None = None) -> int:
     from guardscope.proving.setup import isolated_caches
 
     results: dict[str, dict] = {}
-    for stage in ("plan", *strategies):
+
+    def save(results: dict) -> None:
+        common.write_results(options.json, {
+            "benchmark": "bench_background_gpu",
+            "machine": common.machine(),
+            "corpus": str(corpus),
+            "device": options.device,
+            "backend": options.backend,
+            "plan_samples": options.plan_samples,
+            "requests": requests,
+            "results": results,
+        })
+    reuse = options.reuse_plan and (work / "plan" / "warmup.py").is_file() and (work / "plan.json").is_file()
+    if reuse:
+        results["plan"] = common.read_json(work / "plan.json")
+    for stage in ("plan", *strategies) if not reuse else strategies:
         result_path = work / f"{stage}.json"
         argv = [sys.executable, str(pathlib.Path(__file__).resolve()), "--stage", stage, "--result", str(result_path),
                 "--corpus", str(corpus), "--work", str(work), "--device", options.device, "--backend",
@@ -322,16 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         if r.get("stats"):
             print(f"  eager while a background compile FX-traced: "
                   f"{r['stats']['background'].get('eager_while_tracing', 0)} calls", flush=True)
-    common.write_results(options.json, {
-        "benchmark": "bench_background_gpu",
-        "machine": common.machine(),
-        "corpus": str(corpus),
-        "device": options.device,
-        "backend": options.backend,
-        "plan_samples": options.plan_samples,
-        "requests": requests,
-        "results": results,
-    })
+        save(results)  # after each strategy: a run cut short keeps the strategies it finished
+    save(results)
     return 0
 
 

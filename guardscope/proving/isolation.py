@@ -51,7 +51,7 @@ def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     return environment
 
 
-def _kill_group(pid: int) -> None:
+def kill_group(pid: int) -> None:
     """SIGKILL the process group a child started with ``start_new_session`` leads."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
@@ -110,11 +110,11 @@ def run_child(command: list[str], *, timeout: float | None, environment: dict[st
     try:
         stdout, stderr = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _kill_group(child.pid)
+        kill_group(child.pid)
         stdout, stderr = child.communicate()
         return Completed(None, stdout or "", stderr or "", time.perf_counter() - started)
     except BaseException:  # Ctrl-C: take the child's group down with us
-        _kill_group(child.pid)
+        kill_group(child.pid)
         child.wait()
         raise
     return Completed(child.returncode, stdout or "", stderr or "", time.perf_counter() - started)

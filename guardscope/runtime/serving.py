@@ -50,12 +50,36 @@ from ..options import production_fields, production_options
 from ..proving.isolation import import_file
 from ..replay.arguments import CallBinder
 from ..replay.session import compile_model
+from .background import (
+    DEFAULT_SWITCH_INTERVAL,
+    GATE,
+    PROCESS,
+    THREAD,
+    BackgroundCompile,
+    BackgroundCompileError,
+    BackgroundCompiler,
+    background_strategy,
+    check_background_options,
+    serving_stance,
+)
+from .child_compile import ChildCompileError, ChildCompiler
+
 # Recording moved to .recording; its names stay importable from here.
-from .background import (DEFAULT_SWITCH_INTERVAL, GATE, BackgroundCompile, BackgroundCompileError, BackgroundCompiler,
-                         check_background_options, serving_stance)
-from .recording import (_LOG_EVERY, _LOG_FIRST, CLOSED, ERROR, MAX_BYTES, MAX_SAMPLES, QUEUE_FULL,  # noqa: F401
-                        SAMPLED_OUT, UNSTORABLE, FallbackRecorder, TrafficRecorder, input_signature,
-                        storage_bytes)
+from .recording import (  # noqa: F401
+    _LOG_EVERY,
+    _LOG_FIRST,
+    CLOSED,
+    ERROR,
+    MAX_BYTES,
+    MAX_SAMPLES,
+    QUEUE_FULL,
+    SAMPLED_OUT,
+    UNSTORABLE,
+    FallbackRecorder,
+    TrafficRecorder,
+    input_signature,
+    storage_bytes,
+)
 
 logger = logging.getLogger("guardscope.runtime")
 
@@ -204,6 +228,7 @@ class ServedModel:
         warnings: tuple[str, ...],
         background: dict[str, Any] | None = None,
         configure: Callable[[], None] | None = None,
+        child: ChildCompiler | None = None,
     ) -> None:
         self.model = model
         self.compiled = compiled
@@ -233,6 +258,9 @@ class ServedModel:
         self._closed = False
         self.graphs = len(torch_compat.cache_entries(self._code) or [])
         # Options of a BackgroundCompiler (max_compiles, switch_interval...); None: off.
+        # background_compile="process": a child process compiles first, this process loads its caches.
+        self.child = child if background is not None else None
+        self.background_strategy = None if background is None else PROCESS if self.child is not None else THREAD
         self.background = BackgroundCompiler(self._compile_in_background, **background) if background is not None else None
         atexit.register(self.close)
 
@@ -313,10 +341,14 @@ class ServedModel:
             return
         self.background.offer(signature, args, kwargs)
 
-    def _compile_in_background(self, args: tuple, kwargs: dict) -> bool:
+    def _compile_in_background(self, args: tuple, kwargs: dict) -> dict[str, Any] | bool:
         """On the background worker, with a private copy of a fallback call: compile the model
-        for it (BackgroundCompiler's ``compile``). True once a graph accepts the call, False when
-        one did already; raises when none does after the compile."""
+        for it (BackgroundCompiler's ``compile``). Details of the compile once a graph accepts
+        the call, False when one did already; raises when none does after the compile.
+
+        With a child compiler (``background_compile="process"``) the child compiles the call's
+        topology first and its compile-cache artifacts are loaded here, so this thread's compile
+        is Dynamo's trace plus cache hits; the details count them."""
         if self._configure is not None:
             self._configure()  # this thread's settings, as the serving thread's (torch 2.13: per thread)
         if self._mark is not None:
@@ -327,6 +359,17 @@ class ServedModel:
                 raise BackgroundCompileError("the call's arguments do not fit forward")
             if self.accepts(frame):
                 return False
+        details: dict[str, Any] = {"strategy": self.background_strategy}
+        done = None
+        if self.child is not None:
+            try:
+                done = self.child.compile(args, kwargs)
+            except ChildCompileError as exc:
+                raise BackgroundCompileError(str(exc)) from None
+            details["child_seconds"] = round(done.seconds, 6)
+            details["artifacts"] = torch_compat.load_compile_cache(done.artifacts) if done.artifacts else None
+        counters = torch_compat.compile_cache_counters()
+        begun = time.perf_counter()
         entries = len(torch_compat.cache_entries(self._code) or [])
         worker = threading.get_ident()
         gate = GATE.entering() if self.eager_on_recompile else contextlib.nullcontext(lambda: None)
@@ -339,10 +382,15 @@ class ServedModel:
             with torch_compat.compile_start_callback(started), torch_compat.raised_recompile_limit(entries + 1), \
                     self._grad():
                 self.compiled(*args, **kwargs)
+        details["compile_seconds"] = round(time.perf_counter() - begun, 6)
+        after = torch_compat.compile_cache_counters()
+        details["cache"] = {name: after[name] - counters[name] for name in sorted(after)}
         with self._grad():
             if not self.accepts(frame):
                 raise BackgroundCompileError("no compiled graph accepts the call after its compile")
-        return True
+        if done is not None:
+            self.child.commit(done)
+        return details
 
     def wait_background(self, timeout: float | None = None) -> bool:
         """Wait until no background compile is queued or running (True; also without
@@ -409,6 +457,8 @@ class ServedModel:
                 return
             self._closed = True
         atexit.unregister(self.close)
+        if self.child is not None:
+            self.child.close()  # a compile process still running is killed: the worker's job fails
         if self.background is not None:
             self.background.close(timeout)
         if self.recorder is not None:
@@ -461,9 +511,11 @@ def serve(
     traffic_full_per_signature: int = 1,
     traffic_max_bytes: int = 256 * 2**20,
     overwrite_traffic: bool = False,
-    background_compile: bool = False,
+    background_compile: bool | str = False,
     max_background_compiles: int = 8,
     background_switch_interval: float | None = DEFAULT_SWITCH_INTERVAL,
+    background_timeout: float = 600.0,
+    background_gc_freeze: bool = True,
 ) -> ServedModel:
     """Compile ``model`` as analysed in ``plan_dir``, apply a plan, and return a
     :class:`ServedModel` whose calls never compile.
@@ -501,10 +553,18 @@ def serve(
     compiled functions in the process do not compile either.
 
     ``background_compile`` (off by default: serving then never compiles, as before): a fallback
-    topology is compiled on a background thread (:mod:`guardscope.runtime.background`), at most
+    topology is compiled off the serving thread (:mod:`guardscope.runtime.background`), at most
     ``max_background_compiles`` of them, most frequent first, with the GIL switch interval at
     ``background_switch_interval`` seconds while one runs (None: unchanged); once compiled, its
     calls are served compiled. Its fallbacks are still recorded. ``stats`` counts the compiles.
+    ``"thread"`` compiles on a worker thread of this process; ``"process"`` has a child process
+    compile it first (:mod:`guardscope.runtime.child_compile`, at most ``background_timeout``
+    seconds; the model rebuilt there from ``model_spec`` or the catalog's) and the worker then
+    compiles from the compile-cache artifacts it hands back; True (or ``"auto"``) is
+    ``"process"`` with the inductor backend, ``"thread"`` with the others (they have no caches
+    to hand back). ``background_gc_freeze``: before each background compile, ``gc.freeze()``
+    the objects so far (process-wide), so that the compile's garbage collections do not walk
+    them all with the GIL held (:func:`guardscope.runtime.background.freeze_before_compile`).
 
     Raises :class:`~guardscope.errors.ServeError` (or ``CatalogError``) for a plan directory
     it cannot serve, before anything is compiled.
@@ -522,9 +582,13 @@ def serve(
     for note in notes:
         warnings.warn(note, RuntimeWarning, stacklevel=2)
     background = None
-    if background_compile:
+    strategy = background_strategy(background_compile, backend)
+    if strategy is not None:
         background = check_background_options(max_compiles=max_background_compiles,
-                                              switch_interval=background_switch_interval)
+                                              switch_interval=background_switch_interval,
+                                              gc_freeze=background_gc_freeze)
+        if not (type(background_timeout) in (int, float) and background_timeout > 0):
+            raise ServeError(f"background_timeout must be seconds > 0, got {background_timeout!r}")
     if device is None:
         device = _model_device(model)
     options = production_options(catalog, backend=backend, device=device, inference_mode=inference_mode)
@@ -564,6 +628,13 @@ def serve(
                 "(torch._dynamo.eval_frame._debug_get_cache_entry_list), which guardscope.runtime "
                 "checks each call against"
             )
+        child = None
+        if strategy == PROCESS:
+            child = ChildCompiler(
+                plan_dir=plan_dir, plan=chosen,
+                spec_for=lambda folder: model_spec or respec(catalog["model"], corpus_dir, folder),
+                compile=production, method=catalog.get("method"), backend=options.backend,
+                device=options.device, inference_mode=options.inference_mode, timeout=background_timeout)
     except BaseException:
         for made in (recorder, traffic):
             if made is not None:
@@ -583,6 +654,7 @@ def serve(
         setup_seconds=time.perf_counter() - started,
         warnings=notes,
         background=background,
+        child=child,
     )
 
 

@@ -7,6 +7,7 @@ The queue's order and bounds with a stand-in compile are in tests/unit/test_back
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -39,6 +40,7 @@ def fresh_dynamo():
     torch._dynamo.reset()  # the graphs of earlier tests' instances share the code object's cache
     yield
     torch._dynamo.reset()
+    gc.unfreeze()  # background compiles froze the objects of this process (background_gc_freeze)
 
 
 class CompileThreads:

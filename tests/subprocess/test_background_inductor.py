@@ -1,4 +1,4 @@
-"""serve(..., background_compile=True) with inductor: serving goes on while the worker's compile is
+"""serve(..., background_compile="thread") with inductor: serving goes on while the worker's compile is
 inside an FX trace.
 
 torch keeps one process-wide "FX tracing" flag (``torch.fx._symbolic_trace._is_fx_tracing_flag``),
@@ -13,6 +13,7 @@ thread calls topologies the plan compiled and ones that fall back meanwhile.
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
 
 import pytest
@@ -93,6 +94,7 @@ def hold(monkeypatch, tmp_path):
     yield HOLD
     HOLD.go.set()
     torch._dynamo.reset()
+    gc.unfreeze()  # background compiles froze the objects of this process (background_gc_freeze)
 
 
 @contextlib.contextmanager
@@ -106,7 +108,7 @@ def _released(hold):
 def test_serving_goes_on_while_a_background_inductor_compile_is_fx_tracing(tiny_plan, hold, monkeypatch):
     model = HeldInTrace()
     compile_threads = []
-    with runtime.serve(model, tiny_plan, plan="warmup", backend="inductor", background_compile=True) as served:
+    with runtime.serve(model, tiny_plan, plan="warmup", backend="inductor", background_compile="thread") as served:
         assert served.graphs == 1
         serving = threading.get_ident()
         hold.arm()

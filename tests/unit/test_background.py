@@ -4,6 +4,7 @@ real compiles are in tests/integration/test_background.py)."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 import threading
@@ -15,8 +16,10 @@ import torch
 from guardscope.errors import ServeError
 from guardscope.runtime.background import (
     DEFAULT_SWITCH_INTERVAL,
+    BackgroundCompile,
     BackgroundCompiler,
     StanceGate,
+    background_strategy,
     private_copy,
     switch_interval,
 )
@@ -109,6 +112,54 @@ def test_bad_options_are_refused():
         BackgroundCompiler(Compiles(), max_compiles=-1)
     with pytest.raises(ServeError, match="switch interval"):
         BackgroundCompiler(Compiles(), switch_interval=5)
+
+
+def test_background_compile_choices_name_a_strategy():
+    assert background_strategy(False, "inductor") is None and background_strategy(None, "eager") is None
+    # guardscope's choice: a child process when the backend has caches to hand back.
+    assert background_strategy(True, "inductor") == background_strategy("auto", "inductor") == "process"
+    assert background_strategy(True, "eager") == background_strategy(True, "aot_eager") == "thread"
+    assert background_strategy("process", "eager") == "process" and background_strategy("thread", "inductor") == "thread"
+    for bad in ("threads", 1, "PROCESS"):
+        with pytest.raises(ServeError, match="background_compile must be"):
+            background_strategy(bad, "inductor")
+
+
+def test_a_compile_that_returns_details_keeps_them():
+    def compile(args, kwargs):
+        return {"strategy": "process", "child_seconds": 1.5} if args[0] == "a" else True
+
+    compiler = BackgroundCompiler(compile)
+    try:
+        compiler.offer(("a",), ("a",), {})
+        assert compiler.wait(10)
+        compiler.offer(("b",), ("b",), {})
+        assert compiler.wait(10)
+        first, second = compiler.counts()["compiles"]
+    finally:
+        compiler.close()
+    assert first.to_json()["strategy"] == "process" and first.to_json()["child_seconds"] == 1.5
+    assert set(second.to_json()) == {"status", "seconds", "eager_calls", "error"}
+    assert BackgroundCompile("done", 1.0, 1, details=(("cache", {"fxgraph_hits": 1}),)).to_json()["cache"] == {
+        "fxgraph_hits": 1}
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_each_compile_starts_with_the_objects_so_far_frozen_unless_turned_off(freeze):
+    frozen_at_compile = []
+    gc.unfreeze()
+    try:
+        compiler = BackgroundCompiler(lambda args, kwargs: frozen_at_compile.append(gc.get_freeze_count()) or True,
+                                      gc_freeze=freeze)
+        compiler.offer(("a",), ("a",), {})
+        assert compiler.wait(10)
+        compiler.close()
+        # Frozen: the compile's garbage collections skip them (no full walk with the GIL held).
+        assert (frozen_at_compile[0] > 1000) is freeze
+    finally:
+        gc.unfreeze()
+    with pytest.raises(ServeError, match="gc_freeze"):
+        BackgroundCompiler(lambda args, kwargs: True, gc_freeze="yes")
 
 
 def test_switch_interval_is_restored_after_nested_blocks():

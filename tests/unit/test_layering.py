@@ -96,10 +96,11 @@ def test_plan_names_are_listed_only_in_plans(root):
 FOLDER_FILES = {value for name, value in vars(store).items()
                 if name.isupper() and isinstance(value, str) and "." in value}
 RAW_IO = {"write_text", "write_bytes", "read_text", "read_bytes"}
-# The corpus directory has its own reader and writer (manifest: format, shards: shards); the child runner reads its child's result
-# file (a temporary file outside the analysis folder); files holds the one atomic writer.
+# The corpus directory has its own reader and writer (manifest: format, shards: shards); the child runners read their
+# children's results (temporary files outside the analysis folder: isolation's, and the background compile process's
+# job folder); files holds the one atomic writer.
 RAW_IO_ALLOWED = {"guardscope.store", "guardscope.files", "guardscope.corpus.format", "guardscope.corpus.requests",
-                  "guardscope.corpus.shards", "guardscope.proving.isolation"}
+                  "guardscope.corpus.shards", "guardscope.proving.isolation", "guardscope.runtime.child_compile"}
 
 
 def test_store_names_the_analysis_folder_files():
