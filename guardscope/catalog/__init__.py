@@ -2,5 +2,6 @@
 
 Stage order: ``classify`` (guard-failure text to typed failures), ``builder`` (topologies, facts,
 dimensions, frames), ``buckets`` (CUDA-graph padding advice), ``caveats`` (what the numbers do not
-say), ``diff`` (two catalogs compared).
+say), ``matching`` (which topology of one catalog is which of another's), ``diff`` (two catalogs
+compared).
 """

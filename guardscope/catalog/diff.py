@@ -10,12 +10,10 @@ Identity across analyses never uses guardscope's numbering (topology ids, compil
 shifts as soon as one graph more or less is compiled:
 
 - a **compile** is identified by the sample that triggered it (and its frame's code name, and
-  its rank when one sample compiled one frame twice);
-- a **topology** is identified by its members first: two topologies with the same member samples
-  are the same class of inputs, whatever their facts say (a guard one backend adds changes the
-  facts, not the graph those samples share). The others are paired by their facts (the set of
-  fact strings, order aside; by compile sample, then in order of first sample, when several
-  share them), then by their graphs (the samples whose compiles made them);
+  its rank when one sample compiled one frame twice), as
+  :func:`guardscope.catalog.matching.compiles_by_key` keys it;
+- a **topology** is identified by its members first, then by its facts, then by its graphs
+  (:func:`guardscope.catalog.matching.match_topologies` pairs them; its module says how);
 - a guard **failure** is compared on its fields (less ``ignore``), naming the graph it failed
   against by the topology that graph serves when that topology is in both analyses, else by the
   sample whose compile made the graph: a failure against "the general graph" is the same failure
@@ -54,6 +52,13 @@ from typing import Any, Iterable
 
 from ..model import FAILURE_FIELDS, GUARD_TEXT, IGNORABLE
 from ..text import format_samples, guard_text, normalize_reason
+from .matching import (
+    CompileKey,
+    TopologySide,
+    compiles_by_key,
+    match_topologies,
+    topology_sides,
+)
 
 DIMENSION_FIELDS = ("min", "max", "dynamic", "ever_zero", "ever_one", "equal_to")
 
@@ -72,9 +77,6 @@ PRODUCTION_STATUSES = TOPOLOGY_STATUSES[:3]
 IDENTICAL, WORDING, DIFFERENT = "identical", "wording", "different"
 VERDICT_WORDS = {IDENTICAL: "identical", WORDING: "same in production (wording differs)", DIFFERENT: "different"}
 VERDICT_TITLES = {IDENTICAL: "IDENTICAL", WORDING: "SAME IN PRODUCTION (wording differs)", DIFFERENT: "DIFFERENT"}
-
-CompileKey = tuple[int | None, str, int]   # (sample, co_name, rank of that frame's compile at the sample)
-
 
 # --- the result --------------------------------------------------------------------------------
 
@@ -106,20 +108,6 @@ class CompileChange:
     # "changed" with the same outcome and the same failure kinds against the same graphs: only the
     # failures' other fields (their guard text...) differ
     wording_only: bool = False
-
-
-@dataclass(frozen=True)
-class TopologySide:
-    """One analysis's view of a topology (ids and compile ids are that analysis's numbering)."""
-
-    id: int
-    compile_id: str | None
-    compile_sample: int | None     # the sample whose compile made the serving graph
-    first_sample: int
-    count: int
-    facts: tuple[str, ...]
-    # the graphs its samples run, one per frame, each named by its compile (sample, frame, rank)
-    graphs: tuple[tuple, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -557,7 +545,7 @@ def diff_catalogs(old: dict[str, Any], new: dict[str, Any], *, ignore: Iterable[
     fields = tuple(f for f in FAILURE_FIELDS if f not in ignored)
 
     topologies, partner = _topologies(old, new)
-    old_compiles, new_compiles = _compiles_by_key(old), _compiles_by_key(new)
+    old_compiles, new_compiles = compiles_by_key(old), compiles_by_key(new)
     old_graphs = _graph_identities(old_compiles, topologies, "old")
     new_graphs = _graph_identities(new_compiles, topologies, "new")
     dimensions = _dimension_changes(old, new)
@@ -644,16 +632,6 @@ def _warnings(old: dict, new: dict, dimensions: tuple[DimensionChange, ...]) -> 
 
 
 # --- compiles and failures ---------------------------------------------------------------------
-
-def _compiles_by_key(catalog: dict) -> dict[CompileKey, dict]:
-    seen: Counter = Counter()
-    keyed = {}
-    for c in catalog["compiles"]:
-        base = (c.get("sample"), c.get("co_name") or "")
-        keyed[(*base, seen[base])] = c
-        seen[base] += 1
-    return keyed
-
 
 def _graph_identities(compiles: dict[CompileKey, dict], topologies: tuple[TopologyChange, ...],
                       side: str) -> dict[str, tuple]:
@@ -813,87 +791,12 @@ def _failures_by_kind(old: dict, new: dict) -> tuple[tuple[str, int, int], ...]:
 
 # --- topologies and samples --------------------------------------------------------------------
 
-def _sides(catalog: dict) -> list[TopologySide]:
-    compile_sample = {c["compile_id"]: c.get("sample") for c in catalog["compiles"]}
-    keys = {c["compile_id"]: key for key, c in _compiles_by_key(catalog).items()}
-
-    def graphs(t: dict) -> tuple[tuple, ...]:
-        # the serving graph is compile_id; "graphs" adds the later frames' (catalogs before it: none)
-        ids = [t.get("compile_id"), *(t.get("graphs") or [None])[1:]]
-        return tuple(keys.get(graph, (None, str(graph), -1)) for graph in ids if graph is not None)
-
-    return [TopologySide(
-        id=t["id"], compile_id=t.get("compile_id"), compile_sample=compile_sample.get(t.get("compile_id")),
-        first_sample=t["first_sample"], count=t["count"], facts=tuple(t["facts"]), graphs=graphs(t),
-    ) for t in catalog["topologies"]]
-
-
-def _pair(olds: list[TopologySide], news: list[TopologySide]) -> list[tuple[TopologySide | None, TopologySide | None]]:
-    """Pair topologies with the same facts: by compile sample, then in order of first sample."""
-    olds = sorted(olds, key=lambda t: t.first_sample)
-    news = sorted(news, key=lambda t: t.first_sample)
-    pairs: list[tuple[TopologySide | None, TopologySide | None]] = []
-    for o in list(olds):
-        match = next((n for n in news if n.compile_sample is not None and n.compile_sample == o.compile_sample), None)
-        if match is not None:
-            pairs.append((o, match))
-            olds.remove(o)
-            news.remove(match)
-    pairs += list(zip(olds, news))
-    pairs += [(o, None) for o in olds[len(news):]] + [(None, n) for n in news[len(olds):]]
-    return pairs
-
-
-Pairs = list[tuple[TopologySide | None, TopologySide | None]]
-
-
-def _match(olds: list[TopologySide], news: list[TopologySide], members_old: dict[int, frozenset],
-           members_new: dict[int, frozenset]) -> Pairs:
-    """Pair the two analyses' topologies: the same members first (the same inputs sharing one
-    graph, whatever their facts say), then the same facts, then the same graphs (compiled at the
-    same samples in the same frames); the rest are vanished or new."""
-    by_members = {members_new[n.id]: n for n in news}
-    pairs: Pairs = []
-    taken: set[int] = set()
-    for o in olds:
-        n = by_members.get(members_old[o.id])
-        if n is not None and n.id not in taken:
-            pairs.append((o, n))
-            taken.add(n.id)
-    paired = {o.id for o, _ in pairs if o is not None}
-    groups: dict[tuple[str, ...], tuple[list, list]] = defaultdict(lambda: ([], []))
-    for o in olds:
-        if o.id not in paired:
-            groups[tuple(sorted(o.facts))][0].append(o)
-    for n in news:
-        if n.id not in taken:
-            groups[tuple(sorted(n.facts))][1].append(n)
-    left_old: list[TopologySide] = []
-    left_new: list[TopologySide] = []
-    for key in sorted(groups):
-        for a, b in _pair(*groups[key]):
-            if a is not None and b is not None:
-                pairs.append((a, b))
-            elif a is not None:
-                left_old.append(a)
-            elif b is not None:
-                left_new.append(b)
-    left_new.sort(key=lambda t: t.first_sample)
-    for o in sorted(left_old, key=lambda t: t.first_sample):
-        n = next((n for n in left_new if o.graphs and n.graphs == o.graphs), None)
-        if n is not None:
-            left_new.remove(n)
-        pairs.append((o, n))
-    pairs += [(None, n) for n in left_new]
-    return pairs
-
-
 def _topologies(old: dict, new: dict) -> tuple[tuple[TopologyChange, ...], dict[int, int]]:
     """Every topology with its status, and old id -> new id for the matched ones."""
     members_old = {t["id"]: frozenset(t["samples"]) for t in old["topologies"]}
     members_new = {t["id"]: frozenset(t["samples"]) for t in new["topologies"]}
     changes, partner = [], {}
-    for a, b in _match(_sides(old), _sides(new), members_old, members_new):
+    for a, b in match_topologies(topology_sides(old), topology_sides(new), members_old, members_new):
         before = members_old[a.id] if a else frozenset()
         after = members_new[b.id] if b else frozenset()
         old_only: tuple[str, ...] = ()
