@@ -432,10 +432,10 @@ class BackgroundCompiler:
         with self._cond:
             return self._running is not None
 
-    def close(self, timeout: float | None = 30.0) -> bool:
-        """Drop the queued jobs and stop the worker, waiting up to ``timeout`` seconds for a
-        compile it is running; True once the worker has ended. A compile still running then is
-        abandoned to its daemon thread (logged); it cannot keep the process alive. Idempotent."""
+    def begin_close(self) -> None:
+        """The first half of :meth:`close`, without waiting: no more offers, the queued jobs
+        dropped; a compile that fails from now on is counted but not logged (ending it is the
+        caller's doing). Idempotent."""
         with self._cond:
             if not self._closed:
                 self._closed = True
@@ -443,6 +443,12 @@ class BackgroundCompiler:
                     self._drop(CLOSED)
                 self._pending.clear()
                 self._cond.notify_all()
+
+    def close(self, timeout: float | None = 30.0) -> bool:
+        """Drop the queued jobs and stop the worker, waiting up to ``timeout`` seconds for a
+        compile it is running; True once the worker has ended. A compile still running then is
+        abandoned to its daemon thread (logged); it cannot keep the process alive. Idempotent."""
+        self.begin_close()
         self._thread.join(timeout)
         if self._thread.is_alive():
             logger.warning("guardscope runtime: a background compile was still running %s s after close(); "

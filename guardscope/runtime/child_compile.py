@@ -12,10 +12,12 @@ those caches, and the serving process's own compile of that call then hits them:
 and a cache load, on the background thread, instead of the whole compile.
 
 The same graph needs the same Dynamo state: automatic dynamic shapes make a recompile's graph
-depend on the shapes this frame compiled before. The child therefore replays, in order, what the
-serving process compiled: the plan's set-up (its warmup, or the unbacked plan's configure,
-warmup and marks; the plan's compile-cache bundle when there is one), then every call compiled in
-the background so far, then the new call. The calls travel as guardscope corpora of one sample
+depend on the shapes this frame compiled before. The compile process therefore does, in order,
+what the serving process compiled: the plan's set-up (its warmup, or the unbacked plan's
+configure, warmup and marks; the plan's compile-cache bundle when there is one), then every call
+compiled in the background so far, then the new call. It stays alive between compiles, so a
+later call costs only its own compile; it is replaced by a new one, which replays all of that
+again, whenever its state may have left the serving process's (see :class:`ChildCompiler`). The calls travel as guardscope corpora of one sample
 each (a private temporary folder; removed at close), written by :class:`~guardscope.corpus.CorpusWriter`
 and read back with the same codecs as an analysis, so the child's calls have the recorded
 requests' shapes, strides, dtypes and structured values (KV caches, graph batches...).
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
@@ -71,12 +74,18 @@ class ChildCompileError(GuardscopeError):
 
 
 class ChildCompiler:
-    """The serving process's side: writes a fallback call as a one-sample corpus, runs
-    ``python -m guardscope.runtime.child_compile`` on it (in a session of its own, killed with its
-    process group on a timeout or :meth:`close`), and returns the artifacts it saved.
+    """The serving process's side: writes a fallback call as a one-sample corpus and has a compile
+    process compile it; returns the compile-cache artifacts that process saved.
 
-    ``spec_for(folder)`` gives the model spec a corpus in ``folder`` must name (file specs are
-    stored relative to their corpus). One compile at a time (the background worker's).
+    The compile process (``python -m guardscope.runtime.child_compile``, in a session of its own)
+    stays alive between compiles: it sets the plan up once, and each job then replays only the new
+    call, so a later topology costs its compile, not a process start, torch's import and the
+    plan's set-up again. Whenever its state may differ from the serving process's — it failed,
+    timed out, was killed, or the serving process did not :meth:`commit` a compile it did — it is
+    killed with its process group, and the next job starts a new one that replays every committed
+    call first, in order. ``spec_for(folder)`` gives the model spec a corpus in ``folder`` must name
+    (file specs are stored relative to their corpus). One compile at a time (the background
+    worker's).
     """
 
     def __init__(self, *, plan_dir: Path, plan: str, spec_for: Callable[[Path], str], compile: dict[str, Any],
@@ -91,21 +100,58 @@ class ChildCompiler:
         self.inference_mode = inference_mode
         self.timeout = timeout
         self._root = Path(tempfile.mkdtemp(prefix="guardscope-background-"))
-        self._history: list[Path] = []  # job corpora the serving process compiled, in order
+        self._history: list[Path] = []  # job folders whose call the serving process compiled, in order
+        self._replayed = 0  # of them, the ones the running compile process has replayed
         self._jobs = 0
+        self._starts = 0
         self._lock = threading.Lock()
         self._child: subprocess.Popen | None = None
+        self._replies: queue.Queue[str | None] = queue.Queue()
         self._closed = False
 
     @property
     def pid(self) -> int | None:
-        """The running child's process id (None when none runs)."""
+        """The compile process's id (None when none runs)."""
         with self._lock:
             return self._child.pid if self._child is not None else None
 
+    def _start(self) -> subprocess.Popen:
+        """A new compile process (under the lock), and the thread that reads its replies."""
+        if self._closed:
+            raise ChildCompileError("closed before the compile process started")
+        self._starts += 1
+        log = open(self._root / f"{OUTPUT}.{self._starts}", "w")  # noqa: SIM115 - the child writes it
+        command = [sys.executable, "-m", "guardscope.runtime.child_compile", str(self.plan_dir), self.plan,
+                   "--backend", self.backend, "--device", self.device,
+                   "--inference-mode" if self.inference_mode else "--no-inference-mode"]
+        try:
+            child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+                                     env=child_environment(), start_new_session=True)
+        finally:
+            log.close()
+        replies: queue.Queue[str | None] = queue.Queue()
+
+        def read() -> None:  # the replies; None at its end (it exited or was killed)
+            for line in child.stdout:
+                if line.startswith(REPLY):
+                    replies.put(line[len(REPLY):].strip())
+            replies.put(None)
+
+        threading.Thread(target=read, name="guardscope-compile-process-reader", daemon=True).start()
+        self._child, self._replies, self._replayed = child, replies, 0
+        return child
+
+    def _stop(self) -> None:
+        """Kill the compile process, if one runs (its state is no longer the serving process's)."""
+        with self._lock:
+            child, self._child = self._child, None
+        if child is not None:
+            kill_group(child.pid)
+            child.wait()
+
     def compile(self, args: tuple, kwargs: dict) -> ChildCompile:
-        """Compile this call's topology in a child; raises :class:`ChildCompileError` when the
-        child did not (its message names the cause: its own error, a timeout, a signal)."""
+        """Compile this call's topology in the compile process; raises :class:`ChildCompileError`
+        when it did not (the message names the cause: its own error, a timeout, a signal)."""
         from ..corpus import CorpusWriter
 
         self._jobs += 1
@@ -113,101 +159,127 @@ class ChildCompiler:
         corpus = job / "corpus"
         with CorpusWriter(corpus, model=self._spec_for(corpus), compile=self._compile, method=self._method) as writer:
             writer.add(*args, **kwargs)
-        command = [sys.executable, "-m", "guardscope.runtime.child_compile", str(self.plan_dir), self.plan,
-                   str(job), "--backend", self.backend, "--device", self.device,
-                   "--inference-mode" if self.inference_mode else "--no-inference-mode",
-                   *(str(done / "corpus") for done in self._history), str(corpus)]
         started = time.perf_counter()
-        with open(job / OUTPUT, "w") as output:
-            with self._lock:
-                if self._closed:
-                    raise ChildCompileError("closed before the compile process started")
-                self._child = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
-                                               env=child_environment(), start_new_session=True)
-            child = self._child
-            try:
-                returncode = child.wait(timeout=self.timeout)
-            except subprocess.TimeoutExpired:
-                kill_group(child.pid)
-                child.wait()
-                raise ChildCompileError(f"the compile process timed out after {self.timeout:g} s") from None
-            finally:
-                with self._lock:
-                    self._child = None
+        with self._lock:
+            child = self._child if self._child is not None and self._child.poll() is None else self._start()
+            replay = [str(done / "corpus") for done in self._history[self._replayed:]] + [str(corpus)]
+            replies = self._replies
+        try:
+            child.stdin.write(json.dumps({"job": str(job), "corpora": replay}) + "\n")
+            child.stdin.flush()
+            reply = replies.get(timeout=self.timeout)
+        except queue.Empty:
+            self._stop()
+            raise ChildCompileError(f"the compile process timed out after {self.timeout:g} s") from None
+        except OSError:  # its stdin closed: it died before reading the job
+            reply = None
         seconds = time.perf_counter() - started
         if self._closed:
+            self._stop()
             raise ChildCompileError("closed while the compile process ran")
-        result_path = job / RESULT
-        if returncode != 0 or not result_path.is_file():
-            text = (job / OUTPUT).read_text(errors="replace")
-            raise ChildCompileError(Completed(returncode, text, "", seconds).failure("the compile process"))
-        result = json.loads(result_path.read_text())
+        if reply is None:
+            self._stop()
+            text = "".join(path.read_text(errors="replace") for path in sorted(self._root.glob(f"{OUTPUT}.*")))
+            raise ChildCompileError(Completed(child.returncode, text, "", seconds).failure("the compile process"))
+        result = json.loads((job / RESULT).read_text())
         if "error" in result:
+            self._stop()
             raise ChildCompileError(f"the compile process: {result['error']}")
+        with self._lock:
+            self._replayed = len(self._history)  # and the new call, which commit() adds
         artifacts = (job / ARTIFACTS).read_bytes() if (job / ARTIFACTS).is_file() else None
         return ChildCompile(job, artifacts, seconds, result)
 
     def commit(self, done: ChildCompile) -> None:
-        """The serving process compiled ``done``'s call too: later children replay it, in order."""
-        self._history.append(done.job)
+        """The serving process compiled ``done``'s call too: a new compile process replays it, in
+        order, and the running one has it already."""
+        with self._lock:
+            self._history.append(done.job)
+            if self._child is not None:
+                self._replayed = len(self._history)
+
+    def discard(self) -> None:
+        """The serving process did not compile what the compile process did: that process's
+        Dynamo state is ahead of it, so it goes (the next job starts one that replays the
+        committed calls)."""
+        self._stop()
 
     def close(self) -> None:
-        """Kill a running child (its whole process group) and remove the job folders. Idempotent."""
+        """Kill the compile process (its whole process group) and remove the job folders. Idempotent."""
         with self._lock:
             self._closed = True
-            child = self._child
-        if child is not None:
-            kill_group(child.pid)
+        self._stop()
         shutil.rmtree(self._root, ignore_errors=True)
 
 
-# --- the child -------------------------------------------------------------------------------------
+# --- the compile process ----------------------------------------------------------------------------
+
+REPLY = "guardscope-compile-done "  # the line the compile process prints when a job's files are written
 
 
-def _compile_in_child(plan_dir: Path, plan: str, corpora: list[Path], backend: str, device: str,
-                      inference_mode: bool) -> tuple[dict[str, Any], bytes | None]:
-    """Set the plan up as the serving process did, replay the calls compiled in the background so
-    far, then the new one (the last corpus); the result document and the artifacts."""
+class _CompileState:
+    """The compile process's plan, set up once (at its first job): model, runner, plan module."""
+
+    def __init__(self, plan_dir: Path, plan: str, first_corpus: Path, backend: str, device: str,
+                 inference_mode: bool) -> None:
+        from .. import plans, store
+        from ..corpus import load_corpus, load_model
+        from ..options import production_options
+        from ..proving.setup import set_up_plan
+
+        catalog = store.read_catalog(plan_dir)
+        options = production_options(catalog, backend=backend, device=device, inference_mode=inference_mode)
+        corpus = load_corpus(first_corpus)
+        model = load_model(corpus.manifest.model, base_dir=corpus.path, method=catalog.get("method"))
+        self.plan = plan
+        self.bundle = plan in plans.BUNDLED and (plan_dir / store.bundle_files(plan)[0]).is_file()
+        self.module, self.runner, self.setup_seconds, _ = set_up_plan(plan, plan_dir, model, options,
+                                                                      use_bundle=self.bundle)
+
+    def replay(self, corpora: list[Path]) -> dict[str, Any]:
+        """Compile each call of ``corpora``, in order, as the serving process's worker did; whether
+        a graph accepts the last one."""
+        from .. import torch_compat
+        from ..corpus import load_corpus
+
+        runner = self.runner
+        samples = [corpus.sample(index) for corpus in map(load_corpus, corpora) for index in range(len(corpus))]
+        with torch_compat.raised_recompile_limit(runner.graphs() + len(samples) + 1):
+            for sample in samples:
+                call = runner.prepare(sample, mark=False)
+                if self.plan == "unbacked":
+                    self.module.mark(*call.args, **call.kwargs)
+                runner.forget_entries()
+                with runner.grad_context():
+                    runner.compiled(*call.args, **call.kwargs)
+        torch_compat.synchronize(runner.device)
+        accepted = runner.serving(samples[-1], mark=False) is not None if self.plan != "unbacked" else None
+        return {"graphs": runner.graphs(), "accepted": accepted, "replayed": len(samples)}
+
+
+def _job(state: _CompileState | None, request: dict[str, Any], arguments: Any) -> tuple[_CompileState, dict, bytes | None]:
     import torch
 
-    from .. import plans, store, torch_compat
-    from ..corpus import load_corpus, load_model
-    from ..options import production_options
-    from ..proving.setup import set_up_plan
+    from .. import torch_compat
 
     started = time.perf_counter()
-    catalog = store.read_catalog(plan_dir)
-    options = production_options(catalog, backend=backend, device=device, inference_mode=inference_mode)
-    loaded = [load_corpus(path) for path in corpora]
-    model = load_model(loaded[-1].manifest.model, base_dir=loaded[-1].path, method=catalog.get("method"))
-    bundle = plan in plans.BUNDLED and (plan_dir / store.bundle_files(plan)[0]).is_file()
-    module, runner, setup_seconds, _ = set_up_plan(plan, plan_dir, model, options, use_bundle=bundle)
-    samples = [corpus.sample(index) for corpus in loaded for index in range(len(corpus))]
-    with torch_compat.raised_recompile_limit(runner.graphs() + len(samples) + 1):
-        for sample in samples:
-            call = runner.prepare(sample, mark=False)
-            if plan == "unbacked":
-                module.mark(*call.args, **call.kwargs)
-            runner.forget_entries()
-            with runner.grad_context():
-                runner.compiled(*call.args, **call.kwargs)
-    torch_compat.synchronize(runner.device)
-    accepted = runner.serving(samples[-1], mark=False) is not None if plan != "unbacked" else None
+    corpora = [Path(path) for path in request["corpora"]]
+    set_up = state is None
+    if state is None:
+        state = _CompileState(arguments.plan_dir, arguments.plan, corpora[0], arguments.backend, arguments.device,
+                              arguments.inference_mode)
+    result = state.replay(corpora)
     saved = torch_compat.save_compile_cache()
-    result = {
-        "graphs": runner.graphs(),
-        "accepted": accepted,
-        "replayed": len(samples),
-        "setup_seconds": round(setup_seconds, 3),
-        "seconds": round(time.perf_counter() - started, 3),
-        "bundle": bundle,
-        "torch_version": str(torch.__version__),
-        "artifacts": saved[1] if saved is not None else None,
-    }
-    return result, saved[0] if saved is not None else None
+    result.update({"set_up": set_up, "setup_seconds": round(state.setup_seconds, 3) if set_up else None,
+                   "seconds": round(time.perf_counter() - started, 3), "bundle": state.bundle,
+                   "torch_version": str(torch.__version__), "artifacts": saved[1] if saved is not None else None})
+    return state, result, saved[0] if saved is not None else None
 
 
 def child_main(argv: list[str]) -> int:
+    """The compile process: one JSON job a line on stdin (``job``: its folder, ``corpora``: the
+    calls to replay, in order), its result and artifacts written into the job's folder, then one
+    :data:`REPLY` line on stdout. Ends at the end of stdin, or after a job that failed."""
     import argparse
 
     from .. import files, store
@@ -215,21 +287,25 @@ def child_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m guardscope.runtime.child_compile")
     parser.add_argument("plan_dir", type=Path)
     parser.add_argument("plan")
-    parser.add_argument("job", type=Path)
-    parser.add_argument("corpora", type=Path, nargs="+", help="the calls to replay after the set-up, in order")
     parser.add_argument("--backend", required=True)
     parser.add_argument("--device", required=True)
     parser.add_argument("--inference-mode", action=argparse.BooleanOptionalAction, required=True)
     arguments = parser.parse_args(argv)
-    try:
-        result, artifacts = _compile_in_child(arguments.plan_dir, arguments.plan, arguments.corpora,
-                                              arguments.backend, arguments.device, arguments.inference_mode)
-    except Exception as exc:  # noqa: BLE001 - the parent reads it from the result, one line
-        text = str(exc).strip()
-        result, artifacts = {"error": f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"}, None
-    if artifacts is not None:
-        files.write_atomic(arguments.job / ARTIFACTS, artifacts)
-    store.write_json(arguments.job / RESULT, result)
+    state = None
+    for line in sys.stdin:
+        request = json.loads(line)
+        job = Path(request["job"])
+        try:
+            state, result, artifacts = _job(state, request, arguments)
+        except Exception as exc:  # noqa: BLE001 - the parent reads it from the result, one line
+            text = str(exc).strip()
+            result, artifacts = {"error": f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"}, None
+        if artifacts is not None:
+            files.write_atomic(job / ARTIFACTS, artifacts)
+        store.write_json(job / RESULT, result)
+        print(REPLY + job.name, flush=True)
+        if "error" in result:
+            return 1  # its state is unknown now: the parent starts another
     return 0
 
 

@@ -367,7 +367,19 @@ class ServedModel:
             except ChildCompileError as exc:
                 raise BackgroundCompileError(str(exc)) from None
             details["child_seconds"] = round(done.seconds, 6)
-            details["artifacts"] = torch_compat.load_compile_cache(done.artifacts) if done.artifacts else None
+            details["child_started"] = bool(done.result.get("set_up"))  # a new compile process (set up the plan)
+        try:
+            if done is not None:
+                details["artifacts"] = torch_compat.load_compile_cache(done.artifacts) if done.artifacts else None
+            return self._compile_here(args, kwargs, frame, details, done)
+        except BaseException:
+            if done is not None:
+                self.child.discard()  # it compiled what this process did not: its Dynamo state is ahead
+            raise
+
+    def _compile_here(self, args: tuple, kwargs: dict, frame: dict[str, Any], details: dict[str, Any],
+                      done: Any) -> dict[str, Any]:
+        """The worker's own compile of the call (from the compile process's caches when ``done``)."""
         counters = torch_compat.compile_cache_counters()
         begun = time.perf_counter()
         entries = len(torch_compat.cache_entries(self._code) or [])
@@ -457,6 +469,8 @@ class ServedModel:
                 return
             self._closed = True
         atexit.unregister(self.close)
+        if self.background is not None:
+            self.background.begin_close()
         if self.child is not None:
             self.child.close()  # a compile process still running is killed: the worker's job fails
         if self.background is not None:

@@ -72,6 +72,8 @@ def test_a_child_compiles_and_the_serving_process_compiles_from_its_caches(tiny_
         assert served.wait_background(timeout=600)
         stats = served.stats
         assert (stats.background_done, stats.background_failed) == (2, 0), stats.background_compiles
+        # One compile process for both: set up at the first, the second only compiled its call.
+        assert [c.to_json()["child_started"] for c in stats.background_compiles] == [True, False]
         for record in stats.background_compiles:
             details = record.to_json()
             assert details["strategy"] == "process" and details["child_seconds"] > 0
@@ -79,8 +81,8 @@ def test_a_child_compiles_and_the_serving_process_compiles_from_its_caches(tiny_
             # This process's compile generated nothing: inductor's graph came from the caches.
             assert details["cache"]["fxgraph_misses"] == 0 and details["cache"]["fxgraph_hits"] >= 1, details
             assert details["compile_seconds"] < record.seconds
-        # The second child replayed the first topology before its own: same Dynamo state, same
-        # graph (the hits above say so); both are now served compiled.
+        # The compile process kept the first topology's graph: same Dynamo state as here, same
+        # second graph (the hits above say so); both are now served compiled.
         fell_back = stats.fallbacks
         for x in (torch.randn(4, 5), torch.randn(7, dtype=torch.float64), torch.randn(6)):
             assert torch.allclose(served(x), eager(model, x))
@@ -102,9 +104,14 @@ def test_a_killed_compile_process_fails_that_compile_and_serving_goes_on(tiny_pl
             y = torch.randn(5)
             assert torch.equal(served(y), eager(model, y))  # the plan's graph still serves
         assert served.wait_background(timeout=5)
+        # The next topology starts a new compile process, and is compiled.
+        z = torch.randn(3, dtype=torch.float64)
+        assert torch.equal(served(z), eager(model, z))
+        assert served.wait_background(timeout=300)
         stats = served.stats
-    assert (stats.background_done, stats.background_failed, stats.fallbacks, stats.compiled) == (0, 1, 4, 3)
+    assert (stats.background_done, stats.background_failed, stats.fallbacks, stats.compiled) == (1, 1, 5, 3)
     assert "SIGKILL" in stats.background_compiles[0].error
+    assert stats.background_compiles[1].to_json()["child_started"] is True
     assert len([r for r in caplog.records if "background compile failed" in r.getMessage()]) == 1
 
 
