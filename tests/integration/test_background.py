@@ -216,3 +216,17 @@ def test_the_unbacked_plans_settings_reach_the_background_worker(tiny_plan, tmp_
         fx_config.use_duck_shape = True
     workers = [duck for thread, duck in seen if thread != threading.get_ident()]
     assert workers == [False], seen
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"background_compile": "threads"}, "background_compile must be"),
+    ({"background_compile": "process", "background_timeout": 0}, "background_timeout must be"),
+    ({"background_compile": True, "background_gc_freeze": "yes"}, "gc_freeze must be"),
+    ({"background_compile": "thread", "max_background_compiles": -1}, "max_compiles must be"),
+])
+def test_bad_background_options_are_refused_before_anything_compiles(tiny_plan, options, message):
+    from guardscope.errors import ServeError
+
+    with CompileThreads() as compiles, pytest.raises(ServeError, match=message):
+        runtime.serve(Elementwise(), tiny_plan, plan="warmup", backend="eager", **options)
+    assert compiles.threads == []
