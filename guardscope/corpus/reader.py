@@ -7,9 +7,11 @@ from __future__ import annotations
 import bisect
 import copy
 import functools
+import itertools
 import json
 import os
 import pathlib
+import re
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -202,37 +204,80 @@ class Corpus:
                              self._prematch if self._templates else None)
         return self._records(path, shard, content)
 
-    def _prematch(self, text: str) -> tuple[str, list[str], list[_Matched]]:
-        """A format 3 index's text with the signatures its call templates match in their text
-        (:meth:`CallTemplate.match_text`) replaced by placeholders: the text, the placeholders
-        and the matches, in order (:func:`guardscope.corpus.shards.decode_shard`)."""
-        calls = list(self._templates)
-        pieces: list[str] = []
-        names: list[str] = []
-        matched: list[_Matched] = []
-        nonce = secrets.token_hex(8)  # no shard can hold it: a placeholder is never a record's own
+    def _prematch(self, text: str) -> tuple[str, list[str], list[_Run]]:
+        """A format 3 index's text with each run of consecutive signature records whose
+        signatures its call templates match in their text (:meth:`CallTemplate.text_pattern`:
+        the record as the corpus writer spells it, its signature, repeat and full) replaced by
+        one placeholder in the samples list: the text, the placeholders and the runs, in order
+        (:func:`guardscope.corpus.shards.decode_shard`).
+
+        The most recently matched template's records are found by one ``split`` of the whole
+        text (each column of the runs' numbers then converted at once); the text between them
+        is scanned record by record for the other templates'. A template's pattern holds one
+        ``{"signature":`` (at its start) and no two templates match the same text (each matches
+        the signatures of its own structure), so which records are matched, and by which
+        template, does not depend on the order they are looked for in."""
+        calls = [(call, call.text_pattern(_ENTRY_BEFORE, _ENTRY_AFTER)) for call in self._templates]
+        found = _Found(secrets.token_hex(8))  # no shard can hold it: a placeholder is never a record's own
+        head_call, head = calls[0]
+        flat = head.split(text) if head is not None else [text]
+        step = head.groups + 1 if head is not None else 1
+        count = (len(flat) - 1) // step  # records the head template matched; flat ends with the text after them
+        first = 0
+        while first < count:
+            self._scan(flat[first * step], calls, found)  # the text before the run
+            last = first + 1
+            while last < count and flat[last * step] == ",":  # the run goes on
+                last += 1
+            # Group g of the run's record i is flat[(first + i) * step + 1 + g].
+            column = functools.partial(_column, flat, first * step + 1, last * step, step)
+            repeats = list(map(int, column(step - 3)))
+            found.add(_Run([head_call] * (last - first), column(0), head_call.text_keys(column, 1, last - first),
+                           repeats, [None if full == "null" else int(full) for full in column(step - 2)],
+                           sum(repeats)))
+            first = last
+        self._scan(flat[-1], calls, found)  # the text after the last run
+        if not found.runs:
+            return text, found.names, found.runs
+        return "".join(found.pieces), found.names, found.runs
+
+    def _scan(self, text: str, calls: list[tuple[CallTemplate, Any]], found: _Found) -> None:
+        """Add ``text`` to ``found``'s pieces, its runs of signature records that a call
+        template's pattern matches each replaced by a placeholder (the record by record way)."""
         last = 0
         start = text.find(_SIGNATURE_ENTRY)
         while start >= 0:
-            start += len(_SIGNATURE_ENTRY)
-            for position, call in enumerate(calls):
-                found = call.match_text(text, start)
-                if found is not None:
-                    if position:
-                        calls.insert(0, calls.pop(position))
-                    key, end = found
-                    name = f"{nonce}:{len(names)}"
-                    pieces.append(text[last:start])
-                    pieces.append(f'"{name}"')
-                    names.append(name)
-                    matched.append(_Matched(call, key, text[start:end]))
-                    last = start = end
+            run = _Run([], [], [], [], [], 0)
+            position = end = start
+            while True:
+                for at, (call, pattern) in enumerate(calls):
+                    matched = pattern.match(text, position) if pattern is not None else None
+                    if matched is not None:
+                        break
+                else:
                     break
-            start = text.find(_SIGNATURE_ENTRY, start)
-        if not matched:
-            return text, names, matched
-        pieces.append(text[last:])
-        return "".join(pieces), names, matched
+                if at:
+                    calls.insert(0, calls.pop(at))
+                groups = matched.groups()
+                repeat, full = int(groups[-2]), groups[-1]
+                run.calls.append(call)
+                run.texts.append(groups[0])
+                run.keys.append(call.text_key(groups[1:-2]))
+                run.repeats.append(repeat)
+                run.fulls.append(None if full == "null" else int(full))
+                run.held += repeat
+                position = end = matched.end()
+                if not text.startswith(_NEXT_ENTRY, position):
+                    break
+                position += 1  # past the comma
+            if not run.calls:
+                start = text.find(_SIGNATURE_ENTRY, start + 1)
+                continue
+            found.pieces.append(text[last:start])
+            found.add(run)
+            last = end
+            start = text.find(_SIGNATURE_ENTRY, end)
+        found.pieces.append(text[last:] if last else text)
 
     def _records(self, path: pathlib.Path, shard: ShardInfo, content: Any) -> list[Sample | SignatureRecord]:
         if not isinstance(content, dict) or content.get("format") != FORMAT:
@@ -240,7 +285,8 @@ class Corpus:
         entries = content.get("samples")
         if not isinstance(entries, list):
             raise ShardError(f"shard {path} has no 'samples' list")
-        held = sum(entry.get("repeat", 1) if isinstance(entry, dict) and "signature" in entry else 1
+        held = sum(entry.held if type(entry) is _Run
+                   else entry.get("repeat", 1) if isinstance(entry, dict) and "signature" in entry else 1
                    for entry in entries)
         if held != shard.samples:
             raise ShardError(
@@ -258,6 +304,36 @@ class Corpus:
         trusted = len(self._templates) + others <= TEMPLATES_KEPT
         calls = self._templates
         for entry in entries:
+            if type(entry) is _Run:
+                if trusted and all(call is calls[0] or call in calls for call in set(entry.calls)):
+                    firsts = list(itertools.accumulate(entry.repeats, initial=index))
+                    after = firsts.pop()
+                    if all(full is None or full < first for full, first in zip(entry.fulls, firsts)):
+                        # As record after record below: the templates moved to the front in turn.
+                        for call in entry.calls if len(set(entry.calls)) > 1 else entry.calls[:1]:
+                            if calls[0] is not call:
+                                calls.insert(0, calls.pop(calls.index(call)))
+                        records.extend(map(SignatureRecord, firsts, entry.repeats, entry.texts, entry.fulls,
+                                           entry.calls, entry.keys, itertools.repeat(None),
+                                           itertools.repeat(self._placement)))
+                        index = after
+                        continue
+                for call, text, key, repeat, full in zip(entry.calls, entry.texts, entry.keys, entry.repeats,
+                                                         entry.fulls):
+                    if full is not None and not full < index:
+                        raise ShardError(
+                            f"shard {path}: sample {index} names sample {full} as its full recording, "
+                            "which does not come before it; re-record the corpus"
+                        )
+                    if trusted and call in calls:
+                        # As _match would find it: the one template matching it, moved to the front.
+                        if calls[0] is not call:
+                            calls.insert(0, calls.pop(calls.index(call)))
+                        records.append(SignatureRecord(index, repeat, text, full, call, key, None, self._placement))
+                    else:
+                        records.append(self._parsed(path, index, json.loads(text), repeat, full))
+                    index += repeat
+                continue
             if isinstance(entry, dict) and "signature" in entry:
                 full = entry["full"]
                 if full is not None and not full < index:
@@ -265,27 +341,7 @@ class Corpus:
                         f"shard {path}: sample {index} names sample {full} as its full recording, "
                         "which does not come before it; re-record the corpus"
                     )
-                signature = entry["signature"]
-                if type(signature) is _Matched:
-                    if trusted and signature.call in calls:
-                        # As _match would find it: the one template matching it, moved to the front.
-                        position = calls.index(signature.call)
-                        if position:
-                            calls.insert(0, calls.pop(position))
-                        records.append(SignatureRecord(index, entry["repeat"], signature.text, full, signature.call,
-                                                       signature.key, None, self._placement))
-                        index += entry["repeat"]
-                        continue
-                    signature = json.loads(signature.text)
-                try:
-                    call, key, sig = self._match(signature)
-                except (ValueError, RuntimeError, RecursionError) as exc:
-                    raise ShardError(
-                        f"shard {path}: sample {index}'s signature cannot be rebuilt "
-                        f"({message_line(exc)}); re-record the corpus"
-                    ) from None
-                records.append(SignatureRecord(index, entry["repeat"], signature, full, call, key, sig,
-                                               self._placement))
+                records.append(self._parsed(path, index, entry["signature"], entry["repeat"], full))
                 index += entry["repeat"]
                 continue
             if (
@@ -305,6 +361,17 @@ class Corpus:
             records.append(Sample(index, args, kwargs))
             index += 1
         return records
+
+    def _parsed(self, path: pathlib.Path, index: int, signature: Any, repeat: int, full: int | None) -> SignatureRecord:
+        """The signature record of sample ``index`` from its parsed signature (:meth:`_match`)."""
+        try:
+            call, key, sig = self._match(signature)
+        except (ValueError, RuntimeError, RecursionError) as exc:
+            raise ShardError(
+                f"shard {path}: sample {index}'s signature cannot be rebuilt "
+                f"({message_line(exc)}); re-record the corpus"
+            ) from None
+        return SignatureRecord(index, repeat, signature, full, call, key, sig, self._placement)
 
     def _match(self, array: Any) -> tuple[CallTemplate | None, tuple | None, tuple | None]:
         """A signature record's call template and key (the signature unparsed), or, for a
@@ -332,17 +399,46 @@ class Corpus:
         return call, key, sig
 
 
-# How a format 3 index's signature record starts, as the corpus writer spells it.
+# How a format 3 index's signature record starts, as the corpus writer spells it; what follows
+# one when the next is one too.
 _SIGNATURE_ENTRY = '{"signature":'
+_NEXT_ENTRY = ',' + _SIGNATURE_ENTRY
+# A signature record as the corpus writer spells it around its signature (Corpus._prematch): its
+# repeat (1 <= repeat < 10**18 < 2**62) and full (null or 0 <= full < 10**18), every other
+# spelling parsed instead.
+_ENTRY_BEFORE = re.escape(_SIGNATURE_ENTRY)
+_ENTRY_AFTER = r',"repeat":([1-9][0-9]{0,17}),"full":(null|0|[1-9][0-9]{0,17})\}'
 
 
-class _Matched:
-    """A signature record's signature read from its text: its call template, key and text."""
+class _Run:
+    """Consecutive signature records matched in a shard's text (:meth:`Corpus._prematch`): each
+    one's call template, signature text, key, repeat and full, and how many samples they hold."""
 
-    __slots__ = ("call", "key", "text")
+    __slots__ = ("calls", "fulls", "held", "keys", "repeats", "texts")
 
-    def __init__(self, call: CallTemplate, key: tuple, text: str) -> None:
-        self.call, self.key, self.text = call, key, text
+    def __init__(self, calls: list[CallTemplate], texts: list[str], keys: list[tuple], repeats: list[int],
+                 fulls: list[int | None], held: int) -> None:
+        self.calls, self.texts, self.keys, self.repeats, self.fulls, self.held = calls, texts, keys, repeats, fulls, held
+
+
+class _Found:
+    """What :meth:`Corpus._prematch` made so far: the text's pieces, placeholders and runs."""
+
+    __slots__ = ("names", "nonce", "pieces", "runs")
+
+    def __init__(self, nonce: str) -> None:
+        self.nonce, self.pieces, self.names, self.runs = nonce, [], [], []
+
+    def add(self, run: _Run) -> None:
+        name = f"{self.nonce}:{len(self.names)}"
+        self.pieces.append(f'"{name}"')
+        self.names.append(name)
+        self.runs.append(run)
+
+
+def _column(flat: list, start: int, stop: int, step: int, group: int) -> list:
+    """Group ``group`` of each match of a ``split`` (``flat``) from ``start`` to ``stop``."""
+    return flat[start + group: stop: step]
 
 
 def records_from(records: list[Sample | SignatureRecord], start: int) -> list[Sample | SignatureRecord]:

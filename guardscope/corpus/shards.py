@@ -158,12 +158,13 @@ def decode_shard(path: pathlib.Path, content: Any, map_location: Any, version: i
     any part is malformed: nothing is read outside the blob, no storage is resized); a format 3
     signature record stays a ``{"signature", "repeat", "full"}`` dict.
 
-    ``prematch(text)``, when given, reads signatures straight from a format 3 index's text
-    (most of that text, and of the time parsing it): it returns the text with some signature
-    records' signatures replaced by placeholder strings, and what stands for each, in order
-    (:class:`guardscope.corpus.reader.Corpus` matches its call templates). Such a record's
-    ``"signature"`` is then what stands for it, when every placeholder is where a record's
-    signature belongs, in order; otherwise the text is parsed whole as without it."""
+    ``prematch(text)``, when given, reads signature records straight from a format 3 index's
+    text (most of that text, and of the time parsing it): it returns the text with some runs of
+    consecutive signature records each replaced by one placeholder string in the samples list,
+    the placeholders and what stands for each, in order (:class:`guardscope.corpus.reader.Corpus`
+    matches its call templates). The samples then hold what stands for each run where its
+    placeholder is, when the placeholders are exactly the samples list's strings, in order;
+    otherwise the text is parsed whole as without it."""
     # Decoding allocates tens of thousands of acyclic objects per shard, and the cyclic garbage
     # collector's passes over them cost about as much as the decoding itself: pause it.
     enabled = gc.isenabled()
@@ -182,14 +183,12 @@ def decode_shard(path: pathlib.Path, content: Any, map_location: Any, version: i
 
 
 def _placed(index: Any, names: list[str]) -> bool:
-    """Whether the parsed index holds the placeholder ``names`` exactly as its signature records'
-    signatures, in order, and nowhere else among its records."""
+    """Whether the parsed index holds the placeholder ``names`` exactly as the strings of its
+    samples list, in order (a shard's own samples are lists and objects, never strings)."""
     entries = index.get("samples") if type(index) is dict else None
     if type(entries) is not list:
         return False
-    found = [entry["signature"] for entry in entries
-             if type(entry) is dict and type(entry.get("signature")) is str]
-    return found == names
+    return [entry for entry in entries if type(entry) is str] == names
 
 
 def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, version: int,
@@ -215,7 +214,7 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, 
     if version >= 3:
         index = _inflate(index)
     matched: list[Any] = []
-    if prematch is not None and type(index) is str:
+    if prematch is not None and version >= 3 and type(index) is str:
         reduced, names, matched = prematch(index)
         if matched:
             try:
@@ -323,10 +322,7 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, 
             raise bad(entry, "repeat is a positive int")
         if full is not None and (type(full) is not int or full < 0):
             raise bad(entry, "full is a sample index or null")
-        if matched and type(entry["signature"]) is str:  # a placeholder (_placed checked them)
-            entry["signature"] = matched[placeholders[0]]
-            placeholders[0] += 1
-        elif type(entry["signature"]) is not list:
+        if type(entry["signature"]) is not list:
             raise bad(entry, "not a signature: a signature is a JSON array")
         return entry
 
@@ -375,9 +371,12 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, 
         raise bad(value, f"unknown tag {tag!r}")
 
     stored = [False]  # whether any sample holds a stored object (the reader rebuilds those)
-    placeholders = [0]  # the matched signatures taken so far
-    samples: list[dict[str, Any]] = []
+    runs = iter(matched)  # what stands for each placeholder (_placed checked them: the strings)
+    samples: list[Any] = []
     for entry in entries:
+        if matched and type(entry) is str:
+            samples.append(next(runs))
+            continue
         if version >= 3 and type(entry) is dict:
             samples.append(signature_record(entry))
             continue

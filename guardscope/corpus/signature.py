@@ -17,9 +17,10 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import itertools
 import json
 import re
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -381,6 +382,7 @@ class CallTemplate:
         # Where each tensor's part of a key is, in argument order; whether ints vary.
         self.tensor_parts = [position for position, slot in enumerate(slots) if slot[0] == _TENSOR]
         self.has_ints = any(slot[0] == _INT for slot in slots)
+        self._tensors_only = all(slot[0] == _TENSOR for slot in slots)  # text_key's quick way
         self._built: list[dict[tuple, torch.Tensor]] = [{} for _ in slots]
         # One zero-filled storage per tensor argument that its tensors are views of, grown by half
         # again when a size needs more: a KV cache one token longer each decode step would
@@ -391,7 +393,8 @@ class CallTemplate:
         self.generation = 0  # counts the times every built tensor was dropped (a caller's cache of them is stale)
         self._sig = sig
         self._text: tuple[Any, list[int]] | None = None  # match_text's pattern, built on first use
-        self._parts: dict[str, tuple] = {}  # match_text's tensor parts by their text
+        self._parts = _Parts()  # match_text's tensor parts by their text
+        self._framed: dict[tuple[str, str], Any] = {}  # text_pattern's patterns by what surrounds them
 
     def _node(self, value: tuple, slots: list[tuple]) -> tuple | None:
         """The template of one argument (None: a leaf, its slot appended to ``slots``)."""
@@ -475,17 +478,40 @@ class CallTemplate:
         ``match(json.loads(text[position:end]))`` gives the same key."""
         if self._text is None:
             self._text = _text_pattern(self._sig, self.slots)
-        pattern, widths = self._text
+        pattern, _ = self._text
         found = pattern.match(text, position) if pattern is not None else None
         if found is None:
             return None
-        # One group a slot that is not a constant: a tensor's sizes, strides and offset as one
-        # text, whose part of the key is converted once per distinct text (sizes recur across
-        # signatures far more than whole signatures do), or an int.
+        return self.text_key(found.groups()), found.end()
+
+    def text_pattern(self, before: str, after: str) -> Any:
+        """:meth:`match_text`'s pattern between the regular expressions ``before`` and ``after``
+        (neither with groups of its own but those ``after`` adds at its end): group 1 the
+        signature's text, then the groups :meth:`text_key` takes, then ``after``'s. None when the
+        template has too many numbers for one (then :meth:`match` the parsed array)."""
+        framed = self._framed.get((before, after), False)
+        if framed is False:
+            if self._text is None:
+                self._text = _text_pattern(self._sig, self.slots)
+            pattern = self._text[0]
+            framed = None if pattern is None else re.compile(f"{before}({pattern.pattern}){after}")
+            self._framed[(before, after)] = framed
+        return framed
+
+    def text_key(self, groups: Any) -> tuple:
+        """The key of a signature from the groups of its text (:meth:`match_text`'s pattern, or
+        those of :meth:`text_pattern` after its first): a tensor's sizes, strides and offset are
+        one group, converted to its part of the key once per distinct text (sizes recur across
+        signatures far more than whole signatures do), an int one group, a constant none."""
+        if self._text is None:
+            self._text = _text_pattern(self._sig, self.slots)
         parts = self._parts
         if len(parts) >= TEXT_PARTS_KEPT:
             parts.clear()
-        groups = iter(found.groups())
+        widths = self._text[1]
+        if self._tensors_only:
+            return tuple(map(parts.__getitem__, groups))  # (_Parts converts a text not seen yet)
+        groups = iter(groups)
         key: list[Any] = []
         for width in widths:
             if width < 0:
@@ -493,12 +519,29 @@ class CallTemplate:
             elif width == 0:
                 key.append(int(next(groups)))  # an int
             else:
-                spelled = next(groups)
-                part = parts.get(spelled)
-                if part is None:
-                    part = parts[spelled] = tuple(map(int, _DIGITS.findall(spelled)))
-                key.append(part)
-        return tuple(key), found.end()
+                key.append(parts[next(groups)])
+        return tuple(key)
+
+    def text_keys(self, column: Callable[[int], list[str]], first: int, count: int) -> list[tuple]:
+        """:meth:`text_key` of ``count`` signatures at once: ``column(first + g)`` gives group ``g``
+        (as :meth:`text_key` numbers them) of each of them, in order."""
+        if self._text is None:
+            self._text = _text_pattern(self._sig, self.slots)
+        parts = self._parts
+        if len(parts) >= TEXT_PARTS_KEPT:
+            parts.clear()
+        if not self.slots:
+            return [()] * count
+        columns: list[Iterable[Any]] = []
+        group = first
+        for width in self._text[1]:
+            if width < 0:
+                columns.append(itertools.repeat(None, count))  # a constant
+                continue
+            # An int, or a tensor's part (_Parts converts a text not seen yet).
+            columns.append(map(int if width == 0 else parts.__getitem__, column(group)))
+            group += 1
+        return list(zip(*columns))
 
     def arguments(self, key: tuple) -> tuple[tuple, dict[str, Any], list[torch.Tensor]]:
         """``(args, kwargs, tensors)`` of the signature with this key (from :meth:`match`);
@@ -567,6 +610,14 @@ _MAX_TEXT_GROUPS = 4096
 # Tensor parts of keys a CallTemplate keeps by their text (match_text), before starting afresh.
 TEXT_PARTS_KEPT = 65536
 _DIGITS = re.compile("[0-9]+")
+
+
+class _Parts(dict):
+    """A tensor's part of a key (sizes, strides, offset) by its text, converted when first asked for."""
+
+    def __missing__(self, spelled: str) -> tuple:
+        part = self[spelled] = tuple(map(int, _DIGITS.findall(spelled)))
+        return part
 
 
 def _compact(value: Any) -> str:
