@@ -19,6 +19,7 @@ from torch._dynamo.callback import callback_handler
 from guardscope import load_corpus, runtime, torch_compat
 
 from ..models import Elementwise
+from ..threads import CompileThreads
 
 
 class BreaksOnMatrices(torch.nn.Module):
@@ -41,21 +42,6 @@ def fresh_dynamo():
     yield
     torch._dynamo.reset()
     gc.unfreeze()  # background compiles froze the objects of this process (background_gc_freeze)
-
-
-class CompileThreads:
-    """The thread of every Dynamo compile started while it is on (Dynamo's compile-start callback)."""
-
-    def __init__(self):
-        self.threads: list[int] = []
-
-    def __enter__(self):
-        self._block = torch_compat.compile_start_callback(lambda _: self.threads.append(threading.get_ident()))
-        self._block.__enter__()
-        return self
-
-    def __exit__(self, *exc_info):
-        self._block.__exit__(*exc_info)
 
 
 @pytest.fixture

@@ -17,29 +17,15 @@ import time
 import pytest
 import torch
 
-from guardscope import runtime, torch_compat
+from guardscope import runtime
 
 from ..models import Elementwise
+from ..threads import CompileThreads
 
 
 def eager(model, x):
     with torch.inference_mode():
         return model(x)
-
-
-class CompileThreads:
-    """The thread of every Dynamo compile started in this process while it is on."""
-
-    def __init__(self):
-        self.threads: list[int] = []
-
-    def __enter__(self):
-        self._block = torch_compat.compile_start_callback(lambda _: self.threads.append(threading.get_ident()))
-        self._block.__enter__()
-        return self
-
-    def __exit__(self, *exc_info):
-        self._block.__exit__(*exc_info)
 
 
 @pytest.fixture
