@@ -18,8 +18,8 @@ from torch._dynamo.callback import callback_handler
 
 from guardscope import load_corpus, runtime, torch_compat
 
+from ..background_helpers import CompileThreads, eager, serve_after_a_failed_compile
 from ..models import Elementwise
-from ..threads import CompileThreads
 
 
 class BreaksOnMatrices(torch.nn.Module):
@@ -29,11 +29,6 @@ class BreaksOnMatrices(torch.nn.Module):
         if x.dim() == 2:
             torch._dynamo.graph_break()
         return x.sin() * 2
-
-
-def eager(model, x):
-    with torch.inference_mode():
-        return model(x)
 
 
 @pytest.fixture(autouse=True)
@@ -124,11 +119,7 @@ def test_a_failing_background_compile_leaves_the_topology_eager(tiny_plan, caplo
         x = torch.randn(2, 3)
         assert torch.equal(served(x), eager(model, x))
         assert served.wait_background(timeout=120)
-        for _ in range(4):
-            x = torch.randn(3, 4)
-            assert torch.equal(served(x), eager(model, x))  # eager, and not compiled again
-            y = torch.randn(5)
-            assert torch.equal(served(y), eager(model, y))  # the plan's graph still serves
+        serve_after_a_failed_compile(served, model, rounds=4)
         assert served.wait_background(timeout=120)
         stats = served.stats
     assert (stats.background_done, stats.background_failed, stats.fallbacks, stats.compiled) == (0, 1, 5, 4)

@@ -19,13 +19,8 @@ import torch
 
 from guardscope import runtime
 
+from ..background_helpers import CompileThreads, eager, serve_after_a_failed_compile
 from ..models import Elementwise
-from ..threads import CompileThreads
-
-
-def eager(model, x):
-    with torch.inference_mode():
-        return model(x)
 
 
 @pytest.fixture
@@ -84,11 +79,7 @@ def test_a_killed_compile_process_fails_that_compile_and_serving_goes_on(tiny_pl
         assert torch.equal(served(x), eager(model, x))
         os.kill(wait_for_child(served), signal.SIGKILL)
         assert served.wait_background(timeout=120)
-        for _ in range(3):
-            x = torch.randn(3, 4)
-            assert torch.equal(served(x), eager(model, x))  # eager, and not compiled again
-            y = torch.randn(5)
-            assert torch.equal(served(y), eager(model, y))  # the plan's graph still serves
+        serve_after_a_failed_compile(served, model, rounds=3)
         assert served.wait_background(timeout=5)
         # The next topology starts a new compile process, and is compiled.
         z = torch.randn(3, dtype=torch.float64)
