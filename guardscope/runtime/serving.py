@@ -62,7 +62,7 @@ from .background import (
     check_background_options,
     serving_stance,
 )
-from .child_compile import ChildCompileError, ChildCompiler
+from .child_compile import ChildCompile, ChildCompileError, ChildCompiler
 
 # Recording moved to .recording; its names stay importable from here.
 from .recording import (  # noqa: F401
@@ -378,7 +378,7 @@ class ServedModel:
             raise
 
     def _compile_here(self, args: tuple, kwargs: dict, frame: dict[str, Any], details: dict[str, Any],
-                      done: Any) -> dict[str, Any]:
+                      done: ChildCompile | None) -> dict[str, Any]:
         """The worker's own compile of the call (from the compile process's caches when ``done``)."""
         counters = torch_compat.compile_cache_counters()
         begun = time.perf_counter()
