@@ -67,10 +67,12 @@ def test_sigterm_keeps_finished_shards_and_says_how_to_resume(sharded_seed, tmp_
         time.sleep(0.05)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
-    if process.returncode == 0:
+    if process.returncode == 0 or (process.returncode == -signal.SIGTERM and (out / "catalog.json").is_file()):
+        # It finished before SIGTERM arrived, or after it had written everything and given
+        # SIGTERM its default action back.
         pytest.skip("the analysis finished before SIGTERM arrived")
-    assert process.returncode == 130
-    assert "--resume" in stderr and checkpoint.is_file()
+    assert process.returncode == 130, stderr[-3000:]
+    assert "--resume" in stderr and checkpoint.is_file(), stderr[-3000:]
 
 
 def test_a_crash_in_the_replay_is_reported_not_fatal(make_corpus, tmp_path):
