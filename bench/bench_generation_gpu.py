@@ -32,7 +32,8 @@ For each: set-up seconds, compiles while serving and the seconds of the calls th
 to first token (the prefill call, mean and max), time per output token (decode calls, mean), and the
 worst request's wall time. The cache is transformers' default ``DynamicCache``; ``--cache static``
 serves with ``cache_implementation="static"`` (and ``--mode reduce-overhead`` for CUDA graphs; the
-row then lists inductor's "skipping cudagraphs" reasons). ``generate()``'s own compile of a static
+row then lists inductor's "skipping cudagraphs" reasons; ``--prefill eager`` runs each request's
+prefill uncompiled, as ``generate()``'s own compile path does). ``generate()``'s own compile of a static
 cache's forward is turned off (``disable_compile``): each strategy decides what is compiled.
 """
 
@@ -172,12 +173,16 @@ def serve(options) -> dict:
         before = compiles[0]
         sync()
         begun = time.perf_counter()
-        result = forward(*args, **kwargs)
+        # --prefill eager: transformers' own compile path runs each request's first call (the prefill,
+        # which allocates a static cache's buffers) eagerly and compiles only the decode steps.
+        eager_prefill = options.prefill == "eager" and position["call"] == 0
+        result = (original if eager_prefill else forward)(*args, **kwargs)
         sync()
         calls.append((position["request"], position["call"], time.perf_counter() - begun, compiles[0] != before))
         position["call"] += 1
         return result
 
+    original = model.forward
     model.forward = timed
     walls = []
 
@@ -243,7 +248,7 @@ def _child(options, *arguments: str, env: dict | None = None) -> subprocess.Comp
     command = [sys.executable, str(pathlib.Path(__file__).resolve()), *arguments, "--work", str(options.work),
                "--size", options.size, "--device", options.device, "--backend", options.backend,
                "--cache", options.cache, "--train", str(options.train), "--test", str(options.test),
-               "--batches", options.batches]
+               "--batches", options.batches, "--prefill", options.prefill]
     if options.mode:
         command += ["--mode", options.mode]
     environment = {**os.environ, "GUARDSCOPE_BENCH_SIZE": options.size, "GUARDSCOPE_BENCH_DEVICE": options.device,
@@ -315,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", default="inductor")
     parser.add_argument("--mode", default=None)
     parser.add_argument("--cache", default="dynamic", choices=["dynamic", "static"])
+    parser.add_argument("--prefill", default="compiled", choices=["compiled", "eager"],
+                        help="eager: each request's prefill runs uncompiled and only the decode steps are compiled, "
+                        "as generate()'s own compile path does (the remedy for a static cache's reduce-overhead crash)")
     parser.add_argument("--train", type=int, default=24, help="requests recorded for the analysis")
     parser.add_argument("--test", type=int, default=12, help="other requests served per strategy")
     parser.add_argument("--batches", default="1,1,2,4", help="batch sizes drawn from (comma-separated, repeats weigh)")
@@ -349,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown strategies {unknown}")
     results: dict = {"size": options.size, "device": options.device, "backend": options.backend, "mode": options.mode,
-                     "cache": options.cache, "train": options.train, "test": options.test}
+                     "cache": options.cache, "prefill": options.prefill, "train": options.train, "test": options.test}
     previous = json.loads(pathlib.Path(options.json).read_text()) if options.json and options.reuse and \
         pathlib.Path(options.json).is_file() else {}
     results.update({key: value for key, value in previous.items() if key not in results})
