@@ -20,6 +20,10 @@ guardscope supports torch 2.9 to 2.14. Private APIs used here, and why:
 * ``torch.fx._symbolic_trace.is_fx_symbolic_tracing`` / ``_is_fx_tracing_flag``: one process-wide
   flag; while another thread's compile traces, Dynamo refuses compiled calls on every thread
   (:func:`fx_symbolic_tracing`, :func:`refused_for_fx_trace`).
+* ``torch._dynamo.guards.profile_guard_manager`` (the name ``CheckFunctionManager`` calls, bound
+  from ``torch._C._dynamo.guards``): after each compile it times the new guards once, after
+  flushing the CPU caches, for a compile metric; 20-35 ms with the GIL held.
+  :func:`without_guard_latency_profile` replaces it while a background compile runs.
 * CUDA Graph Trees (``mode="reduce-overhead"``), observed without patching torch: the
   ``cudagraphs`` artifact loggers of ``torch._inductor.cudagraph_trees`` / ``cudagraph_utils``
   (new trees per size key, recordings, "skipping cudagraphs due to ..."), the
@@ -41,6 +45,7 @@ import dataclasses
 import logging
 import os
 import re
+import threading
 import types
 import warnings
 from typing import Any, Callable, Iterator
@@ -246,6 +251,44 @@ def raised_recompile_limit(limit: int) -> Iterator[None]:
     finally:
         for name, value in saved.items():
             setattr(config, name, value)
+
+
+_profile_lock = threading.Lock()
+_profile_depth = 0
+_profile_saved: Any = None
+
+
+def _no_guard_latency(*args: Any) -> float:
+    return 0.0
+
+
+@contextlib.contextmanager
+def without_guard_latency_profile() -> Iterator[None]:
+    """Within the block, Dynamo does not time a new compile's guards: the measurement
+    (``profile_guard_manager``: a CPU cache flush, then one guard evaluation) holds the GIL for
+    20-35 ms, a stall for every other thread, and only feeds the compile metric
+    ``guard_latency_us`` (0 for those compiles). Process-wide; nested or concurrent blocks share
+    it, the last one out puts torch's function back. Where torch has no such name, nothing."""
+    global _profile_depth, _profile_saved
+    try:
+        from torch._dynamo import guards
+    except ImportError:
+        guards = None
+    if guards is None or not callable(getattr(guards, "profile_guard_manager", None)):
+        yield
+        return
+    with _profile_lock:
+        if _profile_depth == 0:
+            _profile_saved = guards.profile_guard_manager
+            guards.profile_guard_manager = _no_guard_latency
+        _profile_depth += 1
+    try:
+        yield
+    finally:
+        with _profile_lock:
+            _profile_depth -= 1
+            if _profile_depth == 0:
+                guards.profile_guard_manager = _profile_saved
 
 
 @contextlib.contextmanager

@@ -13,6 +13,12 @@ keeps that shape and bounds it:
 * **the GIL switch interval** (``sys.setswitchinterval``, process-wide) lowered while a compile
   runs — the article's 0.1 ms, which cut its eager calls' worst case during a compile from
   1,580 ms to 317 ms on its GPU — and restored after;
+* **no guard-latency measurement**: Dynamo times each new compile's guards once, after flushing
+  the CPU caches (20-35 ms with the GIL held), only for a compile metric; a background compile
+  skips it (:func:`~guardscope.torch_compat.without_guard_latency_profile`);
+* **the compile steps aside** (``yield_to_serving``, :mod:`.yielding`): at each Python call, the
+  worker waits while served calls are in flight (at most 20 ms at a time), so it runs in the
+  gaps between served calls instead of taking turns with them;
 * **the serving thread never compiles**: the ``eager_on_recompile`` stance is one process-wide
   variable that Dynamo reads when a compiled function is entered, and it sets the entering
   thread's own (thread-local) frame callback from it. The worker must enter under the default
@@ -45,6 +51,7 @@ import torch
 
 from .. import torch_compat
 from ..errors import ServeError
+from .yielding import yielding_to
 
 logger = logging.getLogger("guardscope.runtime")
 
@@ -105,6 +112,17 @@ class StanceGate:
         self._in_flight = 0
         self._entering = False
         self.serving_wait = serving_wait
+
+    @property
+    def busy(self) -> bool:
+        """Whether served calls are in flight (read without the lock: a hint, for a compile that
+        steps aside, :mod:`.yielding`)."""
+        return self._in_flight > 0
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no served call is in flight; False after ``timeout`` seconds."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._in_flight, timeout=timeout)
 
     @contextlib.contextmanager
     def serving(self) -> Iterator[None]:
@@ -236,13 +254,14 @@ def private_copy(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 def check_background_options(**options: Any) -> dict[str, Any]:
     """``options`` of a :class:`BackgroundCompiler` (``max_compiles``, ``max_pending``,
-    ``switch_interval``), checked; ``ServeError`` for a bad one."""
+    ``switch_interval``, ``gc_freeze``, ``yield_to_serving``), checked; ``ServeError`` for a bad one."""
     for label in ("max_compiles", "max_pending"):
         value = options.get(label, 0)
         if type(value) is not int or value < 0:
             raise ServeError(f"{label} must be an int >= 0, got {value!r}")
-    if type(options.get("gc_freeze", True)) is not bool:
-        raise ServeError(f"gc_freeze must be True or False, got {options['gc_freeze']!r}")
+    for label in ("gc_freeze", "yield_to_serving"):
+        if type(options.get(label, True)) is not bool:
+            raise ServeError(f"{label} must be True or False, got {options[label]!r}")
     interval = options.get("switch_interval")
     if interval is not None and not (type(interval) in (int, float) and 0 < interval < 1):
         raise ServeError(f"the background switch interval must be seconds between 0 and 1, or None; got {interval!r}")
@@ -296,15 +315,17 @@ class BackgroundCompiler:
         max_pending: int = 16,
         switch_interval: float | None = DEFAULT_SWITCH_INTERVAL,
         gc_freeze: bool = True,
+        yield_to_serving: bool = True,
         name: str = "guardscope-background-compile",
     ) -> None:
         check_background_options(max_compiles=max_compiles, max_pending=max_pending, switch_interval=switch_interval,
-                                 gc_freeze=gc_freeze)
+                                 gc_freeze=gc_freeze, yield_to_serving=yield_to_serving)
         self._compile = compile
         self.max_compiles = max_compiles
         self.max_pending = max_pending
         self.switch_interval = switch_interval
         self.gc_freeze = gc_freeze
+        self.yield_to_serving = yield_to_serving
         self._cond = threading.Condition()
         self._pending: dict[tuple, _Job] = {}
         self._running: _Job | None = None
@@ -389,7 +410,8 @@ class BackgroundCompiler:
             try:
                 if self.gc_freeze:
                     freeze_before_compile()
-                with switch_interval(self.switch_interval):
+                with switch_interval(self.switch_interval), torch_compat.without_guard_latency_profile(), \
+                        yielding_to(GATE, enabled=self.yield_to_serving) as yielded:
                     compiled = self._compile(job.args, job.kwargs)
             except Exception as exc:  # noqa: BLE001 - counted and logged, serving goes on
                 error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
@@ -400,7 +422,9 @@ class BackgroundCompiler:
                 if error is not None:
                     self._fail(job.signature, job.calls, seconds, error)
                 elif compiled:
-                    details = tuple(sorted(compiled.items())) if isinstance(compiled, dict) else ()
+                    details = {**(compiled if isinstance(compiled, dict) else {}),
+                               **({"yielded": yielded.to_json()} if self.yield_to_serving else {})}
+                    details = tuple(sorted(details.items()))
                     self._compiles.append(BackgroundCompile(DONE, seconds, job.calls, details=details))
                 else:  # a graph accepted it already (it was compiled meanwhile): no compile
                     self._started -= 1

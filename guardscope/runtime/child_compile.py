@@ -51,6 +51,11 @@ from typing import Any
 from ..errors import GuardscopeError
 from ..proving.isolation import Completed, child_environment, kill_group
 
+# The compile process's CPU priority (its threads and its own children, inductor's compile
+# workers, inherit it): the lowest, so that the serving process's threads, runnable at any moment,
+# take a core first when the compile keeps every core busy.
+CHILD_NICENESS = 19
+
 # The child's files in each job folder.
 RESULT = "result.json"
 ARTIFACTS = "artifacts.bin"
@@ -276,6 +281,15 @@ def _job(state: _CompileState | None, request: dict[str, Any], arguments: Any) -
     return state, result, saved[0] if saved is not None else None
 
 
+def _lower_priority() -> None:
+    """This process at :data:`CHILD_NICENESS`, before it starts a thread or a process (both inherit
+    it). Where the system has no niceness, nothing."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, CHILD_NICENESS)
+    except (AttributeError, OSError):
+        pass
+
+
 def child_main(argv: list[str]) -> int:
     """The compile process: one JSON job a line on stdin (``job``: its folder, ``corpora``: the
     calls to replay, in order), its result and artifacts written into the job's folder, then one
@@ -291,6 +305,7 @@ def child_main(argv: list[str]) -> int:
     parser.add_argument("--device", required=True)
     parser.add_argument("--inference-mode", action=argparse.BooleanOptionalAction, required=True)
     arguments = parser.parse_args(argv)
+    _lower_priority()
     state = None
     for line in sys.stdin:
         request = json.loads(line)
@@ -314,4 +329,4 @@ if __name__ == "__main__":
     sys.exit(child_main(sys.argv[1:]))
 
 
-__all__ = ["ChildCompile", "ChildCompileError", "ChildCompiler", "child_main"]
+__all__ = ["CHILD_NICENESS", "ChildCompile", "ChildCompileError", "ChildCompiler", "child_main"]

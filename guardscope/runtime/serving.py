@@ -271,9 +271,11 @@ class ServedModel:
             f"fallbacks={stats.fallbacks} recorded={stats.recorded}>"
         )
 
-    def _stance(self) -> contextlib.AbstractContextManager[bool]:
+    def _stance(self) -> contextlib.AbstractContextManager[Any]:
         if self.eager_on_recompile:
             return serving_stance()  # the stance, ordered with background compiles entering
+        if self.background is not None:
+            return GATE.serving()  # counted in flight: a background compile steps aside for it
         return contextlib.nullcontext(False)
 
     def accepts(self, frame: dict[str, Any]) -> bool:
@@ -530,6 +532,7 @@ def serve(
     background_switch_interval: float | None = DEFAULT_SWITCH_INTERVAL,
     background_timeout: float = 600.0,
     background_gc_freeze: bool = True,
+    background_yield: bool = True,
 ) -> ServedModel:
     """Compile ``model`` as analysed in ``plan_dir``, apply a plan, and return a
     :class:`ServedModel` whose calls never compile.
@@ -579,6 +582,9 @@ def serve(
     to hand back). ``background_gc_freeze``: before each background compile, ``gc.freeze()``
     the objects so far (process-wide), so that the compile's garbage collections do not walk
     them all with the GIL held (:func:`guardscope.runtime.background.freeze_before_compile`).
+    ``background_yield``: the compile's thread waits while served calls are in flight (at most
+    20 ms at a time, :mod:`guardscope.runtime.yielding`), so that served calls do not take turns
+    with it for the GIL.
 
     Raises :class:`~guardscope.errors.ServeError` (or ``CatalogError``) for a plan directory
     it cannot serve, before anything is compiled.
@@ -600,7 +606,8 @@ def serve(
     if strategy is not None:
         background = check_background_options(max_compiles=max_background_compiles,
                                               switch_interval=background_switch_interval,
-                                              gc_freeze=background_gc_freeze)
+                                              gc_freeze=background_gc_freeze,
+                                              yield_to_serving=background_yield)
         if not (type(background_timeout) in (int, float) and background_timeout > 0):
             raise ServeError(f"background_timeout must be seconds > 0, got {background_timeout!r}")
     if device is None:

@@ -195,10 +195,53 @@ def test_the_unbacked_plans_settings_reach_the_background_worker(tiny_plan, tmp_
     assert workers == [False], seen
 
 
+def test_a_background_compile_steps_aside_while_served_calls_run(tiny_plan):
+    model = Elementwise()
+    with runtime.serve(model, tiny_plan, plan="warmup", backend="eager", background_compile="thread") as served:
+        x = torch.randn(2, 3)  # a topology the plan lacks: compiled on the worker
+        assert torch.equal(served(x), eager(model, x))
+        accepted, calls = torch.randn(6), 0
+        deadline = time.monotonic() + 120
+        while served.stats.background_pending and time.monotonic() < deadline:
+            served(accepted)  # served calls back to back, the whole time the compile runs
+            calls += 1
+        assert served.wait_background(timeout=5)
+        record = served.stats.background_compiles[0].to_json()
+    assert record["status"] == "done", record
+    # The worker met served calls in flight and waited for them; it still finished.
+    assert record["yielded"]["waits"] > 0 and record["yielded"]["seconds"] > 0, (record, calls)
+    assert served.stats.compiled >= calls
+
+
+def test_a_background_compile_skips_dynamos_guard_latency_measurement(monkeypatch):
+    # Dynamo times each new compile's guards after flushing the CPU caches (20-35 ms holding the
+    # GIL); within the block that function is not called, and it is put back after.
+    from torch._dynamo import guards
+
+    measured = []
+    original = guards.profile_guard_manager
+
+    def counting(*args):
+        measured.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(guards, "profile_guard_manager", counting)
+    compiled = torch.compile(Elementwise(), backend="eager", dynamic=False)
+    with torch_compat.without_guard_latency_profile():
+        with torch_compat.without_guard_latency_profile():  # nested: the outer one restores
+            compiled(torch.randn(3))
+        compiled(torch.randn(4))
+        assert guards.profile_guard_manager is not counting
+    assert guards.profile_guard_manager is counting and measured == []
+    compiled(torch.randn(2, 2))  # outside: measured as torch does
+    assert measured == [1]
+
+
 @pytest.mark.parametrize("options, message", [
     ({"background_compile": "threads"}, "background_compile must be"),
     ({"background_compile": "process", "background_timeout": 0}, "background_timeout must be"),
     ({"background_compile": True, "background_gc_freeze": "yes"}, "gc_freeze must be"),
+    ({"background_compile": "thread", "background_yield": None}, "yield_to_serving must be"),
     ({"background_compile": "thread", "max_background_compiles": -1}, "max_compiles must be"),
 ])
 def test_bad_background_options_are_refused_before_anything_compiles(tiny_plan, options, message):

@@ -139,7 +139,9 @@ def test_a_compile_that_returns_details_keeps_them():
     finally:
         compiler.close()
     assert first.to_json()["strategy"] == "process" and first.to_json()["child_seconds"] == 1.5
-    assert set(second.to_json()) == {"status", "seconds", "eager_calls", "error"}
+    # A compile that returned True has only what every compile has: what it yielded to served calls.
+    assert set(second.to_json()) == {"status", "seconds", "eager_calls", "error", "yielded"}
+    assert second.to_json()["yielded"] == {"waits": 0, "seconds": 0.0, "timeouts": 0}
     assert BackgroundCompile("done", 1.0, 1, details=(("cache", {"fxgraph_hits": 1}),)).to_json()["cache"] == {
         "fxgraph_hits": 1}
 
@@ -160,6 +162,8 @@ def test_each_compile_starts_with_the_objects_so_far_frozen_unless_turned_off(fr
         gc.unfreeze()
     with pytest.raises(ServeError, match="gc_freeze"):
         BackgroundCompiler(lambda args, kwargs: True, gc_freeze="yes")
+    with pytest.raises(ServeError, match="yield_to_serving"):
+        BackgroundCompiler(lambda args, kwargs: True, yield_to_serving=1)
 
 
 def test_switch_interval_is_restored_after_nested_blocks():
