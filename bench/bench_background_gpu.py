@@ -140,8 +140,72 @@ class ArticleWrapper:
         self.worker.join(timeout=60)
 
 
+class StallTracer:
+    """A diagnostic (``--trace-stalls MS``): a thread that wakes every millisecond and, when it woke
+    more than ``threshold_ms`` late, notes where every other thread is. A late wake-up means some
+    thread held the GIL that long (a C call that does not release it, or a collector pass); the
+    thread that held it is, at that moment, just past the call that held it. It costs the serving
+    thread some GIL hand-offs, so a traced run's latencies are not the strategy's figures."""
+
+    def __init__(self, threshold_ms: float) -> None:
+        import threading
+
+        self.threshold = threshold_ms / 1_000
+        self.stalls: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stall-tracer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import threading
+        import traceback
+
+        me = threading.get_ident()
+        while not self._stop.is_set():
+            before = time.perf_counter()
+            time.sleep(0.001)
+            now = time.perf_counter()
+            if now - before - 0.001 < self.threshold:
+                continue
+            names = {t.ident: t.name for t in threading.enumerate()}
+            where = {}
+            for ident, frame in sys._current_frames().items():
+                if ident == me:
+                    continue
+                frames = traceback.extract_stack(frame, limit=10)[::-1]
+                where[names.get(ident, str(ident))] = [
+                    f"{_short(f.filename)}:{f.lineno} {f.name}" for f in frames]
+            self.stalls.append({"at": before, "late_ms": round((now - before - 0.001) * 1e3, 2), "threads": where})
+
+    def close(self) -> list[dict]:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return self.stalls
+
+
+def _short(filename: str) -> str:
+    for marker in ("site-packages/", "guardscope/", "bench/"):
+        if marker in filename:
+            return marker.rstrip("/") + "/" + filename.split(marker, 1)[1] if marker != "site-packages/" \
+                else filename.split(marker, 1)[1]
+    return filename.rsplit("/", 1)[-1]
+
+
+def stalls_in_slow_calls(calls: list[dict], stalls: list[dict], threshold_ms: float) -> list[dict]:
+    """The pending calls slower than ``threshold_ms``, each with the tracer's stalls inside it."""
+    slow = []
+    for call in calls:
+        if not call["pending"] or call["seconds"] * 1e3 <= threshold_ms:
+            continue
+        end = call["at"] + call["seconds"]
+        inside = [s for s in stalls if s["at"] <= end and s["at"] + 0.001 + s["late_ms"] / 1e3 >= call["at"]]
+        slow.append({**{k: call[k] for k in ("sample", "phase", "compiled")}, "ms": round(call["seconds"] * 1e3, 2),
+                     "stalls": inside})
+    return slow
+
+
 def stage_strategy(strategy: str, corpus_dir: pathlib.Path, work: pathlib.Path, device: str, backend: str,
-                   requests: int, max_wait: float) -> dict:
+                   requests: int, max_wait: float, trace_stalls: float = 0.0, yield_to_serving: bool = True) -> dict:
     import torch
 
     from bench.bench_runtime import _model
@@ -187,7 +251,7 @@ def stage_strategy(strategy: str, corpus_dir: pathlib.Path, work: pathlib.Path, 
             return list(served.completed)
     else:
         served = runtime.serve(model, work / "plan", plan="warmup", backend=backend, device=device,
-                               background_compile=SERVED[strategy])
+                               background_compile=SERVED[strategy], background_yield=yield_to_serving)
         done_at: list[float] = []
 
         def call(sample) -> tuple[bool, bool]:
@@ -208,6 +272,7 @@ def stage_strategy(strategy: str, corpus_dir: pathlib.Path, work: pathlib.Path, 
     setup = time.perf_counter() - started
 
     rows = []
+    tracer = StallTracer(trace_stalls) if trace_stalls else None
 
     def timed(sample, phase: str) -> None:
         _sync(device)
@@ -231,9 +296,14 @@ def stage_strategy(strategy: str, corpus_dir: pathlib.Path, work: pathlib.Path, 
     for sample in samples:
         timed(sample, "steady")
     ends = done()
+    stalls = tracer.close() if tracer else []
     if hasattr(served, "close"):
         served.close()
+    eager_max_ms = max(eager_seconds) * 1e3
     return {
+        **({"stall_trace": {"threshold_ms": trace_stalls, "stalls": stalls,
+                            "slow_pending_calls": stalls_in_slow_calls(rows, stalls, 3 * eager_max_ms)}}
+           if tracer else {}),
         "strategy": strategy,
         "setup_seconds": setup,
         "eager": latency(eager_seconds),
@@ -260,6 +330,27 @@ def seconds_to_compiled(calls: list[dict], new: list[int]) -> dict[int, float | 
     return result
 
 
+def stall_summary(trace: dict) -> str:
+    """How many slow pending calls held a GIL stall, and where the other threads were in them."""
+    from collections import Counter
+
+    slow = trace["slow_pending_calls"]
+    with_stall = [call for call in slow if call["stalls"]]
+    places: Counter = Counter()
+    for call in with_stall:
+        for stall in call["stalls"]:
+            for name, frames in stall["threads"].items():
+                if name != "MainThread" and frames:
+                    places[f"{name}: " + " < ".join(frames[:3])] += 1
+    lines = [(f"  stalls    {len(trace['stalls'])} over {trace['threshold_ms']} ms; {len(slow)} pending calls over "
+              f"3x eager's max, {len(with_stall)} of them held a stall")]
+    lines += [f"    {count:3d}x {place}" for place, count in places.most_common(12)]
+    for call in sorted(slow, key=lambda c: -c["ms"])[:5]:
+        lines.append(f"    call {call['sample']} ({call['phase']}, {'compiled' if call['compiled'] else 'eager'}) "
+                     f"{call['ms']} ms: stalls {[s['late_ms'] for s in call['stalls']]}")
+    return "\n".join(lines)
+
+
 def _line(label: str, figures: dict) -> str:
     if not figures.get("calls"):
         return f"  {label:<10} no calls"
@@ -279,6 +370,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds of serving allowed for the background compiles to finish (default 300)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per child process (default 900)")
     parser.add_argument("--reuse-plan", action="store_true", help="keep the plan already in --work (a second call)")
+    parser.add_argument("--no-yield", dest="yield_to_serving", action="store_false",
+                        help="guardscope's strategies with serve(background_yield=False): the compile takes turns "
+                        "with served calls for the GIL instead of stepping aside (the runtime before it)")
+    parser.add_argument("--trace-stalls", type=float, default=0.0, metavar="MS",
+                        help="diagnostic: note where every thread is whenever a sampling thread wakes more than MS "
+                        "late (a GIL hold), and which of them fell in the pending calls slower than 3x eager's max")
     parser.add_argument("--stage", help=argparse.SUPPRESS)
     parser.add_argument("--result", type=pathlib.Path, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
@@ -290,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
             result = stage_plan(corpus, work, options.plan_samples, options.device)
         else:
             result = stage_strategy(options.stage, corpus, work, options.device, options.backend, requests,
-                                    options.max_wait)
+                                    options.max_wait, options.trace_stalls, options.yield_to_serving)
         options.result.write_text(json.dumps(result))
         return 0
 
@@ -315,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
             "corpus": str(corpus),
             "device": options.device,
             "backend": options.backend,
+            "background_yield": options.yield_to_serving,
             "plan_samples": options.plan_samples,
             "requests": requests,
             "results": results,
@@ -327,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
         argv = [sys.executable, str(pathlib.Path(__file__).resolve()), "--stage", stage, "--result", str(result_path),
                 "--corpus", str(corpus), "--work", str(work), "--device", options.device, "--backend",
                 options.backend, "--plan-samples", str(options.plan_samples), "--requests", str(requests),
-                "--max-wait", str(options.max_wait)]
+                "--max-wait", str(options.max_wait), "--trace-stalls", str(options.trace_stalls),
+                *([] if options.yield_to_serving else ["--no-yield"])]
         print(f"running     {stage} ...", flush=True)
         with isolated_caches() as caches:
             run = common.run_child(argv, work / f"{stage}.log", env=common.child_env(caches),
@@ -349,6 +448,8 @@ def main(argv: list[str] | None = None) -> int:
         print(_line("eager", r["eager"]))
         print(_line("pending", r["pending"]) + (f"  (max {ratio:.2f}x eager's max)" if ratio else ""))
         print(_line("steady", r["steady"]) + f"  ({r['steady_eager_calls']} eager)", flush=True)
+        if "stall_trace" in r:
+            print(stall_summary(r["stall_trace"]), flush=True)
         if r.get("stats"):
             print(f"  eager while a background compile FX-traced: "
                   f"{r['stats']['background'].get('eager_while_tracing', 0)} calls", flush=True)
