@@ -16,7 +16,9 @@ compile then runs between served calls, and a served call finds the GIL free. Tw
 compile going: a wait lasts at most ``patience`` seconds (a served call longer than that, or calls
 that never stop overlapping), after which the compile runs ``quantum`` seconds without looking.
 What it cannot do: cut short a C call that holds the GIL (a cache file unpickled, a module
-loaded); one that starts just before a served call still delays it.
+loaded); one that starts just before a served call still delays it. A served call that needs a
+lock the compile holds (a logging handler's, an import's) waits for it as before, and at most a
+``patience`` longer while the compile waits for the served call.
 """
 
 from __future__ import annotations
