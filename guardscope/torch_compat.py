@@ -287,7 +287,8 @@ def without_guard_latency_profile() -> Iterator[None]:
     finally:
         with _profile_lock:
             _profile_depth -= 1
-            if _profile_depth == 0:
+            # Put torch's function back, unless someone replaced ours meanwhile (theirs stays).
+            if _profile_depth == 0 and guards.profile_guard_manager is _no_guard_latency:
                 guards.profile_guard_manager = _profile_saved
 
 

@@ -109,34 +109,51 @@ class StanceGate:
 
     def __init__(self, serving_wait: float = 1.0) -> None:
         self._cond = threading.Condition()
-        self._in_flight = 0
+        self._stanced = 0  # served calls in flight that hold the stance (what entering() waits for)
+        # Every served call in flight, and how many have ended: what a compile that steps aside
+        # (:mod:`.yielding`) reads, without the lock, at each of its Python calls.
+        self.in_flight = 0
+        self.left = 0
         self._entering = False
         self.serving_wait = serving_wait
-
-    @property
-    def busy(self) -> bool:
-        """Whether served calls are in flight (read without the lock: a hint, for a compile that
-        steps aside, :mod:`.yielding`)."""
-        return self._in_flight > 0
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no served call is in flight; False after ``timeout`` seconds."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._in_flight, timeout=timeout)
+            return self._cond.wait_for(lambda: not self.in_flight, timeout=timeout)
 
     @contextlib.contextmanager
     def serving(self) -> Iterator[None]:
+        """A served call under the stance: waits while a worker enters, then counted."""
         with self._cond:
             if self._entering:
                 self._cond.wait_for(lambda: not self._entering, timeout=self.serving_wait)
-            self._in_flight += 1
+            self._stanced += 1
+            self.in_flight += 1
         try:
             yield
         finally:
-            with self._cond:
-                self._in_flight -= 1
-                if not self._in_flight:
-                    self._cond.notify_all()
+            self._leave(stanced=True)
+
+    @contextlib.contextmanager
+    def counted(self) -> Iterator[None]:
+        """A served call without the stance (``eager_on_recompile=False``): only counted, for
+        compiles that step aside; it neither waits for a worker entering nor holds one up."""
+        with self._cond:
+            self.in_flight += 1
+        try:
+            yield
+        finally:
+            self._leave(stanced=False)
+
+    def _leave(self, *, stanced: bool) -> None:
+        with self._cond:
+            self.in_flight -= 1
+            self.left += 1
+            if stanced:
+                self._stanced -= 1
+            if not self.in_flight or not self._stanced:
+                self._cond.notify_all()
 
     @contextlib.contextmanager
     def entering(self, timeout: float = 60.0) -> Iterator[Callable[[], None]]:
@@ -144,7 +161,7 @@ class StanceGate:
             if not self._cond.wait_for(lambda: not self._entering, timeout=timeout):
                 raise BackgroundCompileError(f"another background compile held the gate for {timeout:g} s")
             self._entering = True  # from here new served calls wait
-            if not self._cond.wait_for(lambda: not self._in_flight, timeout=timeout):
+            if not self._cond.wait_for(lambda: not self._stanced, timeout=timeout):
                 self._entering = False
                 self._cond.notify_all()
                 raise BackgroundCompileError(f"served calls were in flight for {timeout:g} s without a pause")

@@ -275,7 +275,7 @@ class ServedModel:
         if self.eager_on_recompile:
             return serving_stance()  # the stance, ordered with background compiles entering
         if self.background is not None:
-            return GATE.serving()  # counted in flight: a background compile steps aside for it
+            return GATE.counted()  # in flight: a background compile steps aside for it
         return contextlib.nullcontext(False)
 
     def accepts(self, frame: dict[str, Any]) -> bool:

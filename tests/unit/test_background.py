@@ -141,7 +141,7 @@ def test_a_compile_that_returns_details_keeps_them():
     assert first.to_json()["strategy"] == "process" and first.to_json()["child_seconds"] == 1.5
     # A compile that returned True has only what every compile has: what it yielded to served calls.
     assert set(second.to_json()) == {"status", "seconds", "eager_calls", "error", "yielded"}
-    assert second.to_json()["yielded"] == {"waits": 0, "seconds": 0.0, "timeouts": 0}
+    assert second.to_json()["yielded"] == {"waits": 0, "seconds": 0.0, "timeouts": 0, "gave_up": 0}
     assert BackgroundCompile("done", 1.0, 1, details=(("cache", {"fxgraph_hits": 1}),)).to_json()["cache"] == {
         "fxgraph_hits": 1}
 
