@@ -184,10 +184,11 @@ class StallTracer:
 
 
 def _short(filename: str) -> str:
-    for marker in ("site-packages/", "guardscope/", "bench/"):
-        if marker in filename:
-            return marker.rstrip("/") + "/" + filename.split(marker, 1)[1] if marker != "site-packages/" \
-                else filename.split(marker, 1)[1]
+    """A frame's file without the machine's folders: torch/..., guardscope/..., bench/..."""
+    for marker, kept in (("site-packages/", ""), ("guardscope/", "guardscope/"), ("bench/", "bench/")):
+        _, found, rest = filename.partition(marker)
+        if found:
+            return kept + rest
     return filename.rsplit("/", 1)[-1]
 
 

@@ -439,10 +439,11 @@ class BackgroundCompiler:
                 if error is not None:
                     self._fail(job.signature, job.calls, seconds, error)
                 elif compiled:
-                    details = {**(compiled if isinstance(compiled, dict) else {}),
-                               **({"yielded": yielded.to_json()} if self.yield_to_serving else {})}
-                    details = tuple(sorted(details.items()))
-                    self._compiles.append(BackgroundCompile(DONE, seconds, job.calls, details=details))
+                    details = dict(compiled) if isinstance(compiled, dict) else {}
+                    if self.yield_to_serving:
+                        details["yielded"] = yielded.to_json()
+                    self._compiles.append(BackgroundCompile(DONE, seconds, job.calls,
+                                                            details=tuple(sorted(details.items()))))
                 else:  # a graph accepted it already (it was compiled meanwhile): no compile
                     self._started -= 1
                 self._cond.notify_all()
