@@ -133,7 +133,7 @@ def serve(out: pathlib.Path, mode: str, plan: str | None, device: str, passes: i
     # One more pass, eager and the plan back to back on each request (alternating which goes
     # first): the speedup free of the drift between processes.
     pairs = [] if mode == "eager" else paired_pass(
-        ((index, args, kwargs) for index, (args, kwargs) in enumerate(requests)),
+        ((index, lambda call=call: call) for index, call in enumerate(requests)),  # plain tensors: shared
         lambda args, kwargs: model(*args, **kwargs),
         lambda args, kwargs: (mark(*args, **kwargs) if mark is not None else None, served(*args, **kwargs)),
         sync=sync, grad=grad)

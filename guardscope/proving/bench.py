@@ -40,6 +40,7 @@ plans to serve with.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import sys
@@ -550,7 +551,7 @@ def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: An
                 requests.append([sample.index, seconds, torch_compat.graphs_compiled() - graphs])
                 request += 1
         paired_requests = [] if strategy == "eager" else paired_pass(
-            ((sample.index, *runner.prepare(sample, mark=False)[:2]) for _ in range(paired) for sample in corpus),
+            ((sample.index, functools.partial(_arguments, runner, sample)) for _ in range(paired) for sample in corpus),
             lambda args, kwargs: runner.model(*args, **kwargs), call, sync=sync, grad=runner.grad_context)
     torch_compat.reset_dynamo()
     return {
@@ -567,24 +568,35 @@ def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: An
     }
 
 
-def paired_pass(requests: Iterable[tuple[int, tuple, dict]], eager: Callable[[tuple, dict], Any],
-                served: Callable[[tuple, dict], Any], *, sync: Callable[[], None],
-                grad: Callable[[], Any]) -> list[list]:
-    """Run every request (``(sample, args, kwargs)``, on the device already) both eagerly and
-    served, back to back, the order alternating from request to request: ``[sample, eager
-    seconds, served seconds]`` per request. Both halves of a pair see the same process, device
-    clocks and allocator, so their ratio is free of the drift between processes (and within one)
-    that separate eager and strategy processes measure. Requests that compiled or raised are left
-    out (the replay reports them)."""
+def _arguments(runner: Any, sample: Any) -> tuple[tuple, dict]:
+    """A fresh copy of ``sample``'s arguments on the runner's device (mutable inputs copied)."""
+    call = runner.prepare(sample, mark=False)
+    return call.args, call.kwargs
+
+
+def paired_pass(requests: Iterable[tuple[int, Callable[[], tuple[tuple, dict]]]],
+                eager: Callable[[tuple, dict], Any], served: Callable[[tuple, dict], Any], *,
+                sync: Callable[[], None], grad: Callable[[], Any]) -> list[list]:
+    """Run every request (``(sample, arguments)``, where ``arguments()`` gives its ``(args,
+    kwargs)`` on the device) both eagerly and served, back to back, the order alternating from
+    request to request: ``[sample, eager seconds, served seconds]`` per request. Both halves of a
+    pair see the same process, device clocks and allocator, so their ratio is free of the drift
+    between processes (and within one) that separate eager and strategy processes measure.
+
+    Each half gets its own ``arguments()``, taken before its clock starts: a forward may change what
+    it receives (a ``DynamicCache`` grows by the step, a ``StaticCache`` is written in place and
+    counts its length), and the second half must see the request as it came, not as the first left
+    it. Requests that compiled or raised are left out (the replay reports them)."""
 
     pairs: list[list] = []
-    for position, (sample, args, kwargs) in enumerate(requests):
+    for position, (sample, arguments) in enumerate(requests):
         graphs = torch_compat.graphs_compiled()
         timed: dict[str, float] = {}
         with grad():
             try:
                 for side, call in ((("eager", eager), ("served", served)) if position % 2 == 0
                                    else (("served", served), ("eager", eager))):
+                    args, kwargs = arguments()
                     sync()
                     started = time.perf_counter()
                     call(args, kwargs)

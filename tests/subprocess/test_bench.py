@@ -160,3 +160,32 @@ def test_a_recorded_generate_workload_gets_time_to_first_token_and_per_output_to
     assert compiling["compiling_requests"] >= 1 and compiling["compile_calls_seconds"] > 0
     assert compiling["worst_request"]["graphs"] >= 1  # the first request compiles its prefill
     assert "  generation: 4 requests" in result.output and "time per output token" in result.output
+
+
+def test_the_paired_pass_gives_each_half_its_own_static_cache(tmp_path):
+    """A static cache is written in place and counts its length: the eager half of a pair must not
+    hand the served half a cache one step further on. Run twice on one cache, a request's last
+    decode step writes past the cache's end (IndexError eagerly, an inductor CPU kernel's bounds
+    check aborts the process), and the pair is lost: every replayed call must give a pair."""
+    from guardscope.runtime import TrafficRecorder
+
+    from .. import object_models as om
+
+    requests = om.prompts(3, seed=3, longest=16, max_batch=2, max_new=3)
+    model = om.gpt2()
+    traffic = TrafficRecorder(tmp_path / "c", model=f"{om.__file__}:gpt2", compile={"dynamic": None})
+    model.forward = traffic.wrap(model.forward)
+    for position, request in enumerate(requests):
+        with traffic.request(f"req-{position}"):
+            om.generate_all(model, [request], cache="static")
+    traffic.close()
+    calls = traffic.counts()["recorded"]
+    assert calls > len(requests)  # decode steps, each the last one of a full cache at its request's end
+    out = tmp_path / "out"
+    guardscope.analyze(tmp_path / "c", out)
+    result = CliRunner().invoke(main, ["bench", str(out), "--device", "cpu", "--backend", "eager", "--paired", "1",
+                                       "--strategy", "compile"])
+    assert result.exit_code == 0, result.output
+    (compiled,) = json.loads((out / "bench.json").read_text())["strategies"]
+    assert compiled["status"] == "ok" and compiled["errors"] == 0, compiled
+    assert compiled["paired"]["requests"] == calls, compiled["paired"]
