@@ -127,22 +127,30 @@ def test_all_five_strategies_with_inductor_on_the_cpu(tmp_path):
     assert 'id="bench-export"' in (out / "report.html").read_text()
 
 
-def test_a_recorded_generate_workload_gets_time_to_first_token_and_per_output_token(tmp_path):
-    """generate() of a tiny GPT-2, its forward wrapped by the traffic recorder with each request
-    tagged: guardscope bench groups the replayed forward calls by request (prefill, decode steps)."""
+def _recorded_generate(tmp_path, requests, cache="dynamic"):
+    """generate() of a tiny GPT-2 over ``requests``, its forward wrapped by the traffic recorder
+    with each request tagged, into ``tmp_path / "c"``; the count of recorded forward calls."""
     from guardscope.runtime import TrafficRecorder
 
     from .. import object_models as om
 
-    requests = om.prompts(4, seed=3, longest=24, max_batch=2, max_new=4)
     model = om.gpt2()
     traffic = TrafficRecorder(tmp_path / "c", model=f"{om.__file__}:gpt2", compile={"dynamic": None})
     model.forward = traffic.wrap(model.forward)
     for position, request in enumerate(requests):
         with traffic.request(f"req-{position}"):
-            om.generate_all(model, [request])
+            om.generate_all(model, [request], cache=cache)
     traffic.close()
-    calls = traffic.counts()["recorded"]
+    return traffic.counts()["recorded"]
+
+
+def test_a_recorded_generate_workload_gets_time_to_first_token_and_per_output_token(tmp_path):
+    """generate() of a tiny GPT-2, its forward wrapped by the traffic recorder with each request
+    tagged: guardscope bench groups the replayed forward calls by request (prefill, decode steps)."""
+    from .. import object_models as om
+
+    requests = om.prompts(4, seed=3, longest=24, max_batch=2, max_new=4)
+    calls = _recorded_generate(tmp_path, requests)
     out = tmp_path / "out"
     guardscope.analyze(tmp_path / "c", out)
     result = CliRunner().invoke(main, ["bench", str(out), "--device", "cpu", "--backend", "eager", "--paired", "0",
@@ -167,19 +175,10 @@ def test_the_paired_pass_gives_each_half_its_own_static_cache(tmp_path):
     hand the served half a cache one step further on. Run twice on one cache, a request's last
     decode step writes past the cache's end (IndexError eagerly, an inductor CPU kernel's bounds
     check aborts the process), and the pair is lost: every replayed call must give a pair."""
-    from guardscope.runtime import TrafficRecorder
-
     from .. import object_models as om
 
     requests = om.prompts(3, seed=3, longest=16, max_batch=2, max_new=3)
-    model = om.gpt2()
-    traffic = TrafficRecorder(tmp_path / "c", model=f"{om.__file__}:gpt2", compile={"dynamic": None})
-    model.forward = traffic.wrap(model.forward)
-    for position, request in enumerate(requests):
-        with traffic.request(f"req-{position}"):
-            om.generate_all(model, [request], cache="static")
-    traffic.close()
-    calls = traffic.counts()["recorded"]
+    calls = _recorded_generate(tmp_path, requests, cache="static")
     assert calls > len(requests)  # decode steps, each the last one of a full cache at its request's end
     out = tmp_path / "out"
     guardscope.analyze(tmp_path / "c", out)
