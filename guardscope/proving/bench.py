@@ -40,7 +40,6 @@ plans to serve with.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import shutil
 import sys
@@ -551,7 +550,8 @@ def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: An
                 requests.append([sample.index, seconds, torch_compat.graphs_compiled() - graphs])
                 request += 1
         paired_requests = [] if strategy == "eager" else paired_pass(
-            ((sample.index, functools.partial(_arguments, runner, sample)) for _ in range(paired) for sample in corpus),
+            ((sample.index, lambda sample=sample: runner.prepare(sample, mark=False)[:2])  # a fresh copy each time
+             for _ in range(paired) for sample in corpus),
             lambda args, kwargs: runner.model(*args, **kwargs), call, sync=sync, grad=runner.grad_context)
     torch_compat.reset_dynamo()
     return {
@@ -566,12 +566,6 @@ def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: An
         "paired": paired_requests,
         "bundle_load": bundle_load,
     }
-
-
-def _arguments(runner: Any, sample: Any) -> tuple[tuple, dict]:
-    """A fresh copy of ``sample``'s arguments on the runner's device (mutable inputs copied)."""
-    call = runner.prepare(sample, mark=False)
-    return call.args, call.kwargs
 
 
 def paired_pass(requests: Iterable[tuple[int, Callable[[], tuple[tuple, dict]]]],
