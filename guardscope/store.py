@@ -243,9 +243,12 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
                     f"{path} exists and was not written by guardscope: it is not replaced; move it away "
                     f"or use another folder"
                 )
+            if name not in owned:
+                # The list first: an interrupt between the two writes then leaves a listed name
+                # whose file is not there yet (harmless), never a file of ours the list lacks,
+                # which no later run could replace.
+                _write_owned(root, [*owned, name])
         write_atomic(path, data)
-        if root is not None and name not in owned:
-            _write_owned(root, [*owned, name])
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
     return path
@@ -285,7 +288,14 @@ def open_trace_stream(directory: str | Path, *, append: bool = False, name: str 
     trace holds each compile once, as an uninterrupted run's does."""
     trace_dir = Path(directory) / TRACE_DIR
     path = trace_dir / name
+    root = Path(directory)
     try:
+        if (root / OWNED).is_file():
+            # Listed before it is opened, as in write_bytes.
+            owned = _read_owned(root)
+            relative = path.relative_to(root).as_posix()
+            if relative not in owned:
+                _write_owned(root, [*owned, relative])
         trace_dir.mkdir(parents=True, exist_ok=True)
         if append and keep_bytes is not None and path.is_file() and path.stat().st_size > keep_bytes:
             with open(path, "r+b") as existing:
@@ -293,12 +303,6 @@ def open_trace_stream(directory: str | Path, *, append: bool = False, name: str 
         stream = open(path, "a" if append else "w", encoding="utf-8")
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
-    root = Path(directory)
-    if (root / OWNED).is_file():
-        owned = _read_owned(root)
-        relative = path.relative_to(root).as_posix()
-        if relative not in owned:
-            _write_owned(root, [*owned, relative])
     return stream
 
 

@@ -192,6 +192,34 @@ def test_a_listed_file_is_guardscopes_only_while_its_content_is(tmp_path):
     assert json.loads((tmp_path / "old" / ".guardscope-files.json").read_text()) == ["catalog.json"]
 
 
+def test_an_interrupt_between_a_write_and_its_listing_leaves_the_file_replaceable(tmp_path, monkeypatch):
+    """Ctrl-C or SIGTERM (raised as KeyboardInterrupt) can land after any step of a write; the
+    checkpoint written while unwinding must still be allowed to replace the one just written."""
+    from guardscope import store
+
+    out = store.prepare_output_dir(tmp_path / "out")
+    real = store.write_atomic
+    for interrupt_at in range(3):  # after the 1st, 2nd ... file operation of a checkpoint write
+        calls = []
+
+        def interrupted(path, data, **kwargs):
+            real(path, data, **kwargs)
+            calls.append(path)
+            if len(calls) == interrupt_at + 1:
+                raise KeyboardInterrupt
+
+        monkeypatch.setattr(store, "write_atomic", interrupted)
+        try:
+            store.write_checkpoint(out, {"fingerprint": {}, "step": interrupt_at})
+        except KeyboardInterrupt:
+            pass
+        monkeypatch.setattr(store, "write_atomic", real)
+        store.write_checkpoint(out, {"fingerprint": {}, "step": "unwinding"})
+        assert json.loads((out / store.CHECKPOINT).read_text())["step"] == "unwinding"
+        (out / store.CHECKPOINT).unlink()
+        store._write_owned(out, [name for name in store._read_owned(out) if name != store.CHECKPOINT])
+
+
 # --- 10: generated code never embeds corpus-controlled strings -------------------------------------
 
 
