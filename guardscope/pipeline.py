@@ -18,6 +18,7 @@ from .catalog.builder import CatalogBuilder, CudagraphSettings
 from .catalog.caveats import caveats
 from .catalog.requests import request_summary
 from .corpus import load_corpus, load_model
+from .corpus.weights import recorded_model_warning
 from .errors import CompileOptionsError, CorpusError, TraceParseError
 from .model import Catalog
 from .options import check_replay_request, options_from_manifest
@@ -112,6 +113,7 @@ def analyze(
     method = corpus.manifest.method
     user_model = load_model(spec, base_dir=corpus.path, method=method)
     check_marks(user_model, corpus.sample(0), options.mark_unbacked)
+    warnings += [w for w in (recorded_model_warning(corpus.manifest.recorded_model, user_model),) if w]
     out = store.prepare_output_dir(out_dir, force=force, resume=resume)
     printed = fingerprint(corpus, spec if method is None else f"{spec} .{method}", options, replay_mode)
     state = store.begin_analysis(out, printed, resume=resume)

@@ -3,7 +3,8 @@ read safely by :func:`load_corpus`) and model specs (``"pkg.mod:attr"`` or ``"pa
 
 Stage order: ``format`` (the directory format's specification and its manifest), ``values`` (what
 a sample may hold), ``structured`` (values stored as a registered type name and a state),
-``shards`` (a shard's bytes), ``writer``, ``reader`` (all but ``format`` import torch), ``spec``
+``shards`` (a shard's bytes), ``weights`` (the shape of the model a corpus was recorded from, and
+the warning when an analysis builds another), ``writer``, ``reader`` (all but ``format`` import torch), ``spec``
 (resolving a model spec; no torch), ``signature`` (what a frame-0 guard can read of a call, without its
 data; import it from ``guardscope.corpus.signature``: the package attribute ``signature`` is
 that module once it is loaded). Names are imported on first use, so ``guardscope --help``
@@ -19,6 +20,7 @@ _EXPORTS = {
     "CorpusWriter": "writer",
     "MANIFEST_NAME": "format",
     "Manifest": "format",
+    "ModelPrint": "format",
     "ShardInfo": "format",
     "load_corpus": "reader",
     "read_manifest": "format",

@@ -29,7 +29,15 @@ production ``torch.compile`` options; ``torch_version`` and ``device`` (the devi
 recorded tensors, comma-joined, ``"cpu"`` when there are none) describe the recording. An optional
 ``method`` (any format version) names the model's method production compiled, ``"forward"`` for
 ``torch.compile(model.forward)``: the replay compiles that bound method of the spec's model.
-Absent, the spec's result itself is compiled.
+Absent, the spec's result itself is compiled. An optional ``recorded_model`` (written by a
+writer or recorder given the served model, ``recorded_from=``) is the shape of that model's
+weights, never their values::
+
+    "recorded_model": {"class": "GPT2LMHeadModel", "tensors": 148, "elements": 1234567,
+                       "dtypes": ["float32"], "sha256": "5be1..."}
+
+(``sha256`` digests each parameter's and buffer's name, size and dtype); an analysis that
+builds a model of other weights says so (:mod:`guardscope.corpus.weights`).
 
 A shard (``format_version`` 2) is one ``torch.save`` archive holding a single tensor::
 
@@ -190,6 +198,43 @@ class ShardInfo:
         }
 
 
+_PRINT_KEYS = ("class", "tensors", "elements", "dtypes", "sha256")
+
+
+@dataclass(frozen=True)
+class ModelPrint:
+    """The shape of a module's weights: what ``"recorded_model"`` in ``corpus.json`` holds."""
+
+    cls: str  # the module's class name, "GPT2LMHeadModel"
+    tensors: int  # parameters and buffers
+    elements: int
+    dtypes: tuple[str, ...]  # sorted, "bfloat16"
+    sha256: str  # of every tensor's kind, name, size and dtype, in name order
+
+    def to_json(self) -> dict[str, Any]:
+        return {"class": self.cls, "tensors": self.tensors, "elements": self.elements,
+                "dtypes": list(self.dtypes), "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> ModelPrint:
+        """Read one back; ``ValueError`` saying what is wrong with it."""
+        if not isinstance(raw, dict) or sorted(raw) != sorted(_PRINT_KEYS):
+            raise ValueError(f"must be an object with the keys {', '.join(_PRINT_KEYS)}")
+        if not isinstance(raw["class"], str) or not all(type(raw[key]) is int and raw[key] >= 0
+                                                        for key in ("tensors", "elements")):
+            raise ValueError("'class' must be a string, 'tensors' and 'elements' counts")
+        if not (isinstance(raw["dtypes"], list) and all(isinstance(name, str) for name in raw["dtypes"])):
+            raise ValueError("'dtypes' must be a list of dtype names")
+        if not (isinstance(raw["sha256"], str) and _SHA256.fullmatch(raw["sha256"])):
+            raise ValueError("'sha256' must be 64 hex digits")
+        return cls(raw["class"], raw["tensors"], raw["elements"], tuple(raw["dtypes"]), raw["sha256"])
+
+    def describe(self) -> str:
+        """``a GPT2LMHeadModel of 1,234,567 elements in 148 tensors (float32)``"""
+        return (f"a {self.cls} of {self.elements:,} elements in {self.tensors:,} tensors "
+                f"({', '.join(self.dtypes) or 'no dtype'})")
+
+
 @dataclass(frozen=True)
 class Manifest:
     """The contents of ``corpus.json``."""
@@ -204,6 +249,9 @@ class Manifest:
     # The model's method production compiles (``torch.compile(model.forward)``); None: the model
     # spec's result itself. Written only when set.
     method: str | None = None
+    # The shape of the served model's weights (guardscope.corpus.weights), when the recorder
+    # was given the model; written only when set.
+    recorded_model: ModelPrint | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -211,6 +259,7 @@ class Manifest:
             "format_version": self.format_version,
             "model": self.model,
             **({"method": self.method} if self.method is not None else {}),
+            **({"recorded_model": self.recorded_model.to_json()} if self.recorded_model is not None else {}),
             "compile": self.compile,
             "torch_version": self.torch_version,
             "device": self.device,
@@ -304,6 +353,12 @@ def _parse_manifest(path: pathlib.Path, raw: Any) -> Manifest:
             check_method_name(_field(path, raw, "method", str))
         except ModelSpecError as exc:
             raise ManifestError(f"{path}: field 'method': {exc}") from None
+    recorded_model = None
+    if raw.get("recorded_model") is not None:
+        try:
+            recorded_model = ModelPrint.from_json(raw["recorded_model"])
+        except ValueError as exc:
+            raise ManifestError(f"{path}: field 'recorded_model' {exc}; fix the manifest or re-record the corpus") from None
     samples = _field(path, raw, "samples", int)
     shards = []
     expected_first = 0
@@ -345,4 +400,5 @@ def _parse_manifest(path: pathlib.Path, raw: Any) -> Manifest:
         samples=samples,
         shards=tuple(shards),
         method=method,
+        recorded_model=recorded_model,
     )

@@ -35,6 +35,7 @@ from .signature import holds_objects, materialise, signature, signature_digest
 from .spec import anchored
 from .structured import needs_lowering
 from .values import _copy_call, check_sample, lowered, storage_bytes
+from .weights import as_model_print
 
 # keep="signatures": the tensor storage bytes of the calls kept in full, at most, unless the
 # writer is given another bound (max_full_bytes=None: none). Traffic where most calls have a new
@@ -49,7 +50,10 @@ class CorpusWriter:
     ``model`` is the model spec written into the manifest (its shape is checked, nothing is
     imported); ``compile`` the production ``torch.compile`` options (JSON values); ``method``
     the model's method production compiles (``"forward"`` for ``torch.compile(model.forward)``,
-    as ``generate()`` users compile; None: the model itself), which the replay then compiles.
+    as ``generate()`` users compile; None: the model itself), which the replay then compiles;
+    ``recorded_from`` the model the calls are recorded from (the module, its compiled form or a
+    bound method of it), whose weights' shape the manifest keeps so an analysis that builds
+    another model says so (:mod:`guardscope.corpus.weights`).
     ``keep="all"`` (the default) records every call in full (format 2); ``keep="signatures"``
     records the first ``full_per_signature`` calls of each signature in full and every other
     one as its signature only, without tensor data (format 3; ``full_per_signature=0`` keeps no
@@ -88,6 +92,7 @@ class CorpusWriter:
         max_signatures: int | None = None,
         max_full_bytes: int | None = DEFAULT_MAX_FULL_BYTES,
         method: str | None = None,
+        recorded_from: Any = None,
     ) -> None:
         self.directory = pathlib.Path(directory)
         # A relative file spec is stored relative to the corpus folder, where it is resolved first:
@@ -95,6 +100,7 @@ class CorpusWriter:
         self.model = anchored(check_model_spec(model), self.directory)
         self.compile = dict(compile or {})
         self.method = None if method is None else check_method_name(method)
+        self.recorded_model = as_model_print(recorded_from)
         try:
             json.dumps(self.compile, sort_keys=True, allow_nan=False)
         except (TypeError, ValueError) as exc:
@@ -372,6 +378,7 @@ class CorpusWriter:
             samples=sum(shard.samples for shard in self._shards),
             shards=tuple(self._shards),
             method=self.method,
+            recorded_model=self.recorded_model,
         )
         text = json.dumps(manifest.to_json(), sort_keys=True, indent=2) + "\n"
         _atomic_write(self.directory / MANIFEST_NAME, text.encode())

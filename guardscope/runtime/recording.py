@@ -25,8 +25,9 @@ from ..corpus.format import MANIFEST_NAME, check_method_name, check_model_spec
 from ..corpus.requests import check_request
 from ..corpus.signature import signature
 from ..corpus.values import check_sample, snapshot, storage_bytes
+from ..corpus.weights import as_model_print, module_of
 from ..corpus.writer import CorpusWriter
-from ..errors import ModelSpecError, SampleError, ServeError
+from ..errors import CorpusError, ModelSpecError, SampleError, ServeError
 from ..replay.arguments import describe
 
 logger = logging.getLogger("guardscope.runtime")
@@ -101,8 +102,9 @@ class FallbackRecorder:
     serving thread only decides and copies the arguments (:func:`guardscope.corpus.snapshot`);
     a background thread writes them with :class:`guardscope.CorpusWriter`, flushing a shard at
     least every ``flush_every`` seconds so a crash loses little. The corpus directory is
-    created at the first recorded sample. Safe to call from several threads; :meth:`offer`
-    never raises.
+    created at the first recorded sample. ``recorded_from``, the served model, puts the shape
+    of its weights in the manifest (see :class:`~guardscope.corpus.writer.CorpusWriter`). Safe to
+    call from several threads; :meth:`offer` never raises.
     """
 
     _KIND = "fallback"  # in messages: what the recorded calls are
@@ -121,6 +123,7 @@ class FallbackRecorder:
         flush_every: float = 30.0,
         overwrite: bool = False,
         method: str | None = None,
+        recorded_from: Any = None,
     ) -> None:
 
         for name, value in (("max_samples", max_samples), ("max_bytes", max_bytes),
@@ -145,6 +148,11 @@ class FallbackRecorder:
         try:
             self.method = None if method is None else check_method_name(method)
         except ModelSpecError as exc:
+            raise ServeError(str(exc)) from None
+        try:
+            # The served model's weights' shape (never their values), for the manifest.
+            self.recorded_model = as_model_print(recorded_from)
+        except CorpusError as exc:
             raise ServeError(str(exc)) from None
         self.max_samples = max_samples
         self.max_bytes = max_bytes
@@ -316,7 +324,7 @@ class FallbackRecorder:
 
     def _open_writer(self) -> CorpusWriter:
         return CorpusWriter(self.directory, model=self.model, compile=self.compile, overwrite=self.overwrite,
-                            method=self.method)
+                            method=self.method, recorded_from=self.recorded_model)
 
     def _write(self, writer: CorpusWriter, item: Any) -> None:
         writer.add_snapshot(item[0], item[1])  # copied on the serving thread already
@@ -380,7 +388,8 @@ class TrafficRecorder(FallbackRecorder):
 
     Example::
 
-        traffic = TrafficRecorder("traffic/", model="myapp/model.py:build", compile={"dynamic": True})
+        traffic = TrafficRecorder("traffic/", model="myapp/model.py:build", compile={"dynamic": True},
+                                  recorded_from=model)
         for request in requests:
             traffic.offer(request.args, request.kwargs)
             reply(model(*request.args, **request.kwargs))
@@ -402,6 +411,7 @@ class TrafficRecorder(FallbackRecorder):
         flush_every: float = 30.0,
         overwrite: bool = False,
         method: str | None = None,
+        recorded_from: Any = None,
     ) -> None:
         if type(full_per_signature) is not int or full_per_signature < 0:
             raise ServeError(f"full_per_signature must be an int >= 0, got {full_per_signature!r}")
@@ -411,7 +421,8 @@ class TrafficRecorder(FallbackRecorder):
         self._local = threading.local()  # .request: [tag, next step] of this thread's request
         super().__init__(directory, model=model, compile=compile, max_samples=0, max_bytes=max_bytes,
                          repeat_rate=1.0, max_pending=max_pending, max_signatures=max_signatures,
-                         flush_every=flush_every, overwrite=overwrite, method=method)
+                         flush_every=flush_every, overwrite=overwrite, method=method,
+                         recorded_from=recorded_from)
 
     def offer(self, args: tuple, kwargs: dict, arguments: dict[str, Any] | None = None) -> str | None:
         """Record one call (``arguments`` is not needed here). Returns None when it is queued,
@@ -498,8 +509,9 @@ class TrafficRecorder(FallbackRecorder):
 
         The corpus then says what production compiles: a bound method such as ``model.forward``
         (compiled or not) makes ``method`` that method's name, unless it was given, so the
-        replay compiles ``model.forward`` of the model spec's module, as production did. Wrap
-        before the first call is recorded."""
+        replay compiles ``model.forward`` of the model spec's module, as production did; and
+        it keeps the shape of that module's weights (as ``recorded_from`` does), so an analysis
+        that builds another model says so. Wrap before the first call is recorded."""
         # Through the wrappers (torch.compile's, functools.wraps ones) to the first bound method
         # of a module; not further: a decorated forward's function wraps other functions.
         target, seen = function, 0
@@ -511,6 +523,9 @@ class TrafficRecorder(FallbackRecorder):
         if self.method is None and target is not None and isinstance(name, str) and not name.startswith("_"):
             with self._lock:
                 self.method = name if name.isidentifier() else None
+        if self.recorded_model is None and module_of(function) is not None:
+            with self._lock:
+                self.recorded_model = as_model_print(function)
 
         @functools.wraps(function)
         def recorded(*args: Any, **kwargs: Any) -> Any:
@@ -528,7 +543,8 @@ class TrafficRecorder(FallbackRecorder):
 
     def _open_writer(self) -> CorpusWriter:
         return CorpusWriter(self.directory, model=self.model, compile=self.compile, overwrite=self.overwrite,
-                            method=self.method, keep="signatures", full_per_signature=self.full_per_signature,
+                            method=self.method, recorded_from=self.recorded_model, keep="signatures",
+                            full_per_signature=self.full_per_signature,
                             max_signatures=self.max_signatures,
                             # The bound this recorder applies before copying, so the writer's
                             # never refuses a call copied for it and its summary states this one.

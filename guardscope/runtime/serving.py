@@ -45,6 +45,7 @@ import torch
 
 from .. import plans, store, torch_compat
 from ..corpus.spec import respec
+from ..corpus.weights import module_of
 from ..errors import ServeError
 from ..options import production_fields, production_options
 from ..proving.isolation import import_file
@@ -618,13 +619,14 @@ def serve(
 
     recorder = traffic = None
     corpus_dir = plan_dir / catalog["corpus"]["path"]
+    served = model if module_of(model) is not None else None  # its weights' shape, for the recorded corpora
     production = production_fields(catalog["compile"])
     if fallback_dir is not None:
         spec = model_spec or respec(catalog["model"], corpus_dir, Path(fallback_dir))
         recorder = FallbackRecorder(
             fallback_dir, model=spec, compile=production, max_samples=max_samples,
             max_bytes=max_bytes, repeat_rate=repeat_rate, flush_every=flush_every,
-            overwrite=overwrite_fallback, method=catalog.get("method"),
+            overwrite=overwrite_fallback, method=catalog.get("method"), recorded_from=served,
         )
     if traffic_dir is not None:
         try:
@@ -632,7 +634,7 @@ def serve(
                 traffic_dir, model=model_spec or respec(catalog["model"], corpus_dir, Path(traffic_dir)),
                 compile=production, full_per_signature=traffic_full_per_signature,
                 max_bytes=traffic_max_bytes, flush_every=flush_every, overwrite=overwrite_traffic,
-                method=catalog.get("method"),
+                method=catalog.get("method"), recorded_from=served,
             )
         except BaseException:
             if recorder is not None:

@@ -13,6 +13,7 @@ import torch
 import guardscope
 from guardscope import torch_compat
 from guardscope.corpus.reader import load_corpus
+from guardscope.corpus.weights import model_print
 from tests import object_models as om
 
 
@@ -108,7 +109,11 @@ def test_traffic_recorder_wrap_records_every_generate_call_by_signature(tmp_path
     corpus = load_corpus(tmp_path / "c")
     assert len(corpus) == len(calls) and corpus.manifest.format_version == 4
     assert corpus.manifest.method == "forward"
-    catalog = _catalog(tmp_path / "c", tmp_path / "out")
+    # and, through torch.compile's and functools.wraps' wrappers, the shape of the model's weights
+    assert corpus.manifest.recorded_model == model_print(om.gpt2())
+    analysis = guardscope.analyze(tmp_path / "c", tmp_path / "out", strict=True)
+    assert not [w for w in analysis.warnings if "recorded from" in w]
+    catalog = json.loads((tmp_path / "out" / "catalog.json").read_text())
     assert catalog["model"].endswith(":gpt2") and catalog["method"] == "forward"
     # Each call tagged with its request and step: the analysis says which request compiled.
     assert catalog["requests"]["requests"] == len(requests) and catalog["requests"]["calls"] == len(calls)

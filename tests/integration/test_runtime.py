@@ -16,6 +16,7 @@ import torch.fx.experimental._config as fx_config
 
 import guardscope
 from guardscope import CorpusWriter, load_corpus, pipeline, runtime, torch_compat
+from guardscope.corpus.weights import model_print
 from guardscope.errors import ServeError
 from guardscope.model import Catalog
 from samples.gnn.model import small
@@ -98,6 +99,7 @@ def test_plan_from_100_samples_serves_all_300_and_records_the_new_topologies(see
     # The recorded corpus holds exactly those calls, and the next analysis finds their topologies.
     corpus = load_corpus(fallbacks)
     assert corpus.manifest.compile == {"dynamic": True, "fullgraph": True}
+    assert corpus.manifest.recorded_model == model_print(model)  # the served model's weights' shape
     recorded = list(corpus)
     assert len(recorded) == 3
     for sample, index in zip(recorded, expected):
@@ -107,6 +109,7 @@ def test_plan_from_100_samples_serves_all_300_and_records_the_new_topologies(see
             assert tensor.shape == original[name].shape and tensor.stride() == original[name].stride()
             assert torch.equal(tensor, original[name])
     analysis = guardscope.analyze(fallbacks, tmp_path / "reanalysis", strict=True)
+    assert not [w for w in analysis.warnings if "recorded from" in w]  # the catalog's spec: the served model
     topologies = analysis.catalog.topologies
     assert [t.first_sample for t in topologies] == [0, 1, 2] and [t.count for t in topologies] == [1, 1, 1]
     if golden["torch_version"] == torch_compat.torch_version():  # fact words come from guard texts
