@@ -328,6 +328,19 @@ def forward_owner(model: Any) -> Any:
     return None
 
 
+def compiled_module_original(module: torch.nn.Module) -> torch.nn.Module | None:
+    """The module ``torch.compile(module)`` wrapped (its ``OptimizedModule``'s ``_orig_mod``, a
+    registered submodule since torch 2.0); None for a module torch.compile did not make."""
+    original = module._modules.get("_orig_mod")
+    return original if isinstance(module, torch._dynamo.eval_frame.OptimizedModule) else None
+
+
+def compiled_function_original(function: Any) -> Any:
+    """The callable ``torch.compile(function)`` wraps (``_torchdynamo_orig_callable``); None for
+    anything else."""
+    return getattr(function, "_torchdynamo_orig_callable", None)
+
+
 def code_of(model: Any) -> Any:
     """The code object Dynamo compiles for ``model(...)``: ``forward`` for an nn.Module."""
     if isinstance(model, torch.nn.Module):

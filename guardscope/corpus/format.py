@@ -219,20 +219,25 @@ class ModelPrint:
     def from_json(cls, raw: Any) -> ModelPrint:
         """Read one back; ``ValueError`` saying what is wrong with it."""
         if not isinstance(raw, dict) or sorted(raw) != sorted(_PRINT_KEYS):
-            raise ValueError(f"must be an object with the keys {', '.join(_PRINT_KEYS)}")
-        if not isinstance(raw["class"], str) or not all(type(raw[key]) is int and raw[key] >= 0
-                                                        for key in ("tensors", "elements")):
-            raise ValueError("'class' must be a string, 'tensors' and 'elements' counts")
-        if not (isinstance(raw["dtypes"], list) and all(isinstance(name, str) for name in raw["dtypes"])):
-            raise ValueError("'dtypes' must be a list of dtype names")
+            keys = sorted(raw) if isinstance(raw, dict) else type(raw).__name__
+            raise ValueError(f"must be an object with exactly the keys {', '.join(_PRINT_KEYS)}, got {keys}")
+        if not (isinstance(raw["class"], str) and raw["class"].isidentifier()):
+            raise ValueError(f"'class' must be a class name, got {json.dumps(raw['class'])[:60]}")
+        for key in ("tensors", "elements"):
+            if type(raw[key]) is not int or raw[key] < 0:
+                raise ValueError(f"'{key}' must be an integer >= 0, got {json.dumps(raw[key])[:60]}")
+        dtypes = raw["dtypes"]
+        if not (isinstance(dtypes, list) and all(isinstance(name, str) for name in dtypes)
+                and dtypes == sorted(set(dtypes))):
+            raise ValueError(f"'dtypes' must be a sorted list of distinct dtype names, got {json.dumps(dtypes)[:60]}")
         if not (isinstance(raw["sha256"], str) and _SHA256.fullmatch(raw["sha256"])):
-            raise ValueError("'sha256' must be 64 hex digits")
-        return cls(raw["class"], raw["tensors"], raw["elements"], tuple(raw["dtypes"]), raw["sha256"])
+            raise ValueError("'sha256' must be 64 lowercase hex digits")
+        return cls(raw["class"], raw["tensors"], raw["elements"], tuple(dtypes), raw["sha256"])
 
     def describe(self) -> str:
-        """``a GPT2LMHeadModel of 1,234,567 elements in 148 tensors (float32)``"""
-        return (f"a {self.cls} of {self.elements:,} elements in {self.tensors:,} tensors "
-                f"({', '.join(self.dtypes) or 'no dtype'})")
+        """``GPT2LMHeadModel (1,234,567 elements in 148 tensors, float32)``"""
+        return (f"{self.cls} ({self.elements:,} elements in {self.tensors:,} tensors, "
+                f"{', '.join(self.dtypes) or 'no dtype'})")
 
 
 @dataclass(frozen=True)

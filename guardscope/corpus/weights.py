@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from .. import torch_compat
 from ..errors import CorpusError
 from .format import ModelPrint
 
@@ -33,11 +34,12 @@ def module_of(model: Any) -> torch.nn.Module | None:
     while target is not None and seen < 32:
         if isinstance(target, torch.nn.Module):
             # torch.compile(module) gives an OptimizedModule around the user's module.
-            return module_of(target._orig_mod) if hasattr(target, "_orig_mod") else target
+            wrapped = torch_compat.compiled_module_original(target)
+            return target if wrapped is None else module_of(wrapped)
         owner = getattr(target, "__self__", None)
         if isinstance(owner, torch.nn.Module):
             return module_of(owner)
-        target, seen = getattr(target, "__wrapped__", None) or getattr(target, "_torchdynamo_orig_callable", None), seen + 1
+        target, seen = getattr(target, "__wrapped__", None) or torch_compat.compiled_function_original(target), seen + 1
     return None
 
 
@@ -77,13 +79,15 @@ def recorded_model_warning(recorded: ModelPrint | None, model: Any) -> str | Non
     """A warning when the model an analysis built is not the one the corpus was recorded from;
     None when they match or either side has no print."""
     current = model_print(model)
-    if recorded is None or current is None or current.sha256 == recorded.sha256:
+    if recorded is None or current is None or (current.sha256, current.cls) == (recorded.sha256, recorded.cls):
         return None
     differs = [what for what, same in (
-        ("class", current.cls == recorded.cls),
+        ("classes", current.cls == recorded.cls),
         ("dtypes", current.dtypes == recorded.dtypes),
         ("sizes", (current.tensors, current.elements) == (recorded.tensors, recorded.elements)),
-    ) if not same] or ["tensor names or sizes"]
+    ) if not same]
+    if current.sha256 != recorded.sha256 and differs in ([], ["classes"]):
+        differs.append("tensor names, sizes or dtypes")  # the same totals, other tensors
     return (
         f"the corpus was recorded from {recorded.describe()}, but the model spec gives "
         f"{current.describe()}: their {' and '.join(differs)} differ, so the analysis catalogs the "

@@ -523,9 +523,11 @@ class TrafficRecorder(FallbackRecorder):
         if self.method is None and target is not None and isinstance(name, str) and not name.startswith("_"):
             with self._lock:
                 self.method = name if name.isidentifier() else None
-        if self.recorded_model is None and module_of(function) is not None:
+        printed = as_model_print(function) if self.recorded_model is None and module_of(function) is not None else None
+        if printed is not None:
             with self._lock:
-                self.recorded_model = as_model_print(function)
+                if self.recorded_model is None:
+                    self.recorded_model = printed
 
         @functools.wraps(function)
         def recorded(*args: Any, **kwargs: Any) -> Any:

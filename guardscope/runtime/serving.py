@@ -593,7 +593,7 @@ def serve(
 
     started = time.perf_counter()
     plan_dir = Path(plan_dir)
-    if isinstance(model, torch.nn.Module) and hasattr(model, "_orig_mod"):
+    if isinstance(model, torch.nn.Module) and torch_compat.compiled_module_original(model) is not None:
         raise ServeError("the model is already compiled: pass the model itself, serve() compiles it")
     catalog = store.read_catalog(plan_dir)
     fixes = store.read_document(plan_dir, store.FIXES)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 import guardscope
+from guardscope import pipeline
 from guardscope.corpus.reader import load_corpus
 from guardscope.corpus.weights import model_print
 
@@ -32,8 +33,12 @@ def test_an_analysis_of_another_model_than_the_recorded_one_warns(tmp_path):
 
     same = guardscope.analyze(tmp_path / "c", tmp_path / "same", model=f"{SEED_MODEL}:small")
     assert not [w for w in same.warnings if "recorded from" in w]
+    # The corpora guardscope derives from it (the warmup samples) keep the print.
+    pipeline.emit_warmup(tmp_path / "same")
+    assert load_corpus(tmp_path / "same" / "warmup").manifest.recorded_model == model_print(served)
     other = guardscope.analyze(tmp_path / "c", tmp_path / "other", model=f"{SEED_MODEL}:full")
     [warning] = [w for w in other.warnings if "recorded from" in w]
-    assert warning.startswith("the corpus was recorded from a MessagePassingModel of ")
-    assert "their sizes differ" in warning and "(float32)" in warning
+    assert warning.startswith("the corpus was recorded from MessagePassingModel (5,444 elements in 14 tensors, "
+                              "float32), but the model spec gives MessagePassingModel (18,928,132 elements")
+    assert "their sizes differ" in warning
     assert model_print(torch.compile(served.forward)) == model_print(served)

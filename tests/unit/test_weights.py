@@ -43,16 +43,28 @@ def test_another_configuration_or_dtype_is_named_in_the_warning():
     assert recorded_model_warning(recorded, _mlp()) is None
     assert recorded_model_warning(None, _mlp()) is None
     wider = recorded_model_warning(recorded, _mlp(hidden=16))
-    assert wider.startswith("the corpus was recorded from a Sequential of 60 elements in 5 tensors (float32), "
-                            "but the model spec gives a Sequential of 116 elements in 5 tensors (float32): "
+    assert wider.startswith("the corpus was recorded from Sequential (60 elements in 5 tensors, float32), "
+                            "but the model spec gives Sequential (116 elements in 5 tensors, float32): "
                             "their sizes differ")
     assert "--model SPEC" in wider
     assert "their dtypes differ" in recorded_model_warning(recorded, _mlp(dtype=torch.bfloat16))
     renamed = torch.nn.Sequential(*_mlp())
     renamed.register_buffer("gain", torch.ones(2))
-    assert "their tensor names or sizes differ" in recorded_model_warning(recorded, renamed)
-    assert "their class differ" not in (recorded_model_warning(recorded, torch.nn.Linear(4, 8)) or "")
-    assert "class and sizes differ" in recorded_model_warning(recorded, torch.nn.Linear(4, 8))
+    assert "their tensor names, sizes or dtypes differ" in recorded_model_warning(recorded, renamed)
+    # The same dtypes in all, swapped between layers: the totals agree, the tensors do not.
+    swapped, mixed = _mlp(), _mlp()
+    swapped[0].half()
+    mixed[2].half()
+    assert "their tensor names, sizes or dtypes differ" in recorded_model_warning(model_print(swapped), mixed)
+    assert "their classes and sizes differ" in recorded_model_warning(recorded, torch.nn.Linear(4, 8))
+
+    # Another class with the same weights (its own forward, so perhaps other code): named.
+    class Scaled(torch.nn.Linear):
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    plain = torch.nn.Linear(4, 8)
+    assert "their classes differ, so" in recorded_model_warning(model_print(plain), Scaled(4, 8))
 
 
 def test_the_manifest_keeps_the_print_and_refuses_a_malformed_one(tmp_path):
@@ -62,9 +74,14 @@ def test_the_manifest_keeps_the_print_and_refuses_a_malformed_one(tmp_path):
     assert read_manifest(tmp_path / "c").recorded_model == model_print(model)
     raw = json.loads((tmp_path / "c" / "corpus.json").read_text())
     assert raw["recorded_model"]["class"] == "Sequential" and "weight" not in json.dumps(raw)
-    for bad in ({"class": "X"}, {**raw["recorded_model"], "tensors": -1}, {**raw["recorded_model"], "sha256": "zz"}):
+    printed = raw["recorded_model"]
+    for bad, words in (({"class": "X"}, "exactly the keys class, tensors, elements, dtypes, sha256"),
+                       ({**printed, "tensors": -1}, "'tensors' must be an integer >= 0, got -1"),
+                       ({**printed, "class": ""}, "'class' must be a class name"),
+                       ({**printed, "dtypes": ["x", "x"]}, "sorted list of distinct dtype names"),
+                       ({**printed, "sha256": "A" * 64}, "64 lowercase hex digits")):
         (tmp_path / "c" / "corpus.json").write_text(json.dumps({**raw, "recorded_model": bad}))
-        with pytest.raises(ManifestError, match="field 'recorded_model'"):
+        with pytest.raises(ManifestError, match=f"field 'recorded_model' .*{words}"):
             read_manifest(tmp_path / "c")
     # Without recorded_from the manifest says nothing of the model's weights.
     with guardscope.CorpusWriter(tmp_path / "d", model="pkg.mod:build") as writer:
