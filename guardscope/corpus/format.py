@@ -221,7 +221,7 @@ class ModelPrint:
         if not isinstance(raw, dict) or sorted(raw) != sorted(_PRINT_KEYS):
             keys = sorted(raw) if isinstance(raw, dict) else type(raw).__name__
             raise ValueError(f"must be an object with exactly the keys {', '.join(_PRINT_KEYS)}, got {keys}")
-        if not (isinstance(raw["class"], str) and raw["class"].isidentifier()):
+        if not (isinstance(raw["class"], str) and raw["class"]):  # a class's __name__: any non-empty text
             raise ValueError(f"'class' must be a class name, got {json.dumps(raw['class'])[:60]}")
         for key in ("tensors", "elements"):
             if type(raw[key]) is not int or raw[key] < 0:
