@@ -54,9 +54,10 @@ def model_print(model: Any) -> ModelPrint | None:
         for name, tensor in named:
             if torch.nn.parameter.is_lazy(tensor):
                 return None
-            lines.append(f"{kind} {name} {list(tensor.shape)} {str(tensor.dtype).removeprefix('torch.')}")
+            dtype = torch_compat.dtype_name(tensor.dtype)
+            lines.append(f"{kind} {name} {list(tensor.shape)} {dtype}")
             elements += tensor.numel()
-            dtypes.add(str(tensor.dtype).removeprefix("torch."))
+            dtypes.add(dtype)
     digest = hashlib.sha256("\n".join(sorted(lines)).encode()).hexdigest()
     return ModelPrint(type(module).__name__, len(lines), elements, tuple(sorted(dtypes)), digest)
 
@@ -67,12 +68,13 @@ def as_model_print(source: Any) -> ModelPrint | None:
     behind it is a :class:`CorpusError` (it names what was given)."""
     if source is None or isinstance(source, ModelPrint):
         return source
-    if module_of(source) is None:
+    module = module_of(source)
+    if module is None:
         raise CorpusError(
             f"recorded_from must be the served model (a torch.nn.Module, its compiled form or a bound "
             f"method of it such as model.forward), got a {type(source).__name__}"
         )
-    return model_print(source)
+    return model_print(module)
 
 
 def recorded_model_warning(recorded: ModelPrint | None, model: Any) -> str | None:

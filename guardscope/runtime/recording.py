@@ -25,7 +25,7 @@ from ..corpus.format import MANIFEST_NAME, check_method_name, check_model_spec
 from ..corpus.requests import check_request
 from ..corpus.signature import signature
 from ..corpus.values import check_sample, snapshot, storage_bytes
-from ..corpus.weights import as_model_print, module_of
+from ..corpus.weights import as_model_print, model_print
 from ..corpus.writer import CorpusWriter
 from ..errors import CorpusError, ModelSpecError, SampleError, ServeError
 from ..replay.arguments import describe
@@ -523,7 +523,7 @@ class TrafficRecorder(FallbackRecorder):
         if self.method is None and target is not None and isinstance(name, str) and not name.startswith("_"):
             with self._lock:
                 self.method = name if name.isidentifier() else None
-        printed = as_model_print(function) if self.recorded_model is None and module_of(function) is not None else None
+        printed = model_print(function) if self.recorded_model is None else None  # None: no module behind it
         if printed is not None:
             with self._lock:
                 if self.recorded_model is None:

@@ -45,7 +45,7 @@ import torch
 
 from .. import plans, store, torch_compat
 from ..corpus.spec import respec
-from ..corpus.weights import module_of
+from ..corpus.weights import model_print
 from ..errors import ServeError
 from ..options import production_fields, production_options
 from ..proving.isolation import import_file
@@ -619,7 +619,7 @@ def serve(
 
     recorder = traffic = None
     corpus_dir = plan_dir / catalog["corpus"]["path"]
-    served = model if module_of(model) is not None else None  # its weights' shape, for the recorded corpora
+    served = model_print(model)  # the shape of its weights (None: not a module), for the recorded corpora
     production = production_fields(catalog["compile"])
     if fallback_dir is not None:
         spec = model_spec or respec(catalog["model"], corpus_dir, Path(fallback_dir))
