@@ -1,10 +1,29 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
+
+# Before torch is imported (importing Dynamo fixes the inductor cache folder): each test process, a
+# pytest-xdist worker or the one process, gets inductor cache folders of its own, which its child
+# processes inherit, so no worker reads another's half-written kernels and no run reuses kernels an
+# earlier run compiled (/tmp/torchinductor_<user> otherwise). Workers share the machine's cores, so
+# each keeps torch to one intra-op thread (its children too) instead of spinning a thread per core.
+_OWN_CACHE: list[str] = []
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    _OWN_CACHE.append(tempfile.mkdtemp(prefix="guardscope-tests-inductor-"))
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = _OWN_CACHE[0]
+    os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(_OWN_CACHE[0], "triton"))
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 import pytest
 import torch
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
 
 from guardscope import CorpusWriter
 
@@ -27,6 +46,11 @@ from .sessions import (  # noqa: F401
     sharded_seed,
     tiny_plan,
 )
+
+
+def pytest_unconfigure(config):
+    for folder in _OWN_CACHE:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
