@@ -7,8 +7,9 @@ a sample may hold), ``structured`` (values stored as a registered type name and 
 the warning when an analysis builds another), ``writer``, ``reader`` (all but ``format`` import torch), ``spec``
 (resolving a model spec; no torch), ``signature`` (what a frame-0 guard can read of a call, without its
 data; import it from ``guardscope.corpus.signature``: the package attribute ``signature`` is
-that module once it is loaded). Names are imported on first use, so ``guardscope --help``
-imports no torch.
+that module once it is loaded), ``materialising`` (arguments built back from a signature),
+``call_template`` (many signatures of one call structure: a replay's fast path). Names are
+imported on first use, so ``guardscope --help`` imports no torch.
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ frame-0 guards, so an analysis is exact for them; the replay runs a signature sa
 run on the data of its ``full`` sample when there is one. :meth:`Corpus.load_records` gives a
 shard as recorded instead, each signature record one :class:`SignatureRecord` whose arguments
 are built only when asked: an analysis checks a million of them against the guards on
-arguments shared per call template (:class:`guardscope.corpus.signature.CallTemplate`).
+arguments shared per call template (:class:`guardscope.corpus.call_template.CallTemplate`).
 
 Format 1 shards (still read) pickled every tensor: ``torch.save({"format": ...,
 "samples": [{"args": (...), "kwargs": {...}}, ...]})``; rebuilding each one through torch's

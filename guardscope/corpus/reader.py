@@ -21,21 +21,17 @@ import torch
 from ..errors import ShardError
 from ..model import Sample
 from ..text import message_line
+from .call_template import CallTemplate, NoTemplate
 from .format import FORMAT, Manifest, ShardInfo, corpus_directory, read_manifest
+from .materialising import check_devices, materialise
 from .requests import RequestRuns, read_requests
 from .shards import read_shard
-from .signature import (
-    CallTemplate,
-    NoTemplate,
-    check_devices,
-    materialise,
-    signature_from_json,
-)
+from .signature import signature_from_json
 from .structured import rebuild
 
 # Shards Corpus.full_sample keeps decoded.
 FULL_SHARDS_KEPT = 4
-# Call templates (signature structures, corpus.signature.CallTemplate) a Corpus keeps.
+# Call templates (signature structures, corpus.call_template.CallTemplate) a Corpus keeps.
 TEMPLATES_KEPT = 64
 
 
@@ -44,7 +40,7 @@ class SignatureRecord:
     recorded as their signature only (``array``, its JSON form), ``full`` the index of the
     sample of that signature recorded in full (or None).
 
-    ``call`` and ``key`` (:class:`~guardscope.corpus.signature.CallTemplate`) when the signature is
+    ``call`` and ``key`` (:class:`~guardscope.corpus.call_template.CallTemplate`) when the signature is
     a call template's, else None; :meth:`arguments` then gives shared read-only arguments, built
     once per argument and size. :meth:`sample` builds one sample afresh, as loading does.
     """

@@ -29,9 +29,10 @@ from .format import (
     check_method_name,
     check_model_spec,
 )
+from .materialising import materialise
 from .requests import REQUESTS_NAME, RequestRuns, check_request
 from .shards import encode_shard
-from .signature import holds_objects, materialise, signature, signature_digest
+from .signature import holds_objects, signature, signature_digest
 from .spec import anchored
 from .structured import needs_lowering
 from .values import _copy_call, check_sample, lowered, storage_bytes

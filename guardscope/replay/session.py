@@ -241,7 +241,7 @@ def _replay_settings(options: ReplayOptions) -> Iterator[None]:
 
 
 class _RecordPlan:
-    """How the records of one call template (:class:`~guardscope.corpus.signature.CallTemplate`) are
+    """How the records of one call template (:class:`~guardscope.corpus.call_template.CallTemplate`) are
     described without walking their arguments: each tensor's path among forward's arguments
     and, since nothing but tensor sizes varies, the constant lengths and scalars.
 

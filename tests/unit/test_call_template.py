@@ -1,4 +1,4 @@
-"""Call templates (``corpus.signature.CallTemplate``): the signatures a replay checks without rebuilding
+"""Call templates (``corpus.call_template.CallTemplate``): the signatures a replay checks without rebuilding
 each call, and the signature records a corpus reads for it (``Corpus.load_records``)."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import zlib
 import pytest
 import torch
 
+from guardscope.corpus.call_template import CallTemplate, NoTemplate
 from guardscope.corpus.reader import SignatureRecord, load_corpus, records_from
+from guardscope.corpus.signature import signature, signature_to_json
 from guardscope.corpus.writer import CorpusWriter
-from guardscope.corpus.signature import CallTemplate, NoTemplate, signature, signature_to_json
 from guardscope.errors import ShardError
 from guardscope.model import Sample
 
@@ -251,9 +252,9 @@ def test_a_nested_record_on_a_device_this_machine_lacks_is_refused_when_read(tmp
 def test_built_tensors_are_bounded_in_bytes(monkeypatch):
     """Tensors of one argument are views of one zero-filled storage, grown by half again when a
     size needs more; past the byte bound the template starts afresh."""
-    from guardscope.corpus import signature as signatures
+    from guardscope.corpus import call_template
 
-    monkeypatch.setattr(signatures, "TEMPLATE_BYTES_KEPT", 120)
+    monkeypatch.setattr(call_template, "TEMPLATE_BYTES_KEPT", 120)
     template = CallTemplate(signature((torch.ones(5, 4),), {}))
     keys = [template.match(array_of((torch.ones(5, cols),), {})) for cols in (4, 4, 1)]
     first = template.arguments(keys[0])[2][0]

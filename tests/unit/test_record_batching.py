@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from guardscope.catalog.builder import CatalogBuilder
-from guardscope.corpus import signature as signatures
-from guardscope.corpus.signature import CallTemplate, signature, signature_to_json
+from guardscope.corpus import call_template
+from guardscope.corpus.call_template import CallTemplate
+from guardscope.corpus.signature import signature, signature_to_json
 from guardscope.model import SampleMeta, TensorMeta
 from guardscope.replay.arguments import CallBinder, describe
 from guardscope.replay.session import _RecordPlan, frame_layout
@@ -39,7 +40,7 @@ SIZES = [(5, 4, 3), (5, 4, 3), (7, 4, 3), (5, 1, 9), (0, 4, 0), (7, 4, 3), (1, 1
 
 @pytest.mark.parametrize("kept", [4096, 2])  # 2: the template drops its tensors every few records
 def test_a_records_frame_and_description_are_those_of_its_arguments(monkeypatch, kept):
-    monkeypatch.setattr(signatures, "TEMPLATE_TENSORS_KEPT", kept)
+    monkeypatch.setattr(call_template, "TEMPLATE_TENSORS_KEPT", kept)
     model = Scaled()
     binder = CallBinder(model)
     template = CallTemplate(signature(*call(5), inference=False))
@@ -69,7 +70,7 @@ def test_a_frame_whose_tensors_are_not_each_a_local_of_their_own_has_no_layout()
 
 
 def test_keys_read_from_text_convert_each_distinct_tensor_part_once_and_equal_the_arrays(monkeypatch):
-    monkeypatch.setattr(signatures, "TEXT_PARTS_KEPT", 3)  # starts afresh every few records
+    monkeypatch.setattr(call_template, "TEXT_PARTS_KEPT", 3)  # starts afresh every few records
     template = CallTemplate(signature((torch.zeros(()), torch.zeros(4, 2)), {"n": 3}, inference=False))
     for rows in (4, 4, 0, 123456789, 4, 1, 0, 4):
         for n in (3, -12, 0):

@@ -119,7 +119,7 @@ def test_records_read_by_runs_equal_those_parsed_whole(tmp_path, monkeypatch, fu
 def test_templates_too_large_for_a_pattern_are_parsed_record_by_record(tmp_path, monkeypatch):
     directory = tmp_path / "c"
     write(directory, full_per_signature=0)
-    monkeypatch.setattr("guardscope.corpus.signature._MAX_TEXT_GROUPS", 1)  # no template gets a pattern
+    monkeypatch.setattr("guardscope.corpus.call_template._MAX_TEXT_GROUPS", 1)  # no template gets a pattern
     fast = read_all(directory)
     parsed_whole(monkeypatch)
     assert fast == read_all(directory)
