@@ -1,11 +1,13 @@
 """Use: serving a compiled model with a plan applied, recompiles falling back to eager, fallback
-inputs recorded into a corpus (:func:`serve`). Modules: ``serving`` (the served model and
-:func:`serve`), ``recording`` (the fallback and traffic recorders), ``background`` (compiling
-fallback topologies off the serving thread)."""
+inputs recorded into a corpus (:func:`serve`). Modules: ``serving`` (:func:`serve`: the plan chosen
+and applied), ``served_model`` (the served model: how each call is served, and its counters),
+``recording`` (the fallback and traffic recorders), ``background`` (compiling fallback topologies
+off the serving thread)."""
 
 from .background import BackgroundCompiler
-from .serving import (FallbackRecorder, RuntimeStats, ServedModel, TrafficRecorder, choose_plan, input_signature,
-                      serve, storage_bytes)
+from .recording import FallbackRecorder, TrafficRecorder, input_signature, storage_bytes
+from .served_model import RuntimeStats, ServedModel
+from .serving import choose_plan, serve
 
 __all__ = ["BackgroundCompiler", "FallbackRecorder", "RuntimeStats", "ServedModel", "TrafficRecorder", "choose_plan",
            "input_signature", "serve", "storage_bytes"]
