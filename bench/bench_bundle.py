@@ -54,7 +54,8 @@ def serve(out: pathlib.Path, mode: str, plan: str | None, device: str, passes: i
 
     import torch
 
-    from guardscope.proving.bench import paired_pass, paired_stats
+    from guardscope.proving.bench_child import paired_pass
+    from guardscope.proving.bench_results import paired_stats
     from guardscope.proving.setup import cache_dirs_empty
     from guardscope.store import read_bundle_manifest as read_manifest
     from guardscope.store import load_inputs as _load_analysis

@@ -698,7 +698,7 @@ def bench(out_dir: str, device: str, corpus: str | None, strategies: tuple[str, 
       guardscope bench out/ --device cpu --strategy eager --strategy warmup
     """
     from . import pipeline
-    from .proving.bench import Criteria, format_table
+    from .proving.bench_results import Criteria, format_table
 
     document = pipeline.bench(
         out_dir, device=device, corpus=corpus, strategies=strategies or None, backend=backend,

@@ -20,20 +20,19 @@ import torch
 from click.testing import CliRunner
 
 from guardscope.cli import main
-from guardscope.proving.bench import (
+from guardscope.proving.bench_results import (
     Criteria,
     apply_targets,
     build_document,
     empty_row,
-    format_ratio,
     format_table,
     latency_stats,
-    missed_targets,
     percentile,
     recommend,
     summarize,
 )
 from guardscope.report.page import write_report
+from guardscope.text import format_ratio, missed_targets
 
 GOLDEN_CATALOG = Path(__file__).parents[1] / "golden" / "seed_catalog.json"
 
@@ -155,7 +154,7 @@ def test_the_speedup_target_is_judged_on_the_paired_ratio_when_measured():
 
 
 def test_a_bench_that_compiles_torchs_bytecode_every_start_says_so(tmp_path):
-    from guardscope.proving.bench import bytecode_note
+    from guardscope.proving.bench_results import bytecode_note
 
     assert bytecode_note(dont_write_bytecode=False, torch_bytecode_cached=False) is None
     assert bytecode_note(dont_write_bytecode=True, torch_bytecode_cached=True) is None

@@ -1,0 +1,220 @@
+"""One strategy of ``guardscope bench`` set up and measured in its own fresh process:
+``python -m guardscope.proving.bench_child STRATEGY DIR RESULT``, started by
+:func:`guardscope.proving.bench.run_strategy`; what it measured is written to ``RESULT`` (and
+turned into a row by :func:`guardscope.proving.bench_results.summarize`).
+
+What a strategy's process does:
+
+1. builds the model on the device and runs one eager forward of the corpus's first sample,
+   untimed: CUDA context, cuBLAS handles and the caching allocator are what any server pays at
+   start, whatever it serves with;
+2. **set-up**, timed: nothing (eager, plain compile: torch.compile is lazy); ``warmup()``
+   (warmup); ``configure()`` + ``warmup()`` (unbacked); ``torch.export`` with the emitted Dims,
+   AOTInductor compile and load, one call of the export example (export);
+3. **replay**: the corpus in recorded order (``repeat`` times), request by request. A request's
+   arguments are moved to the device first (untimed); then the device is synchronized, the clock
+   read, the call made under the analysis's grad mode (``mark()`` first for the unbacked plan; the
+   bounds check, then the AOTInductor model or the eager fallback, for export), the device
+   synchronized and the clock read again. Whether a request compiled is read from Dynamo's own
+   graph counter before and after it (the structured trace is left off: its payloads would add to
+   the compile times measured);
+4. **paired** (every strategy but eager, ``paired`` passes, 1 by default): the corpus once more,
+   each request run eagerly and with the strategy back to back, alternating which goes first.
+   Fresh eager processes on one H200 measured steady means from 5.70 to 6.44 ms, and eager
+   drifted by as much within one process, so a ratio of two processes' means carries that noise;
+   the paired ratio compares both on the same requests, clocks and allocator, and is what the
+   speedup target is judged on when it was measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from .. import plans, store, torch_compat
+from ..options import production_options
+from ..text import exception_line
+from .isolation import import_file
+
+# The plain compile raises Dynamo's recompile limit as the seed article does (64; 8 by default),
+# so that it recompiles instead of failing under fullgraph=True.
+PLAIN_RECOMPILE_LIMIT = 64
+
+
+def _set_up(strategy: str, module: Any, runner: Any, out_dir: Path, catalog: dict, corpus: Any,
+            work: Path) -> tuple[Callable[[tuple, dict], str | None], int, dict | None]:
+    """Prepare ``strategy``; return its request call (returning None, or why it fell back to
+    eager), the graphs compiled outside Dynamo (the AOTInductor model) and, for a plan, what its
+    compile-cache bundle load did (the generated warmup loads one when it is present, as in
+    production)."""
+
+    options = runner.options
+
+    def eager(args: tuple, kwargs: dict) -> None:
+        runner.model(*args, **kwargs)
+
+    def compiled(args: tuple, kwargs: dict) -> None:
+        runner.compiled(*args, **kwargs)
+
+    def marked(args: tuple, kwargs: dict) -> None:
+        module.mark(*args, **kwargs)
+        runner.compiled(*args, **kwargs)
+
+    if strategy == "eager":
+        return eager, 0, None
+    if strategy == "compile":
+        return compiled, 0, None
+    if strategy in plans.BUNDLED:  # the plans with a warmup (and a bundle to load)
+        load = module.load_bundle(runner.compiled, options.device).to_json()
+        module.warmup(runner.compiled, device=options.device, inference_mode=options.inference_mode, bundle=False)
+        return (compiled if strategy == "warmup" else marked), 0, load
+    # export: torch.export with the emitted Dims, AOTInductor, one call of the example.
+    from .verify import module_example
+
+    args, kwargs, *_ = runner.prepare(corpus.sample(module_example(out_dir, catalog)), mark=False)
+    program = module.export(runner.model, *args, **kwargs)
+    aoti = torch_compat.aoti_compile_and_load(program, str(work / "model.pt2"))
+    accepts = torch_compat.export_input_checker(program)
+    with runner.grad_context():
+        aoti(*args, **kwargs)
+
+    def served(args: tuple, kwargs: dict) -> str | None:
+        reason = accepts(args, kwargs)
+        if reason is None:
+            aoti(*args, **kwargs)
+        else:
+            runner.model(*args, **kwargs)
+        return reason
+
+    return served, 1, None
+
+
+def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: Any, *, device: str,
+             backend: str, repeat: int, work: Path, paired: int = 1) -> dict[str, Any]:
+    """Set up ``strategy`` and replay the corpus request by request (see the module docstring)."""
+    from ..replay.session import Runner
+
+    options = production_options(catalog, backend=backend, device=device)
+    module = import_file(out_dir / plans.MODULES[strategy]) if strategy in plans.MODULES else None
+    if strategy == "unbacked":
+        module.configure()  # global settings, before anything compiles
+    limit = (torch_compat.raised_recompile_limit(max(PLAIN_RECOMPILE_LIMIT, catalog["summary"]["compiles"]))
+             if strategy == "compile" else contextlib.nullcontext())
+    requests: list[list] = []
+    fallbacks: list[list] = []
+    errors: list[list] = []
+    with limit:
+        runner = Runner(model, options)
+
+        def sync() -> None:
+            torch_compat.synchronize(runner.device)
+
+        runner.warm_device(corpus.sample(0))  # the device's own warm-up, untimed
+        graphs = torch_compat.graphs_compiled()
+        started = time.perf_counter()
+        call, aot_graphs, bundle_load = _set_up(strategy, module, runner, out_dir, catalog, corpus, work)
+        sync()
+        setup_seconds = time.perf_counter() - started
+        # torch.export may trace with Dynamo (strict mode): the export row counts its one model.
+        setup_graphs = aot_graphs or torch_compat.graphs_compiled() - graphs
+        request = 0
+        for _ in range(repeat):
+            for sample in corpus:
+                # Moved to the device outside inference mode, as a request's tensors arrive.
+                args, kwargs, *_ = runner.prepare(sample, mark=False)
+                graphs = torch_compat.graphs_compiled()
+                with runner.grad_context():
+                    sync()
+                    started = time.perf_counter()
+                    try:
+                        fallback = call(args, kwargs)
+                        sync()
+                    except Exception as exc:  # a failing request is reported, the replay goes on
+                        fallback = None
+                        errors.append([request, exception_line(exc, 400)])
+                    seconds = time.perf_counter() - started
+                if fallback is not None:
+                    fallbacks.append([request, fallback])
+                requests.append([sample.index, seconds, torch_compat.graphs_compiled() - graphs])
+                request += 1
+        paired_requests = [] if strategy == "eager" else paired_pass(
+            ((sample.index, lambda sample=sample: runner.prepare(sample, mark=False)[:2])  # a fresh copy each time
+             for _ in range(paired) for sample in corpus),
+            lambda args, kwargs: runner.model(*args, **kwargs), call, sync=sync, grad=runner.grad_context)
+    torch_compat.reset_dynamo()
+    return {
+        "strategy": strategy,
+        "torch_version": torch_compat.torch_version(),
+        "device_name": torch_compat.device_name(runner.device),
+        "setup_seconds": setup_seconds,
+        "setup_graphs": setup_graphs,
+        "requests": requests,
+        "fallbacks": fallbacks,
+        "errors": errors,
+        "paired": paired_requests,
+        "bundle_load": bundle_load,
+    }
+
+
+def paired_pass(requests: Iterable[tuple[int, Callable[[], tuple[tuple, dict]]]],
+                eager: Callable[[tuple, dict], Any], served: Callable[[tuple, dict], Any], *,
+                sync: Callable[[], None], grad: Callable[[], Any]) -> list[list]:
+    """Run every request (``(sample, arguments)``, where ``arguments()`` gives its ``(args,
+    kwargs)`` on the device) both eagerly and served, back to back, the order alternating from
+    request to request: ``[sample, eager seconds, served seconds]`` per request. Both halves of a
+    pair see the same process, device clocks and allocator, so their ratio is free of the drift
+    between processes (and within one) that separate eager and strategy processes measure.
+
+    Each half gets its own ``arguments()``, taken before its clock starts: a forward may change what
+    it receives (a ``DynamicCache`` grows by the step, a ``StaticCache`` is written in place and
+    counts its length), and the second half must see the request as it came, not as the first left
+    it. Requests that compiled or raised are left out (the replay reports them)."""
+
+    pairs: list[list] = []
+    for position, (sample, arguments) in enumerate(requests):
+        graphs = torch_compat.graphs_compiled()
+        timed: dict[str, float] = {}
+        with grad():
+            try:
+                for side, call in ((("eager", eager), ("served", served)) if position % 2 == 0
+                                   else (("served", served), ("eager", eager))):
+                    args, kwargs = arguments()
+                    sync()
+                    started = time.perf_counter()
+                    call(args, kwargs)
+                    sync()
+                    timed[side] = time.perf_counter() - started
+            except Exception:
+                continue
+        if torch_compat.graphs_compiled() == graphs:
+            pairs.append([sample, timed["eager"], timed["served"]])
+    return pairs
+
+
+def child_main(argv: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m guardscope.proving.bench_child")
+    parser.add_argument("strategy", choices=plans.STRATEGIES)
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("result", type=Path)
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--backend", default="inductor")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--paired", type=int, default=1)
+    parser.add_argument("--corpus", type=Path, default=None)
+    parser.add_argument("--work", type=Path, required=True)
+    arguments = parser.parse_args(argv)
+    out, catalog, corpus, model = store.load_inputs(arguments.out_dir, arguments.corpus)
+    result = _measure(arguments.strategy, out, catalog, corpus, model, device=arguments.device,
+                      backend=arguments.backend, repeat=arguments.repeat, work=arguments.work,
+                      paired=arguments.paired)
+    store.write_json(arguments.result, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv[1:]))
