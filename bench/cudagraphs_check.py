@@ -79,7 +79,7 @@ def run(name: str, corpus: pathlib.Path, out: pathlib.Path, skip_dynamic: bool, 
     import torch
 
     import guardscope
-    from guardscope.replay.capture import cudagraph_events, read_cudagraph_log
+    from guardscope.replay.cudagraphs import cudagraph_events, read_cudagraph_log
     from guardscope.cli import format_summary
     from guardscope.store import CUDAGRAPH_LOG, TRACE_DIR
 

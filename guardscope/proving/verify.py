@@ -274,7 +274,8 @@ def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout:
     ``{"use_bundle": bool}``) adds the cache counters, the bundle load and whether the cache
     folders were empty at start to the result."""
     from .. import torch_compat
-    from ..replay.capture import TraceCapture, events_from_records
+    from ..replay.capture import TraceCapture
+    from ..replay.events import events_from_records
 
     measured: dict[str, Any] = {}
     if setup is not None:
@@ -359,7 +360,8 @@ def _verify_canonical(out_dir: Path, catalog: dict, corpus: Any, model: Any, hol
     from ..fixes.transforms import apply_chain, parse_transforms
     from ..fixes.whatif import compare_outputs
     from ..model import Sample
-    from ..replay.capture import TraceCapture, events_from_records
+    from ..replay.capture import TraceCapture
+    from ..replay.events import events_from_records
     from ..replay.session import Runner
 
     module = import_file(out_dir / store.CANONICALISE)

@@ -30,7 +30,9 @@ from ..options import ReplayOptions
 from ..sources import FrameArguments
 from ..text import error_text
 from .arguments import CallBinder, describe, lookup, tensor_meta, tensors_of
-from .capture import CudagraphCapture, TraceCapture, events_from_records
+from .capture import TraceCapture
+from .cudagraphs import CudagraphCapture
+from .events import events_from_records
 
 
 # The signatures whose descriptions a guard-only replay of a corpus with signature records
@@ -379,7 +381,7 @@ class ReplaySession:
     ``fullgraph=True``; otherwise every sample runs (later frames see runtime values). With CUDA
     graphs (``options.uses_cudagraphs``) every sample runs too: CUDA Graph Trees record per
     distinct size at run time, and each sample's recordings and skips are captured
-    (:class:`guardscope.replay.capture.CudagraphCapture`) into its ``SampleMeta.cudagraph``.
+    (:class:`guardscope.replay.cudagraphs.CudagraphCapture`) into its ``SampleMeta.cudagraph``.
 
     With ``track_lookup`` each sample's ``SampleMeta.ran`` is the graph that really ran it:
     Dynamo tries graphs most-recently-used first (:class:`guardscope.torch_compat.LookupOrder`),

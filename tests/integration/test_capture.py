@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 
 from guardscope.catalog.classify import classify_reasons
-from guardscope.replay.capture import TraceCapture, events_from_records
+from guardscope.replay.capture import TraceCapture
+from guardscope.replay.events import events_from_records
 
 
 def test_capture_attributes_compiles_to_samples():

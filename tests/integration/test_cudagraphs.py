@@ -21,7 +21,7 @@ from guardscope.catalog.builder import CatalogBuilder, CudagraphSettings
 from guardscope.model import CudagraphEventKind as Kind
 from guardscope.options import ReplayOptions
 from guardscope.replay import session as replay_session
-from guardscope.replay.capture import CudagraphRecord, read_cudagraph_log
+from guardscope.replay.cudagraphs import CudagraphRecord, read_cudagraph_log
 from guardscope.replay.session import ReplaySession
 from guardscope.report.page import write_report
 

@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 from guardscope import torch_compat
 from guardscope.catalog.classify import classify_reasons
-from guardscope.replay.capture import TraceCapture, events_from_records, guard_lines, parse_reasons, read_trace
+from guardscope.replay.capture import TraceCapture
+from guardscope.replay.events import events_from_records, guard_lines, parse_reasons
+from guardscope.replay.trace import read_trace
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
 VERSIONS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())

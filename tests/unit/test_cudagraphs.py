@@ -19,11 +19,11 @@ from torch._guards import CompileId
 from guardscope import torch_compat
 from guardscope.model import CudagraphEventKind as Kind
 from guardscope.options import ReplayOptions
-from guardscope.replay.capture import (
+from guardscope.replay.capture import TraceCapture
+from guardscope.replay.cudagraphs import (
     UNLOGGED_SKIP,
     CudagraphCapture,
     CudagraphRecord,
-    TraceCapture,
     cudagraph_events,
     read_cudagraph_log,
 )
