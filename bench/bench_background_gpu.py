@@ -74,7 +74,7 @@ class ArticleWrapper:
         import queue
         import threading
 
-        from guardscope.replay.session import compile_model
+        from guardscope.replay.compiling import compile_model
 
         self.eager = model.eval()
         self.compiled = compile_model(model, options)

@@ -61,7 +61,7 @@ def serve(out: pathlib.Path, mode: str, plan: str | None, device: str, passes: i
     from guardscope.store import load_inputs as _load_analysis
     from guardscope.proving.bundling import production_backend
     from guardscope.options import production_options
-    from guardscope.replay.session import compile_model
+    from guardscope.replay.compiling import compile_model
     from guardscope.torch_compat import compile_cache_counters
 
     empty = cache_dirs_empty()

@@ -131,7 +131,7 @@ def stage_plain(corpus_dir: pathlib.Path, device: str, backend: str) -> dict:
 
     from guardscope import load_corpus, torch_compat
     from guardscope.pipeline import options_from_manifest
-    from guardscope.replay.session import compile_model
+    from guardscope.replay.compiling import compile_model
 
     corpus = load_corpus(corpus_dir, map_location=device)
     samples = list(corpus)

@@ -93,7 +93,7 @@ def analyze(
     (``cudagraph_skip_dynamic_graphs``, graph partitioning: :func:`torch_compat.cudagraph_config`).
     """
     from .replay.resumable import fingerprint, replay_corpus
-    from .replay.session import check_marks
+    from .replay.runner import check_marks
 
     corpus = load_corpus(corpus_dir)
     if len(corpus) == 0:

@@ -32,7 +32,8 @@ import torch
 from ..corpus.structured import parts
 from ..model import Sample
 from ..options import analysis_options
-from ..replay.session import Runner, replay
+from ..replay.runner import Runner
+from ..replay.session import replay
 from ..text import error_text
 from .transforms import (
     Call,

@@ -95,7 +95,7 @@ def _set_up(strategy: str, module: Any, runner: Any, out_dir: Path, catalog: dic
 def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: Any, *, device: str,
              backend: str, repeat: int, work: Path, paired: int = 1) -> dict[str, Any]:
     """Set up ``strategy`` and replay the corpus request by request (see the module docstring)."""
-    from ..replay.session import Runner
+    from ..replay.runner import Runner
 
     options = production_options(catalog, backend=backend, device=device)
     module = import_file(out_dir / plans.MODULES[strategy]) if strategy in plans.MODULES else None

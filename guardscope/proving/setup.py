@@ -57,11 +57,11 @@ def set_up_plan(name: str, out_dir: Path, model: Any, options: Any, *, use_bundl
 
     Set-up is timed the same way everywhere guardscope reports it (verify, bundle, bench): from a
     warm device — ``warm_sample``, when given, runs once eagerly first, untimed (see
-    :meth:`guardscope.replay.session.Runner.warm_device`) — to the end of the warmup with the device
+    :meth:`guardscope.replay.runner.Runner.warm_device`) — to the end of the warmup with the device
     synchronised: the bundle load, every compile (inductor's own imports included) and the warmup
     forwards."""
     from .. import torch_compat
-    from ..replay.session import Runner
+    from ..replay.runner import Runner
 
     module = import_file(out_dir / plans.MODULES[name])
     if name == "unbacked":

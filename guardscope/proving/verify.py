@@ -362,7 +362,7 @@ def _verify_canonical(out_dir: Path, catalog: dict, corpus: Any, model: Any, hol
     from ..model import Sample
     from ..replay.capture import TraceCapture
     from ..replay.events import events_from_records
-    from ..replay.session import Runner
+    from ..replay.runner import Runner
 
     module = import_file(out_dir / store.CANONICALISE)
     failed_before = {f["sample"] for f in catalog.get("failed_samples", [])}

@@ -1,38 +1,38 @@
-"""Replay a corpus through ``torch.compile`` and record what Dynamo did — the only module that
-calls ``torch.compile``.
+"""Replay a corpus through ``torch.compile`` and record what Dynamo did: the replay loop.
 
 For every sample, in recorded order: apply the requested ``mark_unbacked`` marks, run the compiled
 model (under ``torch.inference_mode`` by default, as serving code does), and ask Dynamo's cache
 which compiled entry serves the sample — that entry is the sample's topology. Compiles are read
 from the structured trace (:mod:`guardscope.replay.capture`), attributed to the sample that triggered
 them. Every torch setting touched is restored on exit; Dynamo's caches are reset before the
-replay so it starts as a fresh process would.
+replay so it starts as a fresh process would. One call is run by :mod:`guardscope.replay.runner`,
+under the settings and compile of :mod:`guardscope.replay.compiling`.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import copy
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Iterable, Iterator, NamedTuple
+from typing import IO, Any, Callable, Iterable, Iterator
 
 import torch
 
 from .. import torch_compat
-from ..errors import CompileOptionsError
 from ..corpus.reader import SignatureRecord
-from ..corpus.structured import needs_lowering, to_device_structured
-from ..model import CompileEvent, Sample, SampleMeta, TensorMeta, compile_order
+from ..model import CompileEvent, Sample, SampleMeta, compile_order
 from ..options import ReplayOptions
 from ..sources import FrameArguments
 from ..text import error_text
-from .arguments import CallBinder, describe, lookup, tensor_meta, tensors_of
+from .arguments import describe
 from .capture import TraceCapture
+from .compiling import replay_settings
 from .cudagraphs import CudagraphCapture
 from .events import events_from_records
+from .record_plan import RecordPlan
+from .runner import Runner
 
 
 # The signatures whose descriptions a guard-only replay of a corpus with signature records
@@ -56,316 +56,6 @@ class ReplayResult:
     dropped_records: int = 0
     unreadable_cudagraph_records: int = 0
     torch_version: str = field(default_factory=torch_compat.torch_version)
-
-
-# --- arguments ---------------------------------------------------------------------------------
-
-
-class Call(NamedTuple):
-    """One sample ready to run: the call's arguments on the device, Dynamo's first-frame locals
-    (for guard checks) and the arguments by forward's own names (for marks and descriptions)."""
-
-    args: tuple
-    kwargs: dict
-    named: dict[str, Any]
-    frame: dict[str, Any]
-
-
-def _to_device(value: Any, device: torch.device) -> Any:
-    if isinstance(value, torch.Tensor):
-        # Tensor.to costs ~15 us even when it returns the tensor itself: skip it then.
-        return value if value.device == device else value.to(device)
-    if type(value) is tuple:
-        return tuple(_to_device(v, device) for v in value)
-    if type(value) is list:
-        return [_to_device(v, device) for v in value]
-    if type(value) is dict:
-        return {k: _to_device(v, device) for k, v in value.items()}
-    return to_device_structured(value, device, _to_device)
-
-
-def check_marks(model: Any, sample: Sample, marks: tuple[tuple[str, int], ...]) -> None:
-    """Refuse ``--mark-unbacked`` marks that cannot apply, before anything runs: an argument
-    forward does not have, a value that is not a tensor, or a dim the tensor does not have (as
-    recorded in ``sample``; an optional argument the sample does not pass is not checked)."""
-    if not marks:
-        return
-    binder = CallBinder(model)
-    names = set(binder.argument_names())
-    named = binder.named_or_positional(sample.args, sample.kwargs)
-    for path, dim in marks:
-        top = path.split("[")[0]
-        if top not in names and top not in named:
-            known = ", ".join(sorted(names | set(named))) or "none"
-            raise CompileOptionsError(f"--mark-unbacked {path}:{dim}: forward has no argument {top!r} (it has: {known})")
-        try:
-            value = lookup(named, path)
-        except (KeyError, IndexError, TypeError):
-            continue
-        if not isinstance(value, torch.Tensor):
-            raise CompileOptionsError(f"--mark-unbacked {path}:{dim}: {path} is a {type(value).__name__} in sample "
-                                      f"{sample.index}, not a tensor")
-        if not -value.dim() <= dim < value.dim():
-            raise CompileOptionsError(f"--mark-unbacked {path}:{dim}: {path} has {value.dim()} dims in sample "
-                                      f"{sample.index} (shape {tuple(value.shape)}): there is no dim {dim}")
-
-
-# --- the replay --------------------------------------------------------------------------------
-
-
-def compile_model(model: Any, options: ReplayOptions) -> Any:
-    kwargs: dict[str, Any] = {
-        "backend": options.backend,
-        "dynamic": options.dynamic,
-        "fullgraph": options.fullgraph,
-    }
-    if options.mode is not None and options.backend == "inductor":
-        kwargs["mode"] = options.mode
-    return torch.compile(model, **kwargs)
-
-
-class Runner:
-    """A fresh ``torch.compile`` of ``model`` with the replay's settings and marking rules."""
-
-    def __init__(self, model: Any, options: ReplayOptions) -> None:
-        options.validate()
-        owner = torch_compat.forward_owner(model)
-        if owner is not None:  # a module, or the module of a compiled bound forward
-            owner.to(options.device).eval()
-        self.model = model
-        self.options = options
-        self.binder = CallBinder(model)
-        self.code = self.binder.code
-        self.grad_context = torch.inference_mode if options.inference_mode else torch.no_grad
-        self._entries: list | None = None
-        self.lookup = torch_compat.LookupOrder()
-        device = torch.device(options.device)
-        if device.type == "cuda" and device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-        self.device = device
-        torch_compat.reset_dynamo()
-        self.compiled = compile_model(model, options)
-
-    def prepare(self, sample: Sample, mark: bool) -> Call:
-        # Outside inference mode, wherever it is called from: a tensor copied (to the device, or
-        # from a mutable input) under it would be an inference tensor, whose dispatch keys no
-        # request's have, and would compile a graph of its own.
-        with torch.inference_mode(False):
-            return self._prepare(sample, mark)
-
-    def _prepare(self, sample: Sample, mark: bool) -> Call:
-        args = _to_device(sample.args, self.device)
-        kwargs = _to_device(sample.kwargs, self.device)
-        named = self.binder.named_or_positional(args, kwargs)
-        if mark:
-            self.apply_marks(named)
-        frame = self.binder.frame_locals(args, kwargs)
-        if needs_lowering(args) or needs_lowering(kwargs):
-            # The forward may change the objects it receives (a DynamicCache grows, a StaticCache
-            # is written in place and counts its length): it runs on a copy (marks included), and
-            # the call is described and guard-checked on the objects as they came in, which a
-            # later run of the same sample (a warmup's coverage trials) finds unchanged.
-            args, kwargs = copy.deepcopy((args, kwargs))
-        return Call(args, kwargs, named, frame)
-
-    def apply_marks(self, named: dict[str, Any]) -> None:
-        """``mark_unbacked`` the options' dims of a call given by forward's argument names."""
-        for path, dim in self.options.mark_unbacked:
-            try:
-                value = lookup(named, path)
-            except (KeyError, IndexError, TypeError):
-                continue  # an optional argument this call does not pass
-            if isinstance(value, torch.Tensor) and value.dim() > dim:
-                torch._dynamo.decorators.mark_unbacked(value, dim)
-
-    def warm_device(self, sample: Sample) -> None:
-        """One eager (uncompiled) forward of ``sample``, then wait for the device: CUDA context,
-        cuBLAS handles and the caching allocator are what any server pays before its first
-        request, whatever it serves with, so set-up timings start after this."""
-        call = self.prepare(sample, mark=False)
-        with self.grad_context():
-            self.model(*call.args, **call.kwargs)
-        torch_compat.synchronize(self.device)
-
-    def run(self, sample: Sample, mark: bool = True) -> None:
-        self.forget_entries()
-        call = self.prepare(sample, mark)
-        with self.grad_context():
-            self.compiled(*call.args, **call.kwargs)
-
-    def serving(self, sample: Sample, mark: bool = True) -> str | None:
-        call = self.prepare(sample, mark)
-        with self.grad_context():
-            return self.serving_locals(call.frame)
-
-    def record_arguments(self, record: SignatureRecord) -> tuple[tuple, dict, list] | None:
-        """A signature record's shared arguments (its call template's; for guard checks),
-        when its tensors are already where this runner runs; None otherwise (prepare one of
-        its samples instead: moving them would change what is checked)."""
-        if record.key is None or any(device != self.device for device in record.call.devices):
-            return None
-        return record.arguments()
-
-    def serving_arguments(self, args: tuple, kwargs: dict) -> str | None:
-        """:meth:`serving_locals` of a call given by its arguments (already on the device)."""
-        with self.grad_context():
-            return self.serving_locals(self.binder.frame_locals(args, kwargs))
-
-    def entries(self) -> list:
-        if self._entries is None:
-            self._entries = torch_compat.entries_by_age(self.code)
-        return self._entries
-
-    def serving_locals(self, f_locals: dict[str, Any]) -> str | None:
-        """The earliest-compiled graph accepting these frame locals (see torch_compat)."""
-        return torch_compat.first_accepting(self.entries(), f_locals)
-
-    def ran_locals(self, f_locals: dict[str, Any]) -> str | None:
-        """After a call (run or skipped) with these frame locals: the graph Dynamo's
-        most-recently-used-first lookup ran for it, moved to the front of that order."""
-        return self.lookup.call(self.entries(), f_locals)
-
-    def forget_entries(self) -> None:
-        """A forward ran: it may have compiled a graph, so the entry list must be re-read."""
-        self._entries = None
-
-    def graphs(self) -> int:
-        return len(torch_compat.cache_entries(self.code) or [])
-
-
-@contextlib.contextmanager
-def _replay_settings(options: ReplayOptions) -> Iterator[None]:
-    settings = {} if options.duck_shape else {torch_compat.DUCK_SHAPE_SETTING: False}
-    with torch_compat.raised_recompile_limit(options.recompile_limit), torch_compat.patched_config(
-        settings
-    ):
-        yield
-
-
-class _RecordPlan:
-    """How the records of one call template (:class:`~guardscope.corpus.call_template.CallTemplate`) are
-    described without walking their arguments: each tensor's path among forward's arguments
-    and, since nothing but tensor sizes varies, the constant lengths and scalars.
-
-    For a flat call template (every argument a tensor or a constant) whose tensors are each a
-    local of Dynamo's first frame, the plan also holds that frame's layout: a record's frame
-    locals are the example's with its own tensors put in (:meth:`frame`), and each tensor's
-    description is made once per argument and size, with the tensor (:meth:`frame`'s
-    batching: one lookup per argument and size, not an argument walk per record)."""
-
-    # TensorMeta kept per tensor argument and size, before starting afresh.
-    KEPT = 65536
-
-    def __init__(self, paths: list[tuple[str, int]] | None, parts: list[int], lengths: tuple, scalars: tuple,
-                 frame: tuple[tuple[str, ...], list, list[tuple[int, int]]] | None = None) -> None:
-        self.paths = paths
-        self.parts = parts
-        self.lengths = lengths
-        self.scalars = scalars
-        self.metas: dict[tuple[int, tuple], TensorMeta] = {}
-        # Each tensor's path with its position and the position of its part of a key.
-        self._steps = None if paths is None else [(path, position, parts[position]) for path, position in paths]
-        # The fields every description of this plan shares (SampleMeta's defaults, and these):
-        # a description is this, its index, tensors and serving graph (SampleMeta.at's copy, not
-        # a frozen dataclass's field-by-field __init__: this runs for every new signature).
-        self._fields = SampleMeta(index=0, tensors=(), lengths=lengths, scalars=scalars, serving=None,
-                                  recorded="signature").__dict__
-        # The first frame's layout (its local names, the example's values, and where each
-        # tensor position goes among them), when every tensor is a local of its own.
-        self.framed = frame is not None and paths is not None
-        self._names, self._values, self._placed = frame if frame is not None else ((), [], [])
-        # Per tensor position: part of a key -> (the call template's tensor, its TensorMeta),
-        # dropped whenever the call template drops its tensors (its generation changes).
-        self._pairs: list[dict[tuple, tuple[Any, TensorMeta]]] = [{} for _ in parts]
-        self._generation: int | None = None
-
-    @classmethod
-    def of(cls, runner: Runner, call: Any, args: tuple, kwargs: dict, tensors: list) -> _RecordPlan:
-        """The plan of ``call`` from one of its argument sets."""
-        named = runner.binder.named_or_positional(args, kwargs)
-        example = describe(named, 0, None, None)
-        positions = {id(tensor): position for position, tensor in enumerate(tensors)}
-        found = tensors_of(named)
-        paths: list[tuple[str, int]] | None = [(path, positions.get(id(tensor), -1)) for path, tensor in found]
-        if call.has_ints or len(found) != len(tensors) or any(position < 0 for _, position in paths):
-            paths = None
-        frame = frame_layout(runner.binder.frame_locals(args, kwargs), tensors) if call.flat else None
-        return cls(paths, call.tensor_parts, example.lengths, example.scalars, frame)
-
-    def describe(self, key: tuple, tensors: list, index: int, serving: str) -> SampleMeta:
-        metas = self.metas
-        described = []
-        for path, position, part in self._steps:  # type: ignore[union-attr]
-            found = (position, key[part])
-            meta = metas.get(found)
-            if meta is None:
-                if len(metas) >= self.KEPT:
-                    metas.clear()
-                meta = metas[found] = tensor_meta(tensors[position])
-            described.append((path, meta))
-        return self.described(tuple(described), index, serving)
-
-    def described(self, tensors: tuple, index: int, serving: str) -> SampleMeta:
-        """The description of sample ``index`` with these tensor descriptions."""
-        made = object.__new__(SampleMeta)
-        fields = made.__dict__
-        fields.update(self._fields)
-        fields["index"] = index
-        fields["tensors"] = tensors
-        fields["serving"] = serving
-        return made
-
-    def frame(self, call: Any, key: tuple) -> tuple[dict[str, Any], tuple]:
-        """A record's first-frame locals (what ``binder.frame_locals`` of ``call.arguments(key)``
-        gives, the same tensors included) and its tensor descriptions (:meth:`describe`'s), for a
-        plan that is :attr:`framed`."""
-        pairs = self._pairs
-        if call.generation != self._generation:
-            self._forget(call.generation)
-        got = []
-        for position, slot in enumerate(self.parts):
-            part = key[slot]
-            pair = pairs[position].get(part)
-            if pair is None:
-                tensor = call.tensor(slot, part)
-                if call.generation != self._generation:  # it dropped its tensors to build this one
-                    self._forget(call.generation)
-                pair = pairs[position][part] = (tensor, tensor_meta(tensor))
-            got.append(pair)
-        values = self._values.copy()
-        for at, position in self._placed:
-            values[at] = got[position][0]
-        return (dict(zip(self._names, values)),
-                tuple([(path, got[position][1]) for path, position in self.paths]))  # type: ignore[union-attr]
-
-    def _forget(self, generation: int) -> None:
-        for pairs in self._pairs:
-            pairs.clear()
-        self._generation = generation
-
-
-def frame_layout(frame: dict[str, Any], tensors: list) -> tuple[tuple[str, ...], list, list[tuple[int, int]]] | None:
-    """The layout of a flat call template's first-frame locals, from one call's (``frame``, built
-    from arguments whose tensors are ``tensors``): the names, the values, and for each tensor
-    position the index of the local holding it; None unless each tensor is a local of its own
-    (found in a container, or twice, it could not be put in by position). The other locals are
-    the same objects for every call of the template (constants, defaults, the module)."""
-    positions = {id(tensor): position for position, tensor in enumerate(tensors)}
-    placed = [(at, positions[id(value)]) for at, value in enumerate(frame.values()) if id(value) in positions]
-    if sorted(position for _, position in placed) != list(range(len(tensors))):
-        return None
-    if any(_holds(value, positions) for value in frame.values() if id(value) not in positions):
-        return None
-    return tuple(frame), list(frame.values()), placed
-
-
-def _holds(value: Any, ids: dict[int, int]) -> bool:
-    """Whether a container (list, tuple, dict, nested) holds an object whose id is in ``ids``."""
-    if type(value) in (list, tuple):
-        return any(id(item) in ids or _holds(item, ids) for item in value)
-    if type(value) is dict:
-        return any(id(item) in ids or _holds(item, ids) for item in value.values())
-    return False
 
 
 class ReplaySession:
@@ -431,7 +121,7 @@ class ReplaySession:
         # format 3), whose signature comes with them. Given as the corpus's SignatureRecords,
         # those of a call template are checked on arguments shared by all its records (CallTemplate:
         # tensors built once per argument and size) and described from their plan
-        # (_RecordPlan), so a new signature costs a guard check, not a rebuilt call.
+        # (RecordPlan), so a new signature costs a guard check, not a rebuilt call.
         cacheable = self.skip_served and not track_lookup and signature_cache > 0
         # Oldest first (popitem(last=False) evicts in constant time: deleting a plain dict's
         # first key leaves a hole that every later next(iter(...)) walks past).
@@ -439,11 +129,11 @@ class ReplaySession:
             collections.OrderedDict() if cacheable else None)
         self._signature_cache = signature_cache
         self.signature_hits = 0
-        self._plans: dict[Any, _RecordPlan] = {}  # per call template of the signature records
+        self._plans: dict[Any, RecordPlan] = {}  # per call template of the signature records
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> ReplaySession:
-        self._stack.enter_context(_replay_settings(self.options))
+        self._stack.enter_context(replay_settings(self.options))
         self._stack.enter_context(self.capture)
         if self.cudagraphs is not None:
             self._stack.enter_context(self.cudagraphs)
@@ -579,7 +269,7 @@ class ReplaySession:
         if plan is None:
             if len(self._plans) >= PLANS_KEPT:  # a corpus of ever new structures: start afresh
                 self._plans.clear()
-            plan = self._plans[record.call] = _RecordPlan.of(runner, record.call, args, kwargs, tensors)
+            plan = self._plans[record.call] = RecordPlan.of(runner, record.call, args, kwargs, tensors)
         serving = runner.serving_arguments(args, kwargs)
         if serving is None:
             return None
@@ -741,7 +431,7 @@ def coverage_after_warmup(
     ``"all"``.
     """
     mark = options.mark_samples == "all"
-    with _replay_settings(options):
+    with replay_settings(options):
         runner = Runner(model, options)
         try:
             for sample in warmup:

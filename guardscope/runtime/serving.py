@@ -37,7 +37,7 @@ from ..corpus.weights import model_print
 from ..errors import ServeError
 from ..options import production_fields, production_options
 from ..proving.isolation import import_file
-from ..replay.session import compile_model
+from ..replay.compiling import compile_model
 from .background import DEFAULT_SWITCH_INTERVAL, PROCESS, background_strategy, check_background_options
 from .child_compile import ChildCompiler
 from .recording import FallbackRecorder, TrafficRecorder

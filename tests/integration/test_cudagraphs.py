@@ -20,7 +20,7 @@ from guardscope import cli, store, torch_compat
 from guardscope.catalog.builder import CatalogBuilder, CudagraphSettings
 from guardscope.model import CudagraphEventKind as Kind
 from guardscope.options import ReplayOptions
-from guardscope.replay import session as replay_session
+from guardscope.replay import runner as replay_runner
 from guardscope.replay.cudagraphs import CudagraphRecord, read_cudagraph_log
 from guardscope.replay.session import ReplaySession
 from guardscope.report.page import write_report
@@ -44,7 +44,7 @@ def simulated_cudagraphs(monkeypatch):
     for inputs of 3 rows, through torch's own logging functions."""
     from torch._inductor import cudagraph_trees, cudagraph_utils
 
-    real_compile = replay_session.compile_model
+    real_compile = replay_runner.compile_model
 
     def compile_model(model, options):
         compiled = real_compile(model, options)
@@ -66,7 +66,7 @@ def simulated_cudagraphs(monkeypatch):
 
         return call
 
-    monkeypatch.setattr(replay_session, "compile_model", compile_model)
+    monkeypatch.setattr(replay_runner, "compile_model", compile_model)
     monkeypatch.setattr(ReplayOptions, "uses_cudagraphs", property(lambda self: True))
 
 

@@ -1,6 +1,6 @@
 """What a guard-only replay of signature records does once per argument and size instead of once
 per record (issue 23, item 4), checked against what it does per record: a call template's frame
-locals and descriptions (``replay.session._RecordPlan.frame``), its keys read from a shard's text
+locals and descriptions (``replay.record_plan.RecordPlan.frame``), its keys read from a shard's text
 (``CallTemplate.match_text``), and the catalog builder's dims (``CatalogBuilder.add_sample``).
 Pure: nothing is compiled."""
 
@@ -18,7 +18,7 @@ from guardscope.corpus.call_template import CallTemplate
 from guardscope.corpus.signature import signature, signature_to_json
 from guardscope.model import SampleMeta, TensorMeta
 from guardscope.replay.arguments import CallBinder, describe
-from guardscope.replay.session import _RecordPlan, frame_layout
+from guardscope.replay.record_plan import RecordPlan, frame_layout
 
 
 class Scaled(torch.nn.Module):
@@ -45,7 +45,7 @@ def test_a_records_frame_and_description_are_those_of_its_arguments(monkeypatch,
     binder = CallBinder(model)
     template = CallTemplate(signature(*call(5), inference=False))
     args, kwargs, tensors = template.arguments(template.match(json.loads(compact(*call(5)))))
-    plan = _RecordPlan.of(types.SimpleNamespace(binder=binder), template, args, kwargs, tensors)
+    plan = RecordPlan.of(types.SimpleNamespace(binder=binder), template, args, kwargs, tensors)
     assert plan.framed
     for index, sizes in enumerate(SIZES):
         key, _ = template.match_text(compact(*call(*sizes)), 0)

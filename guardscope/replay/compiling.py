@@ -1,0 +1,39 @@
+"""How a replay is set up: the torch settings it runs under and the compile itself — the only
+module that calls ``torch.compile``.
+
+:func:`replay_settings` holds Dynamo's settings for the length of a replay (the recompile limit
+raised to the options', duck shaping off unless asked for) and restores them on exit;
+:func:`compile_model` compiles a model with the options' backend, ``dynamic``, ``fullgraph`` and
+(inductor only) mode: the replay's :class:`~guardscope.replay.runner.Runner` and the served model
+compile through it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import torch
+
+from .. import torch_compat
+from ..options import ReplayOptions
+
+
+@contextlib.contextmanager
+def replay_settings(options: ReplayOptions) -> Iterator[None]:
+    settings = {} if options.duck_shape else {torch_compat.DUCK_SHAPE_SETTING: False}
+    with torch_compat.raised_recompile_limit(options.recompile_limit), torch_compat.patched_config(
+        settings
+    ):
+        yield
+
+
+def compile_model(model: Any, options: ReplayOptions) -> Any:
+    kwargs: dict[str, Any] = {
+        "backend": options.backend,
+        "dynamic": options.dynamic,
+        "fullgraph": options.fullgraph,
+    }
+    if options.mode is not None and options.backend == "inductor":
+        kwargs["mode"] = options.mode
+    return torch.compile(model, **kwargs)
