@@ -234,9 +234,10 @@ def test_argument_names_must_be_identifiers(name):
 
 def test_torch_outside_the_tested_range_warns(monkeypatch):
     from guardscope import torch_compat
+    from guardscope.torch_compat import versions
 
     assert torch_compat.check_supported_version() is None  # 2.11 and 2.13 are in range
-    monkeypatch.setattr(torch_compat, "torch_version", lambda: "2.16.0")
+    monkeypatch.setattr(versions, "torch_version", lambda: "2.16.0")  # where check_supported_version reads it
     warning = torch_compat.check_supported_version()
     assert "2.16.0" in warning and "other" in warning
 

@@ -1,0 +1,51 @@
+"""Every touch of torch internals, in one place, each gated on what the installed torch has.
+
+guardscope supports torch 2.9 to 2.14. Nothing else in guardscope reaches into torch's private
+names; callers import from this package, whose modules hold one concern each (each module's
+docstring names the private APIs it uses, and why):
+
+* ``versions``: which torch this is, and which features it has (the tested range, ``supports_*``);
+* ``dtypes``: a dtype's one spelling in guardscope's files;
+* ``dynamo_config``: Dynamo's settings for a block: recompile limits, patched config (duck
+  sizing), the guard-latency profile; a reset;
+* ``logs``: what torch logs: the structured trace, torch's own log lines and warnings;
+* ``guards``: a code object's cache entries, their guards, Dynamo's lookup order, and what a
+  compiled wrapper wraps;
+* ``frames``: compile callbacks, Dynamo's code map, the recorder of every frame's graphs;
+* ``stances``: ``fail_on_recompile``, ``eager_on_recompile`` for serving, the FX-tracing refusal;
+* ``cudagraphs``: CUDA Graph Trees' loggers, skip count and settings;
+* ``export``: whether an exported program accepts a call, constraint violations, AOTInductor;
+* ``compile_cache``: compile-cache artifacts saved and loaded, cache counters, compiled settings;
+* ``measurements``: device synchronisation, graphs compiled, the device's name (bench).
+"""
+
+from .versions import check_supported_version, supports_eager_on_recompile, supports_unbacked_sources, torch_version
+from .dtypes import DTYPES, dtype_name
+from .dynamo_config import (DUCK_SHAPE_SETTING, is_recompile_limit_error, patched_config, raised_recompile_limit,
+                            reset_dynamo, warn_once, without_guard_latency_profile)
+from .logs import torch_logs_captured, trace_formatter, trace_logger
+from .guards import (LookupOrder, cache_entries, code_of, compiled_function_original, compiled_module_original,
+                     entries_by_age, first_accepting, forward_owner)
+from .frames import FrameRecorder, cache_entry_total, compile_start_callback
+from .stances import eager_on_recompile, fail_on_recompile, fx_symbolic_tracing, refused_for_fx_trace
+from .cudagraphs import cudagraph_config, cudagraph_loggers, cudagraph_skip_count, mode_uses_cudagraphs
+from .export import aoti_compile_and_load, export_input_checker, is_constraint_violation
+from .compile_cache import (cache_device_name, compile_cache_counters, compiled_settings, load_compile_cache,
+                            save_compile_cache)
+from .measurements import device_name, graphs_compiled, synchronize
+
+__all__ = [
+    "check_supported_version", "supports_eager_on_recompile", "supports_unbacked_sources", "torch_version",
+    "DTYPES", "dtype_name",
+    "DUCK_SHAPE_SETTING", "is_recompile_limit_error", "patched_config", "raised_recompile_limit", "reset_dynamo",
+    "warn_once", "without_guard_latency_profile",
+    "torch_logs_captured", "trace_formatter", "trace_logger",
+    "LookupOrder", "cache_entries", "code_of", "compiled_function_original", "compiled_module_original",
+    "entries_by_age", "first_accepting", "forward_owner",
+    "FrameRecorder", "cache_entry_total", "compile_start_callback",
+    "eager_on_recompile", "fail_on_recompile", "fx_symbolic_tracing", "refused_for_fx_trace",
+    "cudagraph_config", "cudagraph_loggers", "cudagraph_skip_count", "mode_uses_cudagraphs",
+    "aoti_compile_and_load", "export_input_checker", "is_constraint_violation",
+    "cache_device_name", "compile_cache_counters", "compiled_settings", "load_compile_cache", "save_compile_cache",
+    "device_name", "graphs_compiled", "synchronize",
+]

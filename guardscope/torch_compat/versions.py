@@ -1,0 +1,55 @@
+"""Which torch this is, and which of the features guardscope uses it has.
+
+guardscope is tested on torch 2.9 to 2.14 (:data:`TESTED_RANGE`); on another release it still runs
+and says so (:func:`check_supported_version`). A feature is detected, not inferred from the
+version: ``torch.compiler.set_stance`` (:func:`supports_eager_on_recompile`) and
+``torch.compiler.config.unbacked_sources`` (:func:`supports_unbacked_sources`).
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+
+TESTED_RANGE = ((2, 9), (2, 14))
+
+
+def torch_version() -> str:
+    return str(torch.__version__).split("+")[0]
+
+
+def version_tuple(version: str | None = None) -> tuple[int, int]:
+    match = re.match(r"(\d+)\.(\d+)", version or torch_version())
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+def check_supported_version() -> str | None:
+    """Return a warning text when the installed torch is outside the tested range."""
+    current = version_tuple()
+    low, high = TESTED_RANGE
+    if low <= current <= high:
+        return None
+    return (
+        f"torch {torch_version()} is outside the range guardscope is tested on "
+        f"({low[0]}.{low[1]}-{high[0]}.{high[1]}); guard texts it cannot parse are kept as 'other'"
+    )
+
+
+def supports_unbacked_sources() -> bool:
+    """``torch.compiler.config.unbacked_sources`` (env ``TORCH_COMPILE_UNBACKED_SOURCES``) with
+    per-dim ``:N`` entries; present in torch 2.13, absent in older releases."""
+    config = getattr(torch.compiler, "config", None)
+    if config is None or not hasattr(config, "unbacked_sources"):
+        return False
+    from torch._dynamo.variables import builder
+
+    return hasattr(builder, "_parse_source_entry")
+
+
+def supports_eager_on_recompile() -> bool:
+    """``torch.compiler.set_stance("eager_on_recompile")``: added with ``set_stance`` in torch 2.6
+    (present in 2.11 and 2.13). Under it a call that no cached graph accepts runs eagerly
+    instead of compiling; a graph that accepts still runs."""
+    return callable(getattr(torch.compiler, "set_stance", None))
