@@ -80,8 +80,8 @@ def run(name: str, corpus: pathlib.Path, out: pathlib.Path, skip_dynamic: bool, 
 
     import guardscope
     from guardscope.replay.cudagraphs import cudagraph_events, read_cudagraph_log
-    from guardscope.cli import format_summary
     from guardscope.store import CUDAGRAPH_LOG, TRACE_DIR
+    from guardscope.terminal import format_summary
 
     before = counters_snapshot()
     started = time.perf_counter()

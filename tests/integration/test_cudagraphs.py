@@ -16,7 +16,7 @@ from torch._dynamo.utils import dynamo_timed
 from torch._guards import CompileId
 
 import guardscope
-from guardscope import cli, store, torch_compat
+from guardscope import store, torch_compat
 from guardscope.catalog.builder import CatalogBuilder, CudagraphSettings
 from guardscope.model import CudagraphEventKind as Kind
 from guardscope.options import ReplayOptions
@@ -24,6 +24,7 @@ from guardscope.replay import runner as replay_runner
 from guardscope.replay.cudagraphs import CudagraphRecord, read_cudagraph_log
 from guardscope.replay.session import ReplaySession
 from guardscope.report.page import write_report
+from guardscope.terminal import format_cudagraphs
 
 from ..conftest import SEED_CORPUS, read_catalog
 from ..pages import parse, words
@@ -90,7 +91,7 @@ def test_replay_attributes_cudagraph_events_and_runs_every_sample(make_corpus, t
     assert [r["sample"] for r in timings["cudagraph_recordings"]] == [1, 5, 6]
     raw, unreadable = read_cudagraph_log((analysis.out_dir / store.TRACE_DIR / store.CUDAGRAPH_LOG).read_text().splitlines())
     assert unreadable == 0 and set(raw) == {0, 1, 2, 3, 5, 6, 7}
-    lines = cli.format_cudagraphs(section)
+    lines = format_cudagraphs(section)
     assert lines[0].startswith("cudagraphs  4 new shapes (warm-ups) at 4 samples, 3 recordings, 2 skips")
     assert "mutated inputs" in lines[1]
     page = parse((analysis.out_dir / "report.html").read_text())
@@ -258,7 +259,7 @@ def test_repeats_expect_what_the_h200_recorded(repeats_analysis):
     # The topologies stay on the earliest-compiled accepting graph.
     first = {t["compile_id"]: t["samples"] for t in catalog["topologies"]}
     assert first["0/0"] == [0, 40]
-    assert "41 new shapes (warm-ups), 39 recordings (not observed" in cli.format_cudagraphs(section)[0]
+    assert "41 new shapes (warm-ups), 39 recordings (not observed" in format_cudagraphs(section)[0]
 
 
 def test_repeats_resume_to_the_same_catalog(repeats, repeats_analysis, tmp_path):
@@ -301,7 +302,7 @@ def test_skip_dynamic_graphs_with_and_without_graph_partitioning(repeats_full, p
     assert (expected["model"], expected["new_shapes"], expected["recordings"], expected["skips"]) == (
         model, new_shapes, recordings, skips)
     assert section["settings"] == {"skip_dynamic_graphs": True, "graph_partition": partitioned}
-    lines = cli.format_cudagraphs(section)
+    lines = format_cudagraphs(section)
     assert "setting   cudagraph_skip_dynamic_graphs = True" in lines[1]
     assert ("static-shape parts are captured once" in lines[1]) is partitioned
     assert ("run as plain Inductor code" in lines[1]) is not partitioned

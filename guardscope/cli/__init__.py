@@ -1,0 +1,38 @@
+"""The ``guardscope`` command line: each command parses options, calls one library function,
+prints a summary. A :class:`GuardscopeError` becomes a one-paragraph message and exit status 2.
+
+One module per group of commands, in the pipeline's order: ``analysis`` (analyze, report),
+``fixes`` (emit-warmup, bundle), ``exploring`` (probe, whatif), ``proof`` (verify, bench,
+fidelity), ``compare`` (diff); ``common`` holds what they share (the error decorator, the options
+several commands declare). Torch-heavy modules are imported inside the command bodies, so
+``guardscope --help`` imports no torch. ``python -m guardscope.cli`` runs ``__main__``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from . import analysis, compare, exploring, fixes, proof
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="guardscope")
+def main() -> None:
+    """guardscope: find every torch.compile recompile a corpus of real inputs causes, and why.
+
+    \b
+    Typical use:
+      guardscope analyze samples/gnn/corpus --out out/   # catalog.json, report.html, trace/
+      guardscope emit-warmup out/                        # warmup.py, unbacked.py, export_dims.py
+      guardscope bundle out/ --device cuda               # compile-cache bundles: fast set-up
+      guardscope verify out/                             # proves each fix on the corpus
+      guardscope bench out/                              # serving latency of each fix (GPU)
+      guardscope report out/                             # re-renders report.html
+      guardscope diff before/ after/                     # what changed between two analyses
+      guardscope whatif out/ --transform cast:x:float32  # what an input transform would save
+    """
+
+
+for command in (analysis.analyze, analysis.report, fixes.emit_warmup, fixes.bundle, proof.verify, exploring.probe,
+                exploring.whatif, compare.diff, proof.fidelity, proof.bench):
+    main.add_command(command)

@@ -1,0 +1,217 @@
+"""The commands that make and re-render an analysis: ``analyze`` (a corpus replayed and catalogued,
+checkpointed, resumable after Ctrl-C or SIGTERM, in a child process when asked) and ``report``."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .. import store
+from ..terminal import ReplayProgress, format_summary
+from ..text import first_line
+from .common import analysis_dir, backend_option, device_option, friendly_errors, mode_option
+
+
+def _parse_marks(values: tuple[str, ...], option: str = "--mark-unbacked") -> tuple[tuple[str, int], ...]:
+    from ..options import parse_mark
+
+    marks = []
+    for value in values:
+        try:
+            marks.append(parse_mark(value))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint=option) from None
+    return tuple(marks)
+
+
+def _paddable_dims(values: tuple[str, ...]) -> tuple[str, ...] | None:
+    from ..catalog.buckets import dim_name
+
+    if not values:
+        return None
+    return tuple(dim_name(path, dim) for path, dim in _parse_marks(values, "--paddable"))
+
+
+_TRISTATE = {"true": True, "false": False, "auto": None}
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    # SIGTERM takes the same path as Ctrl-C: unwind, keep the last checkpoint, say how to resume.
+    raise KeyboardInterrupt
+
+
+@click.command()
+@click.argument("corpus", type=click.Path(file_okay=False, path_type=str))
+@click.option("--out", "out_dir", default="guardscope-out", show_default=True,
+              type=click.Path(file_okay=False), help="Folder for catalog.json, timings.json and trace/.")
+@click.option("--model", default=None,
+              help="Model spec overriding the manifest's: 'pkg.mod:attr' or 'path/file.py:attr' (a relative path "
+              "from the corpus folder, else the working directory; the file's folder is put on the import path, "
+              "as 'python path/file.py' would, so it imports the modules beside it).")
+@backend_option("eager", help="Analysis backend. Guards come from Dynamo, so 'eager' finds the same recompiles far "
+                "faster; 'inductor' measures real compile times.")
+@device_option("cpu", help="Device to replay on (cpu, cuda, cuda:1...). The CPU by default: Dynamo's guards, and so "
+               "the catalog, do not depend on the device, and any machine has one (bench and fidelity default to "
+               "cuda: they measure the production device).")
+@click.option("--dynamic", type=click.Choice(["true", "false", "auto"]), default=None,
+              help="Override the manifest's torch.compile(dynamic=...); 'auto' is dynamic=None.")
+@click.option("--fullgraph/--no-fullgraph", default=None, help="Override the manifest's fullgraph.")
+@mode_option(help="Override the manifest's torch.compile mode (inductor only).")
+@click.option("--no-duck-shape", is_flag=True, help="Replay with duck sizing off (use_duck_shape=False).")
+@click.option("--mark-unbacked", "marks", multiple=True, metavar="ARG:DIM",
+              help="mark_unbacked this argument dimension before the call; repeatable (e.g. x:0).")
+@click.option("--mark-samples", type=click.Choice(["all", "first"]), default="all", show_default=True,
+              help="Apply --mark-unbacked to every sample or only the first (the seed article's Option 3).")
+@click.option("--recompile-limit", type=int, default=4096, show_default=True,
+              help="Dynamo recompile limit during the replay (raised so every topology is seen).")
+@click.option("--replay", "replay_mode", type=click.Choice(["auto", "guards", "full"]), default="auto",
+              show_default=True, help="'guards' skips the forward of samples an existing graph's guards accept "
+              "(they cannot recompile; needs fullgraph); 'full' runs every sample; 'auto' = guards when sound.")
+@click.option("--paddable", "paddable", multiple=True, metavar="ARG:DIM",
+              help="With a CUDA-graph mode (--mode reduce-overhead): a dim your model can pad (the padded "
+              "part masked out), for the padding-bucket advice; repeatable. Default: every dynamic dim, flagged unconfirmed.")
+@click.option("--shapes-per-graph", type=int, default=8, show_default=True,
+              help="With a CUDA-graph mode: the most distinct shapes (CUDA graphs recorded) one compiled graph may "
+              "have after padding; 8 is torch's own warning threshold.")
+@click.option("--strict", is_flag=True, help="Fail when any guard failure is unclassified or a trace record unreadable.")
+@click.option("--force", is_flag=True, help="Overwrite an existing analysis in --out.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted analysis in --out (same corpus and options).")
+@click.option("--checkpoint-every", type=float, default=10.0, show_default=True, metavar="SECONDS",
+              help="Save progress this often, and when interrupted (0: after every sample).")
+@click.option("--skip-bad-shards", is_flag=True,
+              help="Analyse the rest when a shard is corrupt; the catalog and report list what was skipped.")
+@click.option("--isolate/--no-isolate", default=None,
+              help="Replay in a child process, so a crash (a segfault in a compiler backend) is reported "
+              "instead of killing guardscope; default: on for --backend inductor.")
+@click.option("--accept-errors", is_flag=True,
+              help="Exit 0 even when some samples raised in the model (they are listed in the catalog either way).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@friendly_errors
+def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: str, dynamic: str | None,
+            fullgraph: bool | None, mode: str | None, no_duck_shape: bool, marks: tuple[str, ...],
+            mark_samples: str, recompile_limit: int, replay_mode: str, paddable: tuple[str, ...],
+            shapes_per_graph: int, strict: bool, force: bool, resume: bool, checkpoint_every: float,
+            skip_bad_shards: bool, isolate: bool | None, accept_errors: bool, quiet: bool) -> None:
+    """Replay CORPUS through torch.compile and catalog every recompile.
+
+    Writes OUT/catalog.json (compiles, classified guard failures, topologies, per-dimension
+    facts), OUT/timings.json and the raw structured trace OUT/trace/ (open it with tlparse).
+
+    \b
+    Examples:
+      guardscope analyze samples/gnn/corpus --out out/
+      guardscope analyze corpus/ --out out/ --backend inductor --device cuda
+      guardscope analyze corpus/ --out out/ --no-duck-shape --mark-unbacked x:0 --mark-samples first
+      guardscope analyze corpus/ --out out/ --resume     # after an interruption
+      guardscope analyze corpus/ --out out/ --backend inductor --device cuda --mode reduce-overhead \\
+          --paddable local_edge_index:1 --paddable cross_edge_index:1   # CUDA graph recordings, padding buckets
+
+    The analysis checkpoints every --checkpoint-every seconds and when interrupted: after Ctrl-C,
+    SIGTERM or a kill the finished samples are kept, and --resume continues with the same result
+    as an uninterrupted run.
+
+    \b
+    Exit status: 0 analysed; 1 analysed, but some samples raised in the model (listed in the
+    catalog; --accept-errors makes it 0); 2 bad input (a message says what to fix); 3 the replay
+    crashed (a compiler backend died); 130 interrupted.
+    """
+    from .. import pipeline
+    from ..corpus.reader import load_corpus
+
+    total = len(load_corpus(corpus))
+    if isolate or (isolate is None and backend == "inductor"):
+        _analyze_in_child(out_dir, corpus)
+        return
+    overrides = {
+        "backend": backend,
+        "device": device,
+        "dynamic": _TRISTATE[dynamic] if dynamic is not None else None,
+        "fullgraph": fullgraph,
+        "mode": mode,
+        "recompile_limit": recompile_limit,
+        "mark_samples": mark_samples,
+    }
+    if no_duck_shape:
+        overrides["duck_shape"] = False
+    if marks:
+        overrides["mark_unbacked"] = _parse_marks(marks)
+    if "dynamic" in overrides and overrides["dynamic"] is None and dynamic == "auto":
+        overrides.pop("dynamic")
+    progress = ReplayProgress(total, stream=sys.stderr, quiet=quiet)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        analysis = pipeline.analyze(corpus, out_dir, model=model, strict=strict, force=force,
+                                    resume=resume, skip_bad_shards=skip_bad_shards,
+                                    checkpoint_every=checkpoint_every,
+                                    progress=progress, replay_mode=replay_mode,
+                                    paddable=_paddable_dims(paddable), shapes_per_graph=shapes_per_graph,
+                                    **overrides)
+        progress.close()
+        for warning in analysis.warnings:
+            click.secho(f"warning: {warning}", fg="yellow", err=True)
+        click.echo(format_summary(analysis))
+    except KeyboardInterrupt:
+        progress.close()
+        click.secho(f"interrupted: {_kept(out_dir, corpus)}", fg="yellow", err=True)
+        sys.exit(130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    failed = analysis.catalog.failed_samples
+    if failed and not accept_errors:
+        click.secho(f"error: {len(failed)} of {analysis.catalog.samples} samples raised in the model "
+                    f"(first, sample {failed[0].index}: {first_line(failed[0].error)}); every other sample "
+                    "is catalogued. Fix the model or the corpus, or pass --accept-errors.", fg="red", err=True)
+        sys.exit(1)
+
+
+@click.command()
+@analysis_dir
+@friendly_errors
+def report(out_dir: str) -> None:
+    """Re-render DIR/report.html from the analysis files in DIR.
+
+    Reads DIR/catalog.json and, when present, timings.json, fixes.json (from emit-warmup) and
+    verification.json (from verify); replays nothing. The page is self-contained: open it in a
+    browser or attach it to a code review.
+
+    \b
+    Example:
+      guardscope report out/
+    """
+    from ..report.page import write_report
+
+    click.echo(f"wrote       {write_report(out_dir)}")
+
+
+def _kept(out_dir: str, corpus: str) -> str:
+    """What an interrupted analysis left to resume, as the checkpoint says (never an offer of a
+    resume that has nothing to continue from)."""
+    done = store.checkpoint_progress(out_dir)
+    if not done and (Path(out_dir) / store.CATALOG).is_file():
+        return (f"the analysis had been written ({Path(out_dir) / store.CATALOG}); re-render its report with "
+                f"'guardscope report {out_dir}' if {store.REPORT} is missing")
+    if not done:
+        return "no sample had finished, nothing is kept; run the same command again"
+    return (f"the first {done} samples are kept in {out_dir}; continue with "
+            f"'guardscope analyze {corpus} --out {out_dir} --resume'")
+
+
+def _analyze_in_child(out_dir: str, corpus: str) -> None:
+    """Run this same command with --no-isolate in a child; report its death by a signal."""
+    from ..proving.isolation import run_foreground, signal_name
+
+    arguments = [a for a in sys.argv[1:] if a not in ("--isolate",)] + ["--no-isolate"]
+    returncode = run_foreground([sys.executable, "-m", "guardscope.cli", *arguments])
+    if returncode > 0:
+        sys.exit(returncode)
+    if returncode == 0:
+        return
+    name = signal_name(returncode)
+    click.secho(f"error: the replay crashed ({name}) while compiling or running the model; {_kept(out_dir, corpus)}. "
+                "Try --backend eager (the guards, and so the catalog, are the same) to analyse anyway.",
+                fg="red", err=True)
+    sys.exit(3)

@@ -1,0 +1,152 @@
+"""The commands that write the fixes: ``emit-warmup`` (the warmup set, the mark_unbacked plan, the
+export Dims, or with ``--transform`` the input canonicalisation) and ``bundle`` (their compile-cache
+bundles)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..plans import BUNDLED
+from ..text import first_line, torch_log_lines
+from .common import (
+    analysis_dir,
+    artifact_option,
+    backend_option,
+    corpus_option,
+    device_option,
+    friendly_errors,
+    timeout_option,
+    transform_option,
+)
+
+
+@click.command("emit-warmup")
+@analysis_dir
+@click.option("--margin", type=float, default=0.0, show_default=True,
+              help="Headroom on torch.export Dim maxima, as a fraction (0.25 = 25%).")
+@click.option("--include-probed", is_flag=True,
+              help="Also cover the new topologies 'guardscope probe DIR' found (DIR/probe/corpus).")
+@click.option("--bundle", "make_bundles", is_flag=True,
+              help="Then compile both plans with the production backend and save their compile-cache "
+              "bundles (as 'guardscope bundle DIR' with its defaults).")
+@transform_option(help="Instead of the three fixes: write DIR/canonicalise.py, applying these input transforms "
+                  "(repeatable, in order; the forms of 'guardscope whatif'), and DIR/canonical_warmup/, the warmup "
+                  "for the transformed inputs.")
+@corpus_option()
+@friendly_errors
+def emit_warmup(out_dir: str, margin: float, include_probed: bool, make_bundles: bool, transforms: tuple[str, ...],
+                corpus: str | None) -> None:
+    """Write the fixes for the analysis in DIR: a warmup set, a mark_unbacked plan, export Dims.
+
+    Reads DIR/catalog.json and the corpus it names; writes DIR/warmup/ + DIR/warmup.py,
+    DIR/unbacked_warmup/ + DIR/unbacked.py, DIR/export_dims.py and DIR/fixes.json, then refreshes
+    DIR/report.html. What torch logs while the plans are tried (its tracebacks) goes to
+    DIR/emit-warmup.log, one line per cause to the terminal. Prove the fixes with 'guardscope
+    verify DIR' before trusting them.
+
+    \b
+    Example:
+      guardscope analyze samples/gnn/corpus --out out/
+      guardscope emit-warmup out/
+      guardscope verify out/
+      guardscope probe out/ && guardscope emit-warmup out/ --include-probed
+      guardscope emit-warmup out/ --bundle     # plus compile-cache bundles, on the production machine
+      guardscope emit-warmup out/ --transform cast:images:float32 --transform contiguous:images
+    """
+    from .. import pipeline
+
+    if transforms and (make_bundles or include_probed or margin):
+        raise click.UsageError("--transform writes canonicalise.py alone: run it without --bundle, --include-probed "
+                               "and --margin")
+    if transforms:
+        plan, files = pipeline.emit_canonical(
+            out_dir, transforms, corpus=corpus,
+            progress=lambda chain: click.echo(f"replaying the corpus transformed by {chain}...", err=True))
+        click.echo(f"canonical   {plan.topologies} topologies become {plan.canonical_topologies}; warmup "
+                   f"{len(plan.warmup)} transformed samples {list(plan.warmup)} compile {plan.graphs} graphs")
+        if plan.raised:
+            click.secho(f"            {len(plan.raised)} sample(s) raise once transformed, first {plan.raised[0]}",
+                        fg="yellow")
+        click.echo("wrote       " + ", ".join(str(p) for p in files))
+        return
+
+    click.echo("planning the warmup (compiles each topology's representative once)...", err=True)
+    fixes = pipeline.emit_warmup(out_dir, margin=margin, include_probed=include_probed, corpus=corpus)
+    warmup, unbacked = fixes.warmup, fixes.unbacked
+    click.echo(f"warmup      {len(warmup.steps)} samples {[s.sample for s in warmup.steps]} compile "
+               f"{warmup.graphs} graphs for {warmup.topologies} topologies "
+               f"(one per topology: {warmup.one_per_topology})")
+    if unbacked.status == "ok":
+        click.echo(f"unbacked    {len(unbacked.dims)} dims "
+                   f"{[f'{d.argument}:{d.axis}' for d in unbacked.dims]}, duck sizing "
+                   f"{'on' if unbacked.duck_shape else 'off'}; residual warmup {list(unbacked.residual)} "
+                   f"({unbacked.graphs} graphs" + (f" in {unbacked.frames} frames" if unbacked.frames > 1 else "") + ")")
+        for added in unbacked.added_breaks:
+            click.secho(f"            the marks add a graph break: {added}", fg="yellow")
+    else:
+        click.secho(f"unbacked    NOT POSSIBLE on this model, unbacked.py not written: {first_line(unbacked.reason)} "
+                    "(the whole reason is in fixes.json and the report)", fg="yellow")
+    for dim, why in unbacked.skipped:
+        click.echo(f"            not marked {dim}: {why}")
+    export = fixes.export
+    if export.feasible:
+        click.echo(f"export      {sum(d.kind == 'dim' for d in export.dims)} Dims: "
+                   + ", ".join(d.describe() for d in export.dims)
+                   + (f"; outside them: {', '.join(f'T{o.topology}' for o in export.outside)} "
+                      f"({sum(o.samples for o in export.outside)} samples, see fixes.json)" if export.outside else ""))
+    else:
+        click.secho(f"export      NOT POSSIBLE on this model, export_dims.py not written: {first_line(export.reason)} "
+                    "(torch's whole message is in fixes.json and the report)", fg="yellow")
+    for line in torch_log_lines(fixes.torch_log, fixes.torch_log_file, "emit-warmup tried its plans"):
+        click.secho(f"torch       {line}", fg="yellow")
+    click.echo("wrote       " + ", ".join(str(p) for p in fixes.files))
+    if make_bundles:
+        _echo_bundles(out_dir, pipeline.bundle(out_dir, progress=_bundle_progress, corpus=corpus))
+
+
+def _bundle_progress(name: str) -> None:
+    click.echo(f"bundling {name} (compiles the plan in a fresh process with empty caches)...", err=True)
+
+
+def _echo_bundles(out_dir: str, manifests: list[dict]) -> None:
+    for manifest in manifests:
+        compile_options = manifest["compile"]
+        click.echo(f"bundle      {manifest['artifact']}: {manifest['graphs']} graphs compiled in "
+                   f"{manifest['compile_seconds']:.1f} s ({compile_options['backend']} on "
+                   f"{manifest['device_name']}, torch {manifest['torch_version']}); "
+                   f"{manifest['bytes'] / 1e6:.1f} MB -> {Path(out_dir) / manifest['file']}")
+
+
+@click.command()
+@analysis_dir
+@artifact_option(BUNDLED, help="Bundle only this plan (repeatable); default both.")
+@backend_option(None, help="Production backend; default the corpus manifest's compile.backend, else inductor.")
+@device_option(None, help="Device to compile on (cpu, cuda, cuda:1...); default the analysis's device.")
+@timeout_option(3600.0, help="Seconds allowed per plan.")
+@corpus_option()
+@friendly_errors
+def bundle(out_dir: str, artifacts: tuple[str, ...], backend: str | None, device: str | None,
+           timeout: float, corpus: str | None) -> None:
+    """Save a compile-cache bundle beside each plan, so set-up takes seconds instead of minutes.
+
+    Compiles the plan (warmup.py, unbacked.py) with the production backend on DEVICE in a fresh
+    process with empty cache folders, runs its warmup, and saves torch's compile-cache artifacts
+    to DIR/<plan>.compile-cache.bin with a manifest DIR/<plan>.compile-cache.json (torch version,
+    device name, backend and settings, plan hash). The generated module loads the bundle when it
+    matches and warns why when it does not. Run it on a machine of the production kind; then
+    'guardscope verify DIR' measures set-up with and without it.
+
+    \b
+    Example:
+      guardscope emit-warmup out/
+      guardscope bundle out/ --device cuda
+      guardscope verify out/
+    """
+    from .. import pipeline
+
+    manifests = pipeline.bundle(out_dir, artifacts=artifacts or None, backend=backend, device=device,
+                                timeout=timeout, progress=_bundle_progress, corpus=corpus)
+    _echo_bundles(out_dir, manifests)
+
