@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import store, torch_compat
 from .catalog.buckets import SHAPES_PER_GRAPH
-from .catalog.builder import CatalogBuilder, CudagraphSettings
+from .catalog.builder import CatalogBuilder
 from .catalog.caveats import caveats
+from .catalog.cudagraphs import CudagraphSettings
 from .catalog.requests import request_summary
 from .corpus import load_corpus, load_model
 from .corpus.weights import recorded_model_warning
@@ -143,7 +144,7 @@ def analyze(
         catalog = replace(catalog, method=method)
     if corpus.requests is not None:
         catalog = replace(catalog, requests=request_summary(corpus.requests, catalog))
-    recording_times = builder.recording_times() if options.uses_cudagraphs else None
+    recording_times = builder.cudagraph_tally.recording_times() if options.uses_cudagraphs else None
     catalog_path, timings_path = store.write_analysis(out, catalog.to_json(), corpus=corpus.path.resolve(), timings={
         "replay_seconds": round(replayed.seconds, 6),
         "compiles": [

@@ -2,10 +2,9 @@
 
 A *topology* is a class of inputs that needs a compiled graph of its own; guardscope names each
 one by the cache entry that served its samples during the replay. Its *facts* are read from that
-entry's guards: every constraint the entry has that not all entries share ("local_edge_index
-dim 1 is 0", "cross_edge_index dim 1 equals local_edge_index dim 1"). Across the corpus, each
-input dimension gets min, max, whether it was ever 0 or 1, and the dimensions equal to it in
-every sample (connected components of an equality graph, networkx).
+entry's guards (:mod:`guardscope.catalog.facts`). Across the corpus, each input dimension gets
+min, max, whether it was ever 0 or 1, and the dimensions equal to it in every sample (connected
+components of an equality graph, networkx).
 
 :class:`CatalogBuilder` takes samples one at a time, so memory grows with distinct dimensions
 and topologies, not with the corpus.
@@ -14,7 +13,6 @@ and topologies, not with the corpus.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -24,7 +22,6 @@ from ..model import (
     Catalog,
     ClassifiedCompile,
     CompileEvent,
-    CudagraphEventKind,
     DimensionStats,
     FailedSample,
     GraphBreak,
@@ -33,199 +30,15 @@ from ..model import (
     compile_order,
 )
 from ..sources import FrameArguments, strip_locals
-from ..text import any_float_words, dim_words, flag_words, normalize_reason, value_words
-from .buckets import MAX_BUCKETS, SHAPES_PER_GRAPH, ShapeRow, dim_groups, recommend
+from ..text import normalize_reason
 from .classify import classify_reasons
-from .frames import break_summaries, frame_label, frame_of, frame_summaries, skipped_frames
-
-_TENSOR_MATCH = re.compile(
-    r"check_tensor\((?P<source>[^,]+), .*?torch\.(?P<dtype>\w+), .*?size=\[(?P<size>[^\]]*)\], "
-    r"stride=\[(?P<stride>[^\]]*)\]\)"
-)
-_EQUALITY = re.compile(r"^(?P<a>\S+\.(?:size|stride)\(\)\[\d+\]) == (?P<b>\S+\.(?:size|stride)\(\)\[\d+\])$")
-# Inductor's int32-indexing guards ("32*x.size()[0] <= 2147483647"): bounds, not topologies.
-# Inductor's indexing bounds: an expression at most about int32 or int64 max ("16*s0 <= 2147483631"
-# on CUDA, "<= 2147483646" as the top of a two-sided bound): they depend on the backend, not the input.
-_LIMIT = r"(?:21474\d{5}|92233720368547\d{5})"
-_OVERFLOW_BOUND = re.compile(rf"<= {_LIMIT}$")
-_OVERFLOW_END = re.compile(rf"^(?P<bounded>-?\d+ <= .+?) <= {_LIMIT}$")
-# A guard on the frame's inputs reads a local (``L['x']``), not the wrapper's closure or globals.
-_ON_INPUTS = re.compile(r"L\[['\"](?!self['\"])\w+['\"]\](?!(?:\[[^\]]*\])*\.__(?:closure|defaults|code|kwdefaults)__)")
-_LAYER = re.compile(r"\.layers\[\d+\]")
-# The implicit guard of a float input Dynamo did not specialise ("NaN specialization"): any value.
-_ANY_FLOAT = re.compile(r"^not math\.isnan\((?P<name>[^()]+)\)$")
-_LOWER_TWO = re.compile(r"^2 <= (?P<dim>\S+\.size\(\)\[\d+\])(?: <= \d+)?$")
-
-
-# --- facts from an entry's guards --------------------------------------------------------------
-
-Atom = tuple
-
-
-def _ints(text: str) -> list[int | None]:
-    values: list[int | None] = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        values.append(int(part) if part.lstrip("-").isdigit() else None)
-    return values
-
-
-def guard_atoms(guards: Iterable[str], rename: Callable[[str], str] = strip_locals) -> set[Atom]:
-    """Normalised constraints of one compiled entry, from its guard lines; ``rename`` turns the
-    frame's sources into the names facts use (the first frame's: the user's argument names)."""
-    atoms: set[Atom] = set()
-    static: dict[str, int] = {}
-    graph = nx.Graph()
-    for line in guards:
-        kind, _, body = line.partition(":")
-        body = body.strip()
-        expression = rename(body.split("  # ")[0].split(" # ")[0]).strip()
-        if kind == "TENSOR_MATCH":
-            match = _TENSOR_MATCH.search(body)
-            if not match:
-                continue
-            name = rename(match.group("source")).strip()
-            atoms.add(("dtype", name, match.group("dtype")))
-            for axis, value in enumerate(_ints(match.group("size"))):
-                if value is not None:
-                    dim = f"{name}.size()[{axis}]"
-                    static[dim] = value
-                    atoms.add(("size", dim, value))
-            for axis, value in enumerate(_ints(match.group("stride"))):
-                if value is not None:
-                    atoms.add(("stride", f"{name}.stride()[{axis}]", value))
-        elif kind in ("LAMBDA_GUARD", "LENGTH_CHECK", "EQUALS_MATCH") and not _ON_INPUTS.search(body.split("  # ")[0]):
-            continue  # on globals or on the wrapper's closure (a library's own code), not on inputs
-        elif kind == "EQUALS_MATCH":
-            # A Python scalar baked into the graph as a constant (``temperature == 0.5``).
-            name, equals, value = expression.partition(" == ")
-            if equals:
-                atoms.add(("value", name.strip(), value.strip()))
-        elif kind == "LAMBDA_GUARD" and _ANY_FLOAT.match(expression):
-            # Dynamo's implicit guard on a float it did not specialise: the graph takes any value.
-            atoms.add(("any_float", _ANY_FLOAT.match(expression).group("name")))
-        elif kind == "LAMBDA_GUARD":
-            equality = _EQUALITY.match(expression)
-            lower = _LOWER_TWO.match(expression)
-            if equality and ".stride()" not in expression:
-                graph.add_edge(equality.group("a"), equality.group("b"))
-            elif equality:
-                continue  # stride == size: the layout of a contiguous tensor, not a topology fact
-            elif lower:
-                atoms.add(("ge2", lower.group("dim")))
-            elif _OVERFLOW_END.match(expression):
-                atoms.add(("relation", _OVERFLOW_END.match(expression).group("bounded")))
-            elif expression and not _OVERFLOW_BOUND.search(expression):
-                atoms.add(("relation", expression))
-        elif kind == "LENGTH_CHECK":
-            atoms.add(("relation", rename(body.split(" # ")[0]).strip()))
-        elif kind in ("TRUE_MATCH", "FALSE_MATCH") and _ON_INPUTS.search(body.split("  # ")[0]):
-            # A bool attribute of an input object (a cache layer's is_initialized): the graph is
-            # for one value of it.
-            atoms.add(("flag", expression.partition(" == ")[0].strip(), kind == "TRUE_MATCH"))
-    # Dims fixed to the same value are equal too: that keeps "les dim 0 equals lei dim 1" a
-    # shared constraint when both are 0 in one entry and tied by a guard in another.
-    by_value: dict[int, list[str]] = {}
-    for dim, value in static.items():
-        by_value.setdefault(value, []).append(dim)
-    for dims in by_value.values():
-        for other in dims[1:]:
-            graph.add_edge(dims[0], other)
-    for component in nx.connected_components(graph):
-        ordered = sorted(component)
-        for i, a in enumerate(ordered):
-            for b in ordered[i + 1:]:
-                atoms.add(("eq", a, b))
-    return atoms
-
-
-def always_equal(shared: set[Atom], rank: dict[str, int]) -> dict[str, str]:
-    """Map each dim to the representative of the dims every entry holds equal to it: the one
-    of the earliest forward argument, so facts read in the model's own order."""
-    graph = nx.Graph()
-    graph.add_edges_from((a[1], a[2]) for a in shared if a[0] == "eq")
-    aliases = {}
-    for component in nx.connected_components(graph):
-        representative = min(component, key=lambda d: (rank.get(d, len(rank)), d))
-        aliases.update({dim: representative for dim in component})
-    return aliases
-
-
-def render_facts(
-    atoms: set[Atom], static_dims: set[str], aliases: dict[str, str], rank: dict[str, int]
-) -> tuple[str, ...]:
-    """Plain-words facts; equalities that hold in every entry (a scale's rows always match its
-    edge count) are folded so only the equalities that define this topology remain."""
-    facts: list[tuple[int, str]] = []
-    graph = nx.Graph()
-    for atom in atoms:
-        if atom[0] != "eq" or (atom[1] in static_dims and atom[2] in static_dims):
-            continue  # both fixed: their "is N" facts already say it
-        a, b = aliases.get(atom[1], atom[1]), aliases.get(atom[2], atom[2])
-        if a != b:
-            graph.add_edge(a, b)
-    for component in nx.connected_components(graph):
-        representative, *others = sorted(component, key=lambda d: (rank.get(d, len(rank)), d))
-        for other in others:
-            facts.append((1, f"{dim_words(other)} equals {dim_words(representative)}"))
-    for atom in atoms:
-        if atom[0] == "size":
-            facts.append((0, f"{dim_words(atom[1])} is {atom[2]}"))
-        elif atom[0] == "ge2":
-            facts.append((2, f"{dim_words(atom[1])} is at least 2"))
-        elif atom[0] == "stride":
-            facts.append((3, f"{dim_words(atom[1])} is {atom[2]}"))
-        elif atom[0] == "dtype":
-            facts.append((4, f"{atom[1]} is {atom[2]}"))
-        elif atom[0] == "relation":
-            facts.append((5, f"guard: {atom[1]}"))
-        elif atom[0] == "value":
-            facts.append((-1, value_words(atom[1], atom[2])))
-        elif atom[0] == "any_float":
-            facts.append((-1, any_float_words(atom[1])))
-
-    # A flag every layer of a cache repeats (is_initialized) is said once, for its first layer.
-    said: set[tuple[str, bool]] = set()
-    for _, path, value in sorted(atom for atom in atoms if atom[0] == "flag"):
-        key = (_LAYER.sub(".layers[*]", path), value)
-        if key not in said:
-            said.add(key)
-            facts.append((-1, flag_words(path, value)))
-    return tuple(text for _, text in sorted(facts))
-
-
-@dataclass(frozen=True)
-class CudagraphSettings:
-    """The catalog's ``cudagraphs`` section: asked for when the compile mode uses CUDA graphs."""
-
-    observed: bool  # the replay ran them (inductor, a CUDA-graph mode, a GPU)
-    paddable: tuple[str, ...] | None = None  # dims the user confirmed paddable; None: not asked
-    shapes_per_graph: int = SHAPES_PER_GRAPH
-    max_buckets: int = MAX_BUCKETS
-    # Inductor's settings at analysis time (torch_compat.cudagraph_config):
-    # triton.cudagraph_skip_dynamic_graphs, and whether graph partitioning turns it into
-    # "CUDA-graph the static partitions only" instead of "skip the whole graph".
-    skip_dynamic_graphs: bool = False
-    graph_partition: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {"skip_dynamic_graphs": self.skip_dynamic_graphs, "graph_partition": self.graph_partition}
+from .cudagraphs import CudagraphSettings, CudagraphTally
+from .facts import always_equal, guard_atoms, later_frame_facts, render_facts
+from .frames import break_summaries, frame_label, frame_summaries, skipped_frames
 
 
 def _against_order(failure: Any) -> tuple[int, ...]:
     return compile_order(failure.against)
-
-
-def _expected_model(settings: CudagraphSettings) -> str:
-    """How ``expected`` counts: ``per_shape``, ``static_partitions`` or ``skipped``."""
-    if not settings.skip_dynamic_graphs:
-        return "per_shape"
-    return "static_partitions" if settings.graph_partition else "skipped"
-
-
-# --- the builder -------------------------------------------------------------------------------
 
 
 def passed_arguments(meta: SampleMeta) -> list[str]:
@@ -281,14 +94,11 @@ class CatalogBuilder:
     # newest SHAPES_SEEN_KEPT; forgetting one only costs its update again).
     _shapes_seen: dict = field(default_factory=dict, repr=False, compare=False)
     described: int = 0  # samples whose forward ran (failed ones carry no shapes worth trusting)
-    # With CUDA graphs (mode="reduce-overhead"): the distinct shapes per graph that ran (Dynamo's
-    # lookup, SampleMeta.ran; CUDA Graph Trees are that graph's), for the expected recordings and
-    # the padding buckets, and the CUDA graph events of each sample. Memory grows with distinct
-    # shapes, so this is only kept when asked for.
+    # With CUDA graphs (mode="reduce-overhead"): the distinct shapes per graph that ran and the
+    # CUDA graph events of each sample (cudagraphs.CudagraphTally). Memory grows with distinct
+    # shapes, so shapes are only kept when asked for.
     track_shapes: bool = False
-    shapes: dict[tuple[str | None, int, tuple[int, ...]], int] = field(default_factory=dict)
-    layouts: list[tuple[str, ...]] = field(default_factory=list)
-    cudagraph_events: list[tuple[int, str, str, str | None, float | None]] = field(default_factory=list)
+    cudagraph_tally: CudagraphTally = field(default_factory=CudagraphTally)
     # Samples recorded as signatures only: their count, and what those that ran were run on.
     signature_samples: int = 0
     ran_on: dict[str, int] = field(default_factory=dict)
@@ -302,8 +112,7 @@ class CatalogBuilder:
                 self.ran_on[meta.ran_on] = self.ran_on.get(meta.ran_on, 0) + 1
                 if meta.ran_on == "materialised" and len(self.materialised) < MATERIALISED_LISTED:
                     self.materialised.append(meta.index)
-        for event in meta.cudagraph:
-            self.cudagraph_events.append((meta.index, event.kind.value, event.detail, event.compile_id, event.seconds))
+        self.cudagraph_tally.add_events(meta.index, meta.cudagraph)
         if meta.error is not None:
             self.failed.append(FailedSample(meta.index, meta.error))
             return
@@ -373,7 +182,7 @@ class CatalogBuilder:
                     current -= present - same - {dim}
                     current |= same & fresh
         if self.track_shapes:
-            self._add_shape(meta.ran or meta.serving, tuple(dims), tuple(values))
+            self.cudagraph_tally.add_shape(meta.ran or meta.serving, tuple(dims), tuple(values))
         if meta.serving is None:
             self.not_analysed.append(meta.index)
             return
@@ -382,15 +191,6 @@ class CatalogBuilder:
         if key not in self.first_shapes:
             self.first_shapes[key] = {path: list(t.shape) for path, t in meta.tensors}
             self.first_arguments[key] = passed_arguments(meta)
-
-    def _add_shape(self, graph: str | None, dims: tuple[str, ...], values: tuple[int, ...]) -> None:
-        try:
-            layout = self.layouts.index(dims)
-        except ValueError:
-            layout = len(self.layouts)
-            self.layouts.append(dims)
-        key = (graph, layout, values)
-        self.shapes[key] = self.shapes.get(key, 0) + 1
 
     def members_after(self, counts: dict[str, int]) -> dict[str, list[int]]:
         """Each topology's members after the first ``counts[key]`` (those a checkpoint streamed
@@ -407,9 +207,7 @@ class CatalogBuilder:
         streams them, :func:`guardscope.store.append_members`)."""
         return {
             "track_shapes": self.track_shapes,
-            "shapes": [[graph, layout, list(values), count] for (graph, layout, values), count in self.shapes.items()],
-            "layouts": [list(dims) for dims in self.layouts],
-            "cudagraph_events": [list(event) for event in self.cudagraph_events],
+            **self.cudagraph_tally.to_state(),
             "dims": [[dim, a.input, a.axis, a.min, a.max, a.ever_zero, a.ever_one] for dim, a in self.dims.items()],
             "equal_candidates": [[d, None if c is None else sorted(c)] for d, c in self.equal_candidates.items()],
             **({"members": [[cid, m] for cid, m in self.members.items()]} if members
@@ -442,9 +240,7 @@ class CatalogBuilder:
         builder.ran_on = {str(k): int(v) for k, v in state.get("ran_on", {}).items()}
         builder.materialised = [int(i) for i in state.get("materialised", [])]
         builder.track_shapes = bool(state.get("track_shapes", False))
-        builder.layouts = [tuple(dims) for dims in state.get("layouts", [])]
-        builder.shapes = {(graph, layout, tuple(values)): count for graph, layout, values, count in state.get("shapes", [])}
-        builder.cudagraph_events = [tuple(event) for event in state.get("cudagraph_events", [])]
+        builder.cudagraph_tally = CudagraphTally.from_state(state)
         return builder
 
     def dimensions(self) -> tuple[DimensionStats, ...]:
@@ -509,7 +305,7 @@ class CatalogBuilder:
         shared = set.intersection(*atoms.values()) if atoms else set()
         rank = {dim: position for position, dim in enumerate(self.dims)}
         aliases = always_equal(shared, rank)
-        later = self._later_frame_facts(paths, guards, labels)
+        later = later_frame_facts(paths, guards, labels)
         ordered = sorted(members.items(), key=lambda item: item[1][0])
         topologies = []
         for position, (key, served) in enumerate(ordered):
@@ -532,48 +328,6 @@ class CatalogBuilder:
                 )
             )
         return tuple(topologies)
-
-    @staticmethod
-    def _later_frame_facts(paths: dict[str, list[str]], guards: dict[str, tuple[str, ...]],
-                           labels: dict[int, str]) -> dict[str, tuple[str, ...]]:
-        """``{topology key: facts}`` for topologies that share their first-frame graph with others
-        and differ in a later frame: the facts of each later-frame graph it runs that not all of
-        those siblings run, against that frame's other graphs among them, prefixed with the frame.
-        A graph whose guards say nothing the others' do not is named by its compile id."""
-        siblings: dict[str, list[str]] = {}
-        for key, path in paths.items():
-            siblings.setdefault(path[0], []).append(key)
-        atoms_of: dict[str, set[Atom]] = {}
-        facts: dict[str, tuple[str, ...]] = {}
-        for keys in siblings.values():
-            if len(keys) < 2:
-                continue
-            runs = {key: set(paths[key][1:]) for key in keys}
-            everywhere = set.intersection(*runs.values())
-            by_frame: dict[int, set[str]] = {}
-            for graph in set().union(*runs.values()) - everywhere:
-                by_frame.setdefault(frame_of(graph), set()).add(graph)
-            for graph in set().union(*by_frame.values()) if by_frame else ():
-                if graph not in atoms_of:
-                    atoms_of[graph] = guard_atoms(guards.get(graph, ()))
-            # The graphs fewest siblings run say most about a topology: they come first.
-            runners = {graph: sum(graph in run for run in runs.values()) for graph in set().union(*runs.values())}
-            for key in keys:
-                found: list[str] = []
-                for graph in sorted(runs[key] - everywhere, key=lambda g: (runners[g], compile_order(g))):
-                    frame = frame_of(graph)
-                    common = set.intersection(*(atoms_of[g] for g in by_frame[frame]))
-                    own = atoms_of[graph] - common
-                    # What no other graph of the frame guards comes first: it tells most.
-                    unique = own - set().union(*(atoms_of[g] for g in by_frame[frame] if g != graph))
-                    static = {a[1] for a in atoms_of[graph] if a[0] == "size"}
-                    words = (render_facts(unique, static, {}, {}) + render_facts(own - unique, static, {}, {})
-                             if own else (f"graph {graph}",))
-                    label = labels.get(frame, f"frame {frame}")
-                    found.extend(f"in {label}: {text}" for text in words)
-                facts[key] = tuple(found)
-        return facts
-
     def build(
         self,
         *,
@@ -707,111 +461,6 @@ class CatalogBuilder:
             failures.append(dataclasses.replace(failure, raw=normalize_reason(reason)))
         return tuple(failures)
 
-    # --- CUDA graphs ---------------------------------------------------------------------------
-
-    def shape_rows(self) -> list[ShapeRow]:
-        return [
-            ShapeRow(graph, self.layouts[layout], values, count)
-            for (graph, layout, values), count in sorted(
-                self.shapes.items(), key=lambda item: (item[0][0] or "", item[0][1], item[0][2])
-            )
-        ]
-
-    def recording_times(self) -> list[dict[str, Any]]:
-        """Measured capture times (they vary run to run: for timings.json, not the catalog)."""
-        return [
-            {"sample": sample, "compile_id": compile_id, "seconds": seconds}
-            for sample, kind, _, compile_id, seconds in self.cudagraph_events
-            if kind == CudagraphEventKind.RECORDING.value and seconds is not None
-        ]
-
-    def _recorded(self) -> dict[str, Any]:
-        """What CUDA Graph Trees did during the replay, sample by sample, aggregated."""
-        by_kind: dict[str, list[int]] = {}
-        by_detail: dict[tuple[str, str], list[int]] = {}
-        by_graph: dict[str, dict[str, int]] = {}
-        for sample, kind, detail, compile_id, _ in self.cudagraph_events:
-            by_kind.setdefault(kind, []).append(sample)
-            if kind in (CudagraphEventKind.SKIP.value, CudagraphEventKind.HINT.value):
-                by_detail.setdefault((kind, detail), []).append(sample)
-            if kind in (CudagraphEventKind.NEW_SHAPE.value, CudagraphEventKind.RECORDING.value):
-                counts = by_graph.setdefault(compile_id or "unknown", {"new_shapes": 0, "recordings": 0})
-                counts["new_shapes" if kind == CudagraphEventKind.NEW_SHAPE.value else "recordings"] += 1
-
-        def events(kind: CudagraphEventKind) -> dict[str, Any]:
-            samples = by_kind.get(kind.value, [])
-            return {"count": len(samples), "samples": sorted(set(samples))}
-
-        def details(kind: CudagraphEventKind, key: str) -> list[dict[str, Any]]:
-            found = [(detail, samples) for (k, detail), samples in by_detail.items() if k == kind.value]
-            return [
-                {key: detail, "count": len(samples), "samples": sorted(set(samples))}
-                for detail, samples in sorted(found, key=lambda item: (-len(item[1]), item[0]))
-            ]
-
-        return {
-            "new_shapes": events(CudagraphEventKind.NEW_SHAPE),
-            "recordings": events(CudagraphEventKind.RECORDING),
-            "skips": details(CudagraphEventKind.SKIP, "reason"),
-            "hints": details(CudagraphEventKind.HINT, "text"),
-            "by_graph": [{"graph": graph, **counts} for graph, counts in sorted(by_graph.items(), key=lambda i: compile_order(i[0]))],
-        }
-
-    def _expected(self, settings: CudagraphSettings) -> dict[str, Any]:
-        """Recordings the corpus's shapes imply, per graph that ran the samples.
-
-        By default a graph meets a new size key on the first sample with it (a new tree, warmed
-        up) and captures it on the second. With ``cudagraph_skip_dynamic_graphs`` and graph
-        partitioning, only the graph's static-shape partitions are CUDA-graphed: their key never
-        varies, so one new shape per graph, captured on its second run. With it and no
-        partitioning, CUDA graphs are skipped for the whole graph: a skip at its compile, no
-        recording (assuming every graph has symbolic sizes, as with ``dynamic=True``).
-        """
-        runs: dict[str, int] = {}
-        keys: dict[str, int] = {}
-        repeated: dict[str, int] = {}
-        for (graph, _, _), count in self.shapes.items():
-            name = graph or "none"
-            runs[name] = runs.get(name, 0) + count
-            keys[name] = keys.get(name, 0) + 1
-            repeated[name] = repeated.get(name, 0) + int(count >= 2)
-        by_graph: dict[str, dict[str, int]] = {}
-        for name in runs:
-            if not settings.skip_dynamic_graphs:
-                counts = {"new_shapes": keys[name], "recordings": repeated[name], "skips": 0}
-            elif settings.graph_partition:
-                counts = {"new_shapes": 1, "recordings": int(runs[name] >= 2), "skips": 0}
-            else:
-                counts = {"new_shapes": 0, "recordings": 0, "skips": 1}
-            by_graph[name] = counts
-        return {
-            "model": _expected_model(settings),
-            "new_shapes": sum(c["new_shapes"] for c in by_graph.values()),
-            "recordings": sum(c["recordings"] for c in by_graph.values()),
-            "skips": sum(c["skips"] for c in by_graph.values()),
-            "by_graph": [{"graph": graph, **counts} for graph, counts in sorted(by_graph.items(), key=lambda i: compile_order(i[0]))],
-        }
-
     def cudagraph_section(self, settings: CudagraphSettings, dimensions: tuple[DimensionStats, ...]) -> dict[str, Any]:
-        order = list(self.dims)
-        known = {d.dim for d in dimensions if d.dynamic}
-        paddable = settings.paddable
-        unknown = sorted(set(paddable or ()) - known)
-        groups = dim_groups(dimensions, order, [d for d in paddable if d in known] if paddable is not None else None)
-        recommendation = recommend(
-            self.shape_rows(), groups, budget=settings.shapes_per_graph,
-            max_buckets=settings.max_buckets, confirmed=paddable is not None,
-            partitioned=settings.graph_partition,
-        )
-        section: dict[str, Any] = {
-            "observed": settings.observed,
-            "note": None if settings.observed else (
-                "the replay did not run CUDA graphs (they need --backend inductor on a CUDA device): "
-                "recordings are expected from the corpus's shapes, not observed"
-            ),
-            "settings": settings.to_json(),
-            "expected": self._expected(settings),
-            "recorded": self._recorded() if settings.observed else None,
-            "padding": {**recommendation.to_json(), "unknown_paddable": unknown},
-        }
-        return section
+        """The catalog's ``cudagraphs`` section from the tally, its dims in the order samples showed them."""
+        return self.cudagraph_tally.section(settings, dimensions, list(self.dims))

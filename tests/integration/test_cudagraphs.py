@@ -17,7 +17,8 @@ from torch._guards import CompileId
 
 import guardscope
 from guardscope import store, torch_compat
-from guardscope.catalog.builder import CatalogBuilder, CudagraphSettings
+from guardscope.catalog.builder import CatalogBuilder
+from guardscope.catalog.cudagraphs import CudagraphSettings
 from guardscope.model import CudagraphEventKind as Kind
 from guardscope.options import ReplayOptions
 from guardscope.replay import runner as replay_runner
@@ -282,7 +283,7 @@ def test_repeats_builder_state_round_trips(repeats_analysis, repeats_full):
     builder = _builder(repeats_full[0])
     rebuilt = CatalogBuilder.from_state(json.loads(json.dumps(builder.to_state())))
     settings = CudagraphSettings(observed=False, **torch_compat.cudagraph_config())
-    assert rebuilt.shapes == builder.shapes
+    assert rebuilt.cudagraph_tally.shapes == builder.cudagraph_tally.shapes
     section = rebuilt.cudagraph_section(settings, rebuilt.dimensions())
     assert json.dumps(section, sort_keys=True) == json.dumps(catalog["cudagraphs"], sort_keys=True)
 

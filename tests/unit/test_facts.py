@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from guardscope.catalog.builder import CatalogBuilder, guard_atoms, render_facts
+from guardscope.catalog.builder import CatalogBuilder
+from guardscope.catalog.facts import guard_atoms, render_facts
 from guardscope.model import CompileEvent, FailureKind, SampleMeta, TensorMeta
 
 from .test_classify import TEMPERATURE_CONSTANT, TEMPERATURE_FLOAT

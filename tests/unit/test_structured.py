@@ -201,7 +201,7 @@ def test_cache_guards_are_classified():
 
 
 def test_a_cache_flag_guard_is_a_prefill_or_decode_fact():
-    from guardscope.catalog.builder import guard_atoms, render_facts
+    from guardscope.catalog.facts import guard_atoms, render_facts
     from guardscope.text import flag_words
 
     lines = ["FALSE_MATCH: L['cache'].layers[0].is_initialized == False  # if not self.is_initialized",
