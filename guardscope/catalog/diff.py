@@ -5,6 +5,10 @@ graph was rejected, and regroup the inputs. This module compares two catalogs an
 :class:`CatalogDiff` that renders as text (:meth:`CatalogDiff.summary_lines`), JSON
 (:meth:`CatalogDiff.to_json`) and HTML (``guardscope.report.page.render_diff`` and the reusable partial
 ``templates/_diff.html``). It is pure: dicts in, frozen dataclasses out; no torch, no files.
+The records it lists are in :mod:`guardscope.catalog.diff_changes`, their words in
+:mod:`guardscope.catalog.diff_words`; :mod:`guardscope.catalog.diff_compiles` compares the
+compiles and failures, :mod:`guardscope.catalog.diff_samples` the topologies, samples,
+dimensions and errors.
 
 Identity across analyses never uses guardscope's numbering (topology ids, compile ids), which
 shifts as soon as one graph more or less is compiled:
@@ -44,109 +48,45 @@ masked in those texts too, or two failures that differ only in it would still di
 
 from __future__ import annotations
 
-import json
-import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ..model import FAILURE_FIELDS, GUARD_TEXT, IGNORABLE
-from ..text import format_samples, guard_text, normalize_reason
-from .matching import (
-    CompileKey,
-    TopologySide,
-    compiles_by_key,
-    match_topologies,
-    topology_sides,
+from ..text import format_samples, guard_text
+from .diff_changes import (
+    NOT_IN_CORPUS,
+    PRODUCTION_STATUSES,
+    TOPOLOGY_STATUSES,
+    CompileChange,
+    ContextChange,
+    DimensionChange,
+    ErrorChange,
+    SampleMove,
+    TopologyChange,
 )
-
-DIMENSION_FIELDS = ("min", "max", "dynamic", "ever_zero", "ever_one", "equal_to")
-
-# Where a sample can be in one analysis besides a topology.
-RAISED = "raised"
-NOT_ANALYSED = "not analysed"
-RAN_EAGERLY = "ran eagerly"        # after a failed compile made Dynamo skip the forward
-NOT_REPLAYED = "not replayed"      # in the corpus, but in no topology (a skipped shard)
-NOT_IN_CORPUS = "not in corpus"    # past the end of a shorter corpus
-
-# "reworded": the same members and graphs, other facts (wording only, not a production difference)
-TOPOLOGY_STATUSES = ("vanished", "new", "changed", "reworded", "unchanged")
-PRODUCTION_STATUSES = TOPOLOGY_STATUSES[:3]
+from .diff_compiles import compile_changes, failures_by_kind
+from .diff_samples import dimension_changes, error_changes, sample_moves, topology_changes
+from .diff_words import (
+    arrow,
+    clip,
+    compile_label,
+    compile_words,
+    facts_words,
+    failure_changes,
+    failure_words,
+    move_words,
+    run_words,
+    topology_label,
+    topology_words,
+    value_words,
+)
+from .matching import TopologySide
 
 # The verdicts, strongest last: nothing differs; only wording does; production would feel it.
 IDENTICAL, WORDING, DIFFERENT = "identical", "wording", "different"
 VERDICT_WORDS = {IDENTICAL: "identical", WORDING: "same in production (wording differs)", DIFFERENT: "different"}
 VERDICT_TITLES = {IDENTICAL: "IDENTICAL", WORDING: "SAME IN PRODUCTION (wording differs)", DIFFERENT: "DIFFERENT"}
-
-# --- the result --------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ContextChange:
-    """A difference in where or how the analyses ran: it never makes them different."""
-
-    field: str        # "torch_version", "compile.backend", "corpus.samples", ...
-    old: Any
-    new: Any
-
-
-@dataclass(frozen=True)
-class CompileChange:
-    """A compile present in one analysis only, or in both with other failures or outcome."""
-
-    status: str                    # "added", "removed" or "changed"
-    sample: int | None
-    co_name: str
-    rank: int                      # > 0 when this sample compiled this frame more than once
-    old_compile_id: str | None
-    new_compile_id: str | None
-    old_kinds: dict[str, int]      # failure kind -> count
-    new_kinds: dict[str, int]
-    old_fail_type: str | None
-    new_fail_type: str | None
-    removed_failures: tuple[dict, ...]   # catalog failure dicts plus "against_sample", "against_topology"
-    added_failures: tuple[dict, ...]
-    # "changed" with the same outcome and the same failure kinds against the same graphs: only the
-    # failures' other fields (their guard text...) differ
-    wording_only: bool = False
-
-
-@dataclass(frozen=True)
-class TopologyChange:
-    status: str                     # "vanished", "new", "changed", "reworded" or "unchanged"
-    facts: tuple[str, ...]          # the new side's order when both exist
-    old: TopologySide | None
-    new: TopologySide | None
-    lost: tuple[int, ...]           # member samples of the old topology that the new one lacks
-    gained: tuple[int, ...]
-    old_only: tuple[str, ...] = ()  # facts only the old side states (both sides exist)
-    new_only: tuple[str, ...] = ()  # facts only the new side states
-
-
-@dataclass(frozen=True)
-class SampleMove:
-    """Samples that were together in one place (a topology, or raised...) and now are in another."""
-
-    old: str                        # "T3" in the old numbering, or RAISED, NOT_ANALYSED, ...
-    new: str                        # "T5" in the new numbering, or a state
-    old_note: str                   # "vanished", "now T5" or ""
-    new_note: str                   # "new", "was T3" or ""
-    samples: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class DimensionChange:
-    dim: str
-    status: str                     # "added", "removed" or "changed"
-    fields: tuple[tuple[str, Any, Any], ...]   # (field, old, new) for the fields that differ
-
-
-@dataclass(frozen=True)
-class ErrorChange:
-    """A sample that raised in both analyses, with another error."""
-
-    sample: int
-    old: str
-    new: str
 
 
 @dataclass(frozen=True)
@@ -334,8 +274,8 @@ class CatalogDiff:
             return [f"{indent}… and {hidden:,} more (see --json or --html)"] if hidden else []
 
         lines = [
-            f"old         {self.labels[0]}: {_run_words(self.old_run, self.old_counts)}",
-            f"new         {self.labels[1]}: {_run_words(self.new_run, self.new_counts)}",
+            f"old         {self.labels[0]}: {run_words(self.old_run, self.old_counts)}",
+            f"new         {self.labels[1]}: {run_words(self.new_run, self.new_counts)}",
         ]
         lines += [f"warning     {w}" for w in self.warnings]
         for change in self.context:
@@ -369,10 +309,10 @@ class CatalogDiff:
         for t in shown:
             if t.status == "reworded":
                 lines.append(f"  {_MARK[t.status]} {topology_label(t)}  {topology_words(t)}")
-                lines += ([f"      - {_clip(fact, 200)}" for fact in t.old_only]
-                          + [f"      + {_clip(fact, 200)}" for fact in t.new_only])
+                lines += ([f"      - {clip(fact, 200)}" for fact in t.old_only]
+                          + [f"      + {clip(fact, 200)}" for fact in t.new_only])
             else:
-                lines.append(f"  {_MARK[t.status]} {topology_label(t)}  {topology_words(t)}: {_facts_words(t.facts)}")
+                lines.append(f"  {_MARK[t.status]} {topology_label(t)}  {topology_words(t)}: {facts_words(t.facts)}")
         lines += more(hidden)
 
         if self.moves:
@@ -398,134 +338,12 @@ class CatalogDiff:
             lines.append(f"errors      {len(self.errors)} sample{'' if len(self.errors) == 1 else 's'} raised another error")
             shown, hidden = cut(list(self.errors))
             for e in shown:
-                lines.append(f"  ~ sample {e.sample}: {_clip(e.old)} → {_clip(e.new)}")
+                lines.append(f"  ~ sample {e.sample}: {clip(e.old)} → {clip(e.new)}")
             lines += more(hidden)
         return lines
 
 
 _MARK = {"added": "+", "new": "+", "removed": "-", "vanished": "-", "changed": "~", "reworded": "≈", "unchanged": "="}
-
-
-# --- words shared by the text summary and the HTML context -------------------------------------
-
-def value_words(value: Any) -> str:
-    """A context or dimension value as text: strings as they are, everything else as JSON."""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-def arrow(old: Any, new: Any) -> str:
-    fmt = (lambda v: f"{v:,}") if all(isinstance(v, int) for v in (old, new)) else value_words
-    return fmt(old) if old == new else f"{fmt(old)} → {fmt(new)}"
-
-
-def _clip(text: str, most: int = 100) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= most else text[: most - 1] + "…"
-
-
-def _facts_words(facts: tuple[str, ...], most: int = 4) -> str:
-    return "; ".join(facts[:most]) + (" ..." if len(facts) > most else "") if facts else "(no facts)"
-
-
-def _run_words(run: dict[str, Any], counts: dict[str, int]) -> str:
-    return (f"torch {run['torch_version']}, {run['backend']} on {run['device']}, "
-            f"{counts['samples']:,} samples, {counts['compiles']:,} compiles, {counts['topologies']:,} topologies")
-
-
-def compile_label(change: CompileChange) -> str:
-    """``sample 4 (0/2 → 0/1)``: the compile's identity, then its id in each analysis."""
-    where = "sample ?" if change.sample is None else f"sample {change.sample}"
-    if change.co_name and change.co_name != "forward":
-        where += f" in {change.co_name}"
-    if change.rank:
-        where += f" (compile {change.rank + 1} there)"
-    ids = arrow(change.old_compile_id, change.new_compile_id) if change.status == "changed" else (
-        change.old_compile_id if change.status == "removed" else change.new_compile_id)
-    return f"{where} ({ids})"
-
-
-def kinds_words(kinds: dict[str, int]) -> str:
-    return ", ".join(f"{k} ×{n}" for k, n in kinds.items()) or "first compile, no failures"
-
-
-def compile_words(change: CompileChange) -> str:
-    if change.status == "added":
-        return "new compile: " + kinds_words(change.new_kinds)
-    if change.status == "removed":
-        return "no longer compiles: " + kinds_words(change.old_kinds)
-    parts = []
-    kinds = sorted(set(change.old_kinds) | set(change.new_kinds))
-    moved = [f"{k} {arrow(change.old_kinds.get(k, 0), change.new_kinds.get(k, 0))}" for k in kinds
-             if change.old_kinds.get(k, 0) != change.new_kinds.get(k, 0)]
-    if moved:
-        parts.append(", ".join(moved))
-    elif change.removed_failures or change.added_failures:
-        parts.append("same failure kinds, other guards or graphs")
-    if change.old_fail_type != change.new_fail_type:
-        parts.append(f"outcome {value_words(change.old_fail_type or 'compiled')} → {value_words(change.new_fail_type or 'compiled')}")
-    return "; ".join(parts)
-
-
-def failure_changes(change: CompileChange) -> list[tuple[str, dict]]:
-    """("removed" or "added", failure) for one compile, a removed failure next to the added one
-    against the same graph with the same kind."""
-    marked = [("removed", f) for f in change.removed_failures] + [("added", f) for f in change.added_failures]
-    return sorted(marked, key=lambda item: (_failure_order(item[1])[:3], item[0] != "removed", guard_text(item[1])))
-
-
-def against_words(failure: dict) -> str:
-    """``T1 (graph 0/1)``: the graph a failure failed against, by its topology when it has one."""
-    graph = f"graph {failure.get('against') or '?'}"
-    if failure.get("against_topology") is not None:
-        return f"T{failure['against_topology']} ({graph})"
-    if failure.get("against_sample") is not None:
-        return f"{graph}, compiled at sample {failure['against_sample']}"
-    return graph
-
-
-def failure_words(failure: dict) -> str:
-    return f"{failure['kind']} against {against_words(failure)}: {_clip(failure.get('guard') or guard_text(failure))}"
-
-
-def topology_label(t: TopologyChange) -> str:
-    if t.old and t.new:
-        return f"T{t.old.id}" if t.old.id == t.new.id else f"T{t.old.id} → T{t.new.id}"
-    return f"T{(t.old or t.new).id} ({t.status})"
-
-
-def _graphs_words(graphs: tuple[tuple, ...]) -> str:
-    """``0, 4 in forward_1``: the samples whose compiles made a topology's graphs (frame aside the forward)."""
-    def one(sample: int | None, co_name: str) -> str:
-        return ("?" if sample is None else f"{sample}") + (f" in {co_name}" if co_name and co_name != "forward" else "")
-
-    return ", ".join(one(sample, co_name) for sample, co_name, *_ in graphs) or "none"
-
-
-def topology_words(t: TopologyChange) -> str:
-    if t.old is None or t.new is None:
-        side = t.old or t.new
-        return f"{side.count:,} sample{'' if side.count == 1 else 's'}, first {side.first_sample}"
-    if t.status == "reworded":
-        return (f"{t.new.count:,} sample{'' if t.new.count == 1 else 's'}, the same members and graphs; "
-                "facts differ in wording only")
-    words = f"{arrow(t.old.count, t.new.count)} samples"
-    if t.gained or t.lost:
-        words += f" (+{len(t.gained):,} −{len(t.lost):,})"
-    if t.old.first_sample != t.new.first_sample:
-        words += f", first {t.old.first_sample} → {t.new.first_sample}"
-    if t.old.compile_sample != t.new.compile_sample:
-        words += f", graph compiled at sample {arrow(t.old.compile_sample, t.new.compile_sample)}"
-    elif t.old.graphs != t.new.graphs:
-        words += f", graphs compiled at samples {_graphs_words(t.old.graphs)} → {_graphs_words(t.new.graphs)}"
-    return words
-
-
-def place_words(place: str, note: str) -> str:
-    return f"{place} ({note})" if note else place
-
-
-def move_words(move: SampleMove) -> str:
-    return f"{place_words(move.old, move.old_note)} → {place_words(move.new, move.new_note)}"
 
 
 # --- the comparison ----------------------------------------------------------------------------
@@ -544,11 +362,8 @@ def diff_catalogs(old: dict[str, Any], new: dict[str, Any], *, ignore: Iterable[
         raise ValueError(f"cannot ignore {unknown}: choose from {', '.join(IGNORABLE)}")
     fields = tuple(f for f in FAILURE_FIELDS if f not in ignored)
 
-    topologies, partner = _topologies(old, new)
-    old_compiles, new_compiles = compiles_by_key(old), compiles_by_key(new)
-    old_graphs = _graph_identities(old_compiles, topologies, "old")
-    new_graphs = _graph_identities(new_compiles, topologies, "new")
-    dimensions = _dimension_changes(old, new)
+    topologies, partner = topology_changes(old, new)
+    dimensions = dimension_changes(old, new)
     return CatalogDiff(
         labels=(str(labels[0]), str(labels[1])),
         ignore=ignored,
@@ -558,13 +373,12 @@ def diff_catalogs(old: dict[str, Any], new: dict[str, Any], *, ignore: Iterable[
         new_run=_run(new),
         context=_context(old, new),
         warnings=_warnings(old, new, dimensions),
-        compiles=_compile_changes(old_compiles, new_compiles, old_graphs, new_graphs, fields,
-                                  _topology_ids(old), _topology_ids(new)),
-        failures_by_kind=_failures_by_kind(old, new),
+        compiles=compile_changes(old, new, topologies, fields),
+        failures_by_kind=failures_by_kind(old, new),
         topologies=topologies,
-        moves=_moves(old, new, partner),
+        moves=sample_moves(old, new, partner),
         dimensions=dimensions,
-        errors=_error_changes(old, new),
+        errors=error_changes(old, new),
     )
 
 
@@ -609,10 +423,6 @@ def _context(old: dict, new: dict) -> tuple[ContextChange, ...]:
     return tuple(ContextChange(name, a, b) for name, a, b in pairs() if a != b)
 
 
-def _dimension_stats(catalog: dict) -> dict[str, dict]:
-    return {d["dim"]: d for d in catalog.get("dimensions", [])}
-
-
 def _warnings(old: dict, new: dict, dimensions: tuple[DimensionChange, ...]) -> tuple[str, ...]:
     warnings = []
     a, b = old["corpus"]["samples"], new["corpus"]["samples"]
@@ -629,273 +439,3 @@ def _warnings(old: dict, new: dict, dimensions: tuple[DimensionChange, ...]) -> 
     if old.get("model") != new.get("model"):
         warnings.append(f"different models ({old.get('model')} vs {new.get('model')})")
     return tuple(warnings)
-
-
-# --- compiles and failures ---------------------------------------------------------------------
-
-def _graph_identities(compiles: dict[CompileKey, dict], topologies: tuple[TopologyChange, ...],
-                      side: str) -> dict[str, tuple]:
-    """compile id -> what names that graph in both analyses: the matched topology it serves, else
-    the sample that compiled it. A failure against "the general graph" is then the same failure
-    whether that graph was compiled at sample 0 or 1."""
-    identities: dict[str, tuple] = {c["compile_id"]: ("compile", *key) for key, c in compiles.items()}
-    for position, t in enumerate(topologies):
-        if t.old and t.new:
-            graph = getattr(t, side).compile_id
-            if graph is not None:
-                identities[graph] = ("topology", position)
-    return identities
-
-
-def _topology_ids(catalog: dict) -> dict[str, int]:
-    return {t["compile_id"]: t["id"] for t in catalog["topologies"] if t.get("compile_id") is not None}
-
-
-def _sort_key(key: CompileKey) -> tuple:
-    sample, co_name, rank = key
-    return (sample is None, sample or 0, co_name, rank)
-
-
-# The fields classify reads out of a failure's guard or reason text (``_spellings`` says where).
-_SPELLED = ("expected", "actual", "user_source", "hint", "operator")
-_LOCATION = re.compile(r"(?P<path>[^\s#()]+):(?P<line>\d+) in (?P<function>[\w<>.]+)")
-
-
-def _spellings(name: str, value: str) -> list[tuple[re.Pattern[str], str]]:
-    """(pattern, replacement) masking the value of field ``name`` where a failure's guard or
-    reason spells it (as :mod:`guardscope.catalog.classify` read it from there)."""
-    if name in ("expected", "actual"):
-        # "expected 12, actual 7", "expected requires_grad=1", "Expected device index to be 0"
-        return [(re.compile(rf"(?i)(\b{name}(?: requires_grad=| device index to be | ))" + re.escape(value)), r"\1…")]
-    if name == "operator":
-        # "conv (_subclasses/fake_impls.py:1811)" stands in the reason as "(fake_impls.py:1811 in conv)"
-        function, _, place = value.partition(" (")
-        value = f"{normalize_reason(place.removesuffix(')'))} in {function}"
-    pieces = [value]
-    if name == "user_source":
-        # "model.py:70 in forward: <code>" stands in the reason as "<code>  # model.py:70 in forward",
-        # and in its user stack trace as 'File "model.py", line 70, in forward'
-        location, colon, code = value.partition(": ")
-        where = _LOCATION.fullmatch(location)
-        if colon and where:
-            pieces = [location, f'File "{where["path"]}", line {where["line"]}, in {where["function"]}', code]
-    return [(re.compile(re.escape(piece)), "…") for piece in pieces if piece]
-
-
-def _masked(text: str, failure: dict, ignored: Iterable[str]) -> str:
-    """``text`` (the failure's guard or reason) with the values of the ignored fields it spells
-    replaced by ``…``."""
-    for name in ignored:
-        value = failure.get(name)
-        if name in _SPELLED and value is not None:
-            for pattern, replacement in _spellings(name, str(value)):
-                text = pattern.sub(replacement, text)
-    return text
-
-
-def _failure_signature(failure: dict, graphs: dict[str, tuple], fields: tuple[str, ...]) -> tuple:
-    ignored = [name for name in FAILURE_FIELDS if name not in fields]
-    values = []
-    for name in fields:
-        value = failure.get(name)
-        if name == "against":
-            value = graphs.get(value, value)
-        elif name == "raw":
-            value = _masked(guard_text(failure), failure, ignored)
-        elif name == "guard" and value is not None:
-            value = _masked(value, failure, ignored)
-        elif isinstance(value, list):
-            value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
-        values.append(value)
-    return tuple(values)
-
-
-def _annotated(failure: dict, compile_sample: dict[str, int | None], topology: dict[str, int]) -> dict:
-    """The catalog's failure plus the sample that compiled the graph it failed against and the
-    topology that graph serves (in that analysis's numbering)."""
-    against = failure.get("against")
-    return {**failure, "against_sample": compile_sample.get(against), "against_topology": topology.get(against)}
-
-
-def _unmatched(items: list[tuple[tuple, dict]], others: list[tuple[tuple, dict]]) -> list[dict]:
-    """Items whose signature has no partner left among ``others`` (a multiset difference)."""
-    available = Counter(signature for signature, _ in others)
-    left = []
-    for signature, failure in items:
-        if available[signature]:
-            available[signature] -= 1
-        else:
-            left.append(failure)
-    return left
-
-
-def _failure_order(failure: dict) -> tuple:
-    against = failure.get("against_sample")
-    return (against is None, against or 0, failure["kind"], guard_text(failure))
-
-
-def _kinds(compile_: dict | None) -> dict[str, int]:
-    if compile_ is None:
-        return {}
-    return dict(sorted(Counter(f["kind"] for f in compile_["failures"]).items()))
-
-
-def _same_in_production(a: dict, b: dict, old_graphs: dict[str, tuple], new_graphs: dict[str, tuple],
-                        fields: tuple[str, ...]) -> bool:
-    """Whether one compile's two versions end alike and fail the same kinds of guard against the
-    same graphs (their guard texts and other fields may differ: wording)."""
-    core = tuple(name for name in ("kind", "against") if name in fields)
-    return a.get("fail_type") == b.get("fail_type") and (
-        Counter(_failure_signature(f, old_graphs, core) for f in a.get("failures", []))
-        == Counter(_failure_signature(f, new_graphs, core) for f in b.get("failures", [])))
-
-
-def _compile_changes(old: dict[CompileKey, dict], new: dict[CompileKey, dict],
-                     old_graphs: dict[str, tuple], new_graphs: dict[str, tuple], fields: tuple[str, ...],
-                     old_topology: dict[str, int], new_topology: dict[str, int]) -> tuple[CompileChange, ...]:
-    old_sample = {c["compile_id"]: key[0] for key, c in old.items()}
-    new_sample = {c["compile_id"]: key[0] for key, c in new.items()}
-    changes = []
-    for key in sorted(set(old) | set(new), key=_sort_key):
-        a, b = old.get(key), new.get(key)
-        old_failures = [(_failure_signature(f, old_graphs, fields), _annotated(f, old_sample, old_topology))
-                        for f in (a or {}).get("failures", [])]
-        new_failures = [(_failure_signature(f, new_graphs, fields), _annotated(f, new_sample, new_topology))
-                        for f in (b or {}).get("failures", [])]
-        removed = sorted(_unmatched(old_failures, new_failures), key=_failure_order)
-        added = sorted(_unmatched(new_failures, old_failures), key=_failure_order)
-        if a is None:
-            status = "added"
-        elif b is None:
-            status = "removed"
-        elif removed or added or a.get("fail_type") != b.get("fail_type"):
-            status = "changed"
-        else:
-            continue
-        changes.append(CompileChange(
-            status=status, sample=key[0], co_name=key[1], rank=key[2],
-            old_compile_id=a and a["compile_id"], new_compile_id=b and b["compile_id"],
-            old_kinds=_kinds(a), new_kinds=_kinds(b),
-            old_fail_type=a and a.get("fail_type"), new_fail_type=b and b.get("fail_type"),
-            removed_failures=tuple(removed), added_failures=tuple(added),
-            wording_only=status == "changed" and _same_in_production(a, b, old_graphs, new_graphs, fields),
-        ))
-    return tuple(changes)
-
-
-def _failures_by_kind(old: dict, new: dict) -> tuple[tuple[str, int, int], ...]:
-    a = old.get("summary", {}).get("failures_by_kind", {})
-    b = new.get("summary", {}).get("failures_by_kind", {})
-    return tuple((kind, a.get(kind, 0), b.get(kind, 0)) for kind in sorted(set(a) | set(b)))
-
-
-# --- topologies and samples --------------------------------------------------------------------
-
-def _topologies(old: dict, new: dict) -> tuple[tuple[TopologyChange, ...], dict[int, int]]:
-    """Every topology with its status, and old id -> new id for the matched ones."""
-    members_old = {t["id"]: frozenset(t["samples"]) for t in old["topologies"]}
-    members_new = {t["id"]: frozenset(t["samples"]) for t in new["topologies"]}
-    changes, partner = [], {}
-    for a, b in match_topologies(topology_sides(old), topology_sides(new), members_old, members_new):
-        before = members_old[a.id] if a else frozenset()
-        after = members_new[b.id] if b else frozenset()
-        old_only: tuple[str, ...] = ()
-        new_only: tuple[str, ...] = ()
-        if a and b:
-            partner[a.id] = b.id
-            old_only = tuple(f for f in a.facts if f not in set(b.facts))
-            new_only = tuple(f for f in b.facts if f not in set(a.facts))
-            if before != after or a.compile_sample != b.compile_sample or a.graphs != b.graphs:
-                status = "changed"
-            else:
-                status = "reworded" if old_only or new_only else "unchanged"
-        else:
-            status = "vanished" if a else "new"
-        changes.append(TopologyChange(
-            status=status, facts=(b or a).facts, old=a, new=b,
-            lost=tuple(sorted(before - after)), gained=tuple(sorted(after - before)),
-            old_only=old_only, new_only=new_only,
-        ))
-    changes.sort(key=lambda t: (TOPOLOGY_STATUSES.index(t.status), (t.old or t.new).first_sample,
-                                t.old.id if t.old else -1, t.new.id if t.new else -1))
-    return tuple(changes), partner
-
-
-def _places(catalog: dict) -> dict[int, str]:
-    places = {}
-    for t in catalog["topologies"]:
-        for sample in t["samples"]:
-            places[sample] = f"T{t['id']}"
-    for sample in catalog.get("not_analysed", []):
-        places.setdefault(sample, NOT_ANALYSED)
-    for skipped in catalog.get("skipped_frames", []):
-        for sample in skipped["eager_samples"] or ():
-            places.setdefault(sample, RAN_EAGERLY)
-    for failed in catalog.get("failed_samples", []):
-        places.setdefault(failed["sample"], RAISED)
-    return places
-
-
-def _same_place(place: str, partner: dict[int, int]) -> str | None:
-    """An old place in the new numbering (None for a vanished topology)."""
-    if not place.startswith("T"):
-        return place
-    now = partner.get(int(place[1:]))
-    return None if now is None else f"T{now}"
-
-
-def _moves(old: dict, new: dict, partner: dict[int, int]) -> tuple[SampleMove, ...]:
-    """Samples whose place changed, grouped by (old place, new place)."""
-    old_places, new_places = _places(old), _places(new)
-    sizes = (old["corpus"]["samples"], new["corpus"]["samples"])
-    back = {b: a for a, b in partner.items()}
-    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
-    everything = set(old_places) | set(new_places) | set(range(max(sizes)))
-    for sample in sorted(everything):
-        a = old_places.get(sample, NOT_REPLAYED if sample < sizes[0] else NOT_IN_CORPUS)
-        b = new_places.get(sample, NOT_REPLAYED if sample < sizes[1] else NOT_IN_CORPUS)
-        if _same_place(a, partner) != b:
-            groups[(a, b)].append(sample)
-
-    def old_note(place: str) -> str:
-        if not place.startswith("T"):
-            return ""
-        now = partner.get(int(place[1:]))
-        return "vanished" if now is None else ("" if f"T{now}" == place else f"now T{now}")
-
-    def new_note(place: str) -> str:
-        if not place.startswith("T"):
-            return ""
-        was = back.get(int(place[1:]))
-        return "new" if was is None else ("" if f"T{was}" == place else f"was T{was}")
-
-    moves = [SampleMove(old=a, new=b, old_note=old_note(a), new_note=new_note(b), samples=tuple(samples))
-             for (a, b), samples in groups.items()]
-    return tuple(sorted(moves, key=lambda m: m.samples[0]))
-
-
-def _dimension_changes(old: dict, new: dict) -> tuple[DimensionChange, ...]:
-    a, b = _dimension_stats(old), _dimension_stats(new)
-    changes = []
-    for dim in sorted(set(a) | set(b)):
-        if dim not in b:
-            changes.append(DimensionChange(dim, "removed", ()))
-        elif dim not in a:
-            changes.append(DimensionChange(dim, "added", ()))
-        else:
-            differing = []
-            for field in DIMENSION_FIELDS:
-                x, y = a[dim].get(field), b[dim].get(field)
-                if field == "equal_to":
-                    x, y = sorted(x or []), sorted(y or [])
-                if x != y:
-                    differing.append((field, x, y))
-            if differing:
-                changes.append(DimensionChange(dim, "changed", tuple(differing)))
-    return tuple(changes)
-
-
-def _error_changes(old: dict, new: dict) -> tuple[ErrorChange, ...]:
-    a = {f["sample"]: f["error"] for f in old.get("failed_samples", [])}
-    b = {f["sample"]: f["error"] for f in new.get("failed_samples", [])}
-    return tuple(ErrorChange(s, a[s], b[s]) for s in sorted(set(a) & set(b)) if a[s] != b[s])

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import store
-from ..catalog import diff as words
+from ..catalog import diff_words as words
+from ..catalog.diff import VERDICT_WORDS
 from ..text import format_samples, guard_text
 from .common import DIFF_FAILURES_SHOWN, KIND_EXPLANATIONS, LIST_SHOWN, number_text
 from .environment import ENVIRONMENT
@@ -41,7 +42,7 @@ def diff_context(diff: CatalogDiff, *, title: str = "What changed") -> dict:
         "title": title,
         "identical": diff.identical,
         "verdict": diff.verdict,
-        "verdict_words": words.VERDICT_WORDS[diff.verdict],
+        "verdict_words": VERDICT_WORDS[diff.verdict],
         "headline": headline,
         "changes": headline.partition(": ")[2],
         "labels": {"old": diff.labels[0], "new": diff.labels[1]},

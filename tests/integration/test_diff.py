@@ -16,7 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from guardscope import cli, store, torch_compat
-from guardscope.catalog.diff import SampleMove, diff_catalogs
+from guardscope.catalog.diff import diff_catalogs
+from guardscope.catalog.diff_changes import SampleMove
 from guardscope.report.diff_page import render_diff
 
 from ..pages import parse, words
