@@ -4,5 +4,6 @@ Stage order: ``classify`` (guard-failure text to typed failures), ``facts`` (a c
 guards in plain words), ``builder`` (topologies, dimensions, frames), ``buckets`` (CUDA-graph
 padding advice), ``cudagraphs`` (the catalog's CUDA-graph section), ``caveats`` (what the numbers
 do not say), ``matching`` (which topology of one catalog is which of another's), ``diff`` (two
-catalogs compared).
+catalogs compared: its records in ``diff_changes``, its comparisons in ``diff_compiles`` and
+``diff_samples``, its wording in ``diff_words``).
 """
