@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +40,56 @@ class CorpusReplay:
     seconds: float
     skipped_shards: tuple[dict[str, str], ...]
     warnings: tuple[str, ...]
+
+
+class HeldSignals:
+    """Ctrl-C and SIGTERM held while a finished sample is recorded: the catalog builder and the
+    progress a checkpoint saves move together. An interrupt between the two would checkpoint a
+    sample the builder holds as still to do, and its resume would count that sample twice (a
+    corpus of 300 samples catalogued as 301).
+
+    While installed (the main thread only: elsewhere Python delivers no signal), the two signals'
+    Python handlers (Ctrl-C's ``KeyboardInterrupt``, the CLI's SIGTERM one) are wrapped: one that
+    arrives inside :meth:`holding` runs when the block ends, any other at once."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self._handlers: dict[int, Callable[..., Any]] = {}
+        self._holding = False
+        self._pending: tuple[int, Any] | None = None
+
+    @contextlib.contextmanager
+    def installed(self) -> Any:
+        if threading.current_thread() is threading.main_thread():
+            for number in self.SIGNALS:
+                handler = signal.getsignal(number)
+                if callable(handler):  # not SIG_DFL or SIG_IGN: those are left as they are
+                    self._handlers[number] = handler
+                    signal.signal(number, self._arrived)
+        try:
+            yield self
+        finally:
+            for number, handler in self._handlers.items():
+                signal.signal(number, handler)
+            self._handlers.clear()
+
+    def _arrived(self, number: int, frame: Any) -> None:
+        if self._holding:
+            self._pending = (number, frame)
+        else:
+            self._handlers[number](number, frame)
+
+    @contextlib.contextmanager
+    def holding(self) -> Any:
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
+            if self._pending is not None:
+                (number, frame), self._pending = self._pending, None
+                self._handlers[number](number, frame)
 
 
 class ShardCollector:
@@ -200,24 +252,28 @@ def replay_corpus(
                 "cudagraph_bytes": done["cudagraphs"],
             })
 
-        def finished(index: int) -> None:
-            done["next"] = index + 1
-            done["trace"] = trace_sized.size() if trace_sized is not None else None
-            if cudagraph_sized is not None:
-                done["cudagraphs"] = cudagraph_sized.size()
-            if time.monotonic() - done["time"] >= checkpoint_every:
-                checkpoint()
+        held = HeldSignals()
 
-        with ReplaySession(
+        def recorded(meta: Any) -> None:
+            # The builder's samples and the checkpoint's next sample move together (HeldSignals).
+            with held.holding():
+                builder.add_sample(meta)
+                done["next"] = meta.index + 1
+                done["trace"] = trace_sized.size() if trace_sized is not None else None
+                if cudagraph_sized is not None:
+                    done["cudagraphs"] = cudagraph_sized.size()
+                if time.monotonic() - done["time"] >= checkpoint_every:
+                    checkpoint()
+
+        with held.installed(), ReplaySession(
             model,
             options,
-            on_sample=builder.add_sample,
+            on_sample=recorded,
             trace_stream=trace_sized,  # type: ignore[arg-type]  # written and flushed only
             progress=(lambda count: progress(done_before + count, session.compiles)) if progress else None,
             guard_only=replay_mode in ("auto", "guards"),
             cudagraph_stream=cudagraph_sized,  # type: ignore[arg-type]
             track_lookup=track_lookup,
-            after_sample=finished,
             full_sample=corpus.full_sample,
             # Signatures recur where the corpus records them (format 3): check each once.
             signature_cache=SIGNATURE_CACHE if corpus.manifest.format_version >= 3 else 0,

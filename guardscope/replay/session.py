@@ -90,7 +90,6 @@ class ReplaySession:
         guard_only: bool = False,
         cudagraph_stream: IO[str] | None = None,
         track_lookup: bool = False,
-        after_sample: Callable[[int], None] | None = None,
         full_sample: Callable[[int], Sample] | None = None,
         signature_cache: int = 0,
     ) -> None:
@@ -98,7 +97,6 @@ class ReplaySession:
         # A signature-only sample that must run (it compiles, or a later frame needs data) runs
         # on the data of the full sample of its signature, from here, when there is one.
         self.full_sample = full_sample
-        self.after_sample = after_sample  # called with each finished sample's index (checkpoints)
         self.track_lookup = track_lookup
         self.options = options
         self.on_sample = on_sample
@@ -358,8 +356,6 @@ class ReplaySession:
 
     def _done(self, meta: SampleMeta) -> None:
         self.on_sample(meta)
-        if self.after_sample is not None:
-            self.after_sample(meta.index)
         self.count += 1
         if self.progress is not None:
             self.progress(self.count)

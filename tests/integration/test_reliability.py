@@ -6,7 +6,9 @@ tests/unit/test_reliability.py, tests/subprocess/test_reliability.py.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 from types import SimpleNamespace
 
 import pytest
@@ -15,6 +17,7 @@ from click.testing import CliRunner
 
 import guardscope
 from guardscope import CorpusWriter, store
+from guardscope.catalog.builder import CatalogBuilder
 from guardscope.cli import main
 from guardscope.replay.resumable import _rebuild_warnings
 
@@ -95,6 +98,33 @@ def test_a_resumed_analysis_equals_the_uninterrupted_one_wherever_it_was_interru
         assert (out / "catalog.json").read_bytes() == (reference / "catalog.json").read_bytes(), interrupted_at
         assert compiles(out) == compiles(reference) == 4  # the finished part, replayed again, logged nothing
         assert not [w for w in resumed.warnings if "resumed replay" in w]
+
+
+def test_an_interrupt_while_a_sample_is_recorded_waits_until_it_is_recorded(tmp_path, monkeypatch):
+    """Ctrl-C landing right after the catalog builder took a sample, before the replay counted it
+    done: the checkpoint must not hold that sample both as done and as still to do (its resume
+    counted it twice: 7 samples of 6, as a CI run under load catalogued 301 of the seed's 300)."""
+    corpus = tmp_path / "corpus"
+    with CorpusWriter(corpus, model=model_spec("Elementwise"), compile={"dynamic": True, "fullgraph": True},
+                      shard_size=2) as writer:
+        for rows in (5, 7, 1, 9, 0, 6):
+            writer.add(torch.randn(rows, 4))
+    reference = guardscope.analyze(corpus, tmp_path / "reference", checkpoint_every=0).out_dir
+    recorded = CatalogBuilder.add_sample
+
+    def recorded_then_interrupted(builder, meta):
+        recorded(builder, meta)
+        if meta.index == 3:
+            os.kill(os.getpid(), signal.SIGINT)  # Python runs the handler at the next instruction, here
+
+    monkeypatch.setattr(CatalogBuilder, "add_sample", recorded_then_interrupted)
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        guardscope.analyze(corpus, out, checkpoint_every=0)
+    assert store.checkpoint_progress(out) == 4  # sample 3 is done: recorded, and counted
+    monkeypatch.setattr(CatalogBuilder, "add_sample", recorded)
+    guardscope.analyze(corpus, out, checkpoint_every=0, resume=True)
+    assert (out / "catalog.json").read_bytes() == (reference / "catalog.json").read_bytes()
 
 
 def test_a_resume_that_replays_differently_is_warned_about():

@@ -292,3 +292,28 @@ def test_a_failed_compile_of_the_forward_sends_every_later_call_to_eager():
     # a later frame's failure: its calls ran that frame eagerly, which calls reached it is not known
     (skipped,) = catalog_of([compiled, failed_compile("1/0", 1, "Unsupported context manager")], samples).skipped_frames
     assert (skipped["frame"], skipped["error"], skipped["eager_samples"]) == (1, None, None)
+
+
+def test_held_signals_run_a_signal_that_arrived_while_holding_once_the_block_ends():
+    import signal
+
+    from guardscope.replay.resumable import HeldSignals
+
+    arrived: list[str] = []
+
+    def handler(number, frame):
+        arrived.append(signal.Signals(number).name)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        held = HeldSignals()
+        with held.installed():
+            with held.holding():
+                os.kill(os.getpid(), signal.SIGTERM)
+                arrived.append("recorded")  # the block finishes first
+            assert arrived == ["recorded", "SIGTERM"]
+            os.kill(os.getpid(), signal.SIGTERM)  # outside a block: at once
+            assert arrived == ["recorded", "SIGTERM", "SIGTERM"]
+        assert signal.getsignal(signal.SIGTERM) is handler  # put back as it was
+    finally:
+        signal.signal(signal.SIGTERM, previous)
