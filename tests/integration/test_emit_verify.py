@@ -9,6 +9,8 @@ from __future__ import annotations
 from guardscope import pipeline
 from guardscope.corpus.reader import load_corpus
 
+from ..sessions import copy_analysis
+
 MARKS = (("x", 0), ("local_edge_index", 1), ("cross_edge_index", 1), ("local_edge_scale", 0),
          ("cross_edge_scale", 0), ("context", 0))
 
@@ -47,7 +49,7 @@ def test_export_dims_share_equal_dims(seed_fixes):
 
 
 def test_emitted_files_are_deterministic(seed_fixes, tmp_path):
-    out, _ = seed_fixes
+    out = copy_analysis(seed_fixes[0], tmp_path / "out")
     before = {name: (out / name).read_bytes() for name in ("warmup.py", "unbacked.py", "export_dims.py", "fixes.json")}
     pipeline.emit_warmup(out)
     assert {name: (out / name).read_bytes() for name in before} == before

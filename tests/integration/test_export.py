@@ -22,7 +22,7 @@ from guardscope.model import Sample
 from .. import real_models
 from ..builders import CATALOG, refined_plan, write_image_corpus
 from ..models import NormalisedCNN
-from ..sessions import EXPORT_SAMPLES
+from ..sessions import EXPORT_SAMPLES, copy_analysis
 
 # --- real torch.export, no corpus ------------------------------------------------------------------
 
@@ -122,8 +122,10 @@ SAMPLES = EXPORT_SAMPLES
 
 
 @pytest.mark.slow
-def test_emitting_again_after_infeasible_leaves_no_stale_module(emitted):
-    out, _ = emitted("gpt2")
+def test_emitting_again_after_infeasible_leaves_no_stale_module(emitted, tmp_path):
+    source, plan = emitted("gated")  # data-dependent control flow: torch.export cannot take it
+    assert plan.status == "infeasible"
+    out = copy_analysis(source, tmp_path / "out")
     # an earlier emit's module, written as guardscope writes (a file it did not write is never replaced)
     store.write_text(out / "export_dims.py", render_export_dims(CATALOG, refined_plan()))
     pipeline.emit_warmup(out)

@@ -23,6 +23,7 @@ from samples.gnn.model import small
 
 from ..conftest import REPO, SEED_CORPUS, model_spec
 from ..models import Elementwise
+from ..sessions import made_once
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "seed_catalog.json"
 PLAN_SAMPLES = 100
@@ -47,15 +48,17 @@ def seed_samples():
 @pytest.fixture(scope="module")
 def seed_plan(tmp_path_factory, seed_samples):
     """analyze + emit-warmup on the seed corpus's first 100 samples, as recorded by a user."""
-    base = tmp_path_factory.mktemp("seed-plan")
-    manifest = load_corpus(SEED_CORPUS).manifest
-    spec = f"{REPO / 'samples' / 'gnn' / 'model.py'}:small"
-    with CorpusWriter(base / "corpus", model=spec, compile=manifest.compile) as writer:
-        for sample in seed_samples[:PLAN_SAMPLES]:
-            writer.add(*sample.args, **sample.kwargs)
-    guardscope.analyze(base / "corpus", base / "out", strict=True)
-    pipeline.emit_warmup(base / "out")
-    return base / "out"
+    def make(base):
+        manifest = load_corpus(SEED_CORPUS).manifest
+        spec = f"{REPO / 'samples' / 'gnn' / 'model.py'}:small"
+        with CorpusWriter(base / "corpus", model=spec, compile=manifest.compile) as writer:
+            for sample in seed_samples[:PLAN_SAMPLES]:
+                writer.add(*sample.args, **sample.kwargs)
+        guardscope.analyze(base / "corpus", base / "out", strict=True)
+        pipeline.emit_warmup(base / "out")
+        return base / "out"
+
+    return made_once(tmp_path_factory, "seed-plan", make)
 
 
 def new_kinds():

@@ -21,6 +21,7 @@ from guardscope.options import ReplayOptions
 from guardscope.replay.session import SIGNATURE_CACHE, ReplaySession
 
 from ..paths import SEED_CORPUS, model_spec
+from ..sessions import made_once
 
 SEED_SAMPLES = 90  # the seed corpus's first 90 requests hold 6 of its 11 compiles
 
@@ -44,19 +45,21 @@ def seed_requests() -> list[dict]:
 def twins(tmp_path_factory):
     """The same requests recorded in full, by signature, and by signature without any data;
     each analysed."""
-    root = tmp_path_factory.mktemp("twins")
-    manifest = load_corpus(SEED_CORPUS).manifest
-    spec = str((SEED_CORPUS / manifest.model.split(":")[0]).resolve()) + ":" + manifest.model.split(":")[1]
-    requests = seed_requests()
-    made = {}
-    for name, options in {"full": {}, "signatures": {"keep": "signatures"},
-                          "no-data": {"keep": "signatures", "full_per_signature": 0}}.items():
-        with CorpusWriter(root / name, model=spec, compile=manifest.compile, **options) as writer:
-            for kwargs in requests:
-                writer.add(**kwargs)
-        analysis = guardscope.analyze(root / name, root / f"out-{name}", strict=True)
-        made[name] = (analysis, json.loads(analysis.catalog_path.read_text()), writer.signature_samples)
-    return made
+    def make(root):
+        manifest = load_corpus(SEED_CORPUS).manifest
+        spec = str((SEED_CORPUS / manifest.model.split(":")[0]).resolve()) + ":" + manifest.model.split(":")[1]
+        requests = seed_requests()
+        made = {}
+        for name, options in {"full": {}, "signatures": {"keep": "signatures"},
+                              "no-data": {"keep": "signatures", "full_per_signature": 0}}.items():
+            with CorpusWriter(root / name, model=spec, compile=manifest.compile, **options) as writer:
+                for kwargs in requests:
+                    writer.add(**kwargs)
+            analysis = guardscope.analyze(root / name, root / f"out-{name}", strict=True)
+            made[name] = (analysis, json.loads(analysis.catalog_path.read_text()), writer.signature_samples)
+        return made
+
+    return made_once(tmp_path_factory, "twins", make)
 
 
 def without_corpus(catalog: dict) -> dict:

@@ -31,6 +31,7 @@ from ..builders import write_sized_corpus
 from ..conftest import REPO, model_spec
 from ..models import Elementwise
 from ..pages import parse, words
+from ..sessions import made_once
 
 SIZES = (5, 1, 7, 9, 1, 3)  # sizes >= 2 share one graph, size 1 (0/1 specialization) needs its own
 
@@ -45,13 +46,14 @@ def _import(path, name):
 @pytest.fixture(scope="module")
 def bundled(tmp_path_factory):
     """Analysis, plans and the warmup plan's bundle (inductor, CPU) of a six-sample corpus."""
-    root = tmp_path_factory.mktemp("bundle")
-    corpus = write_sized_corpus(root / "corpus", SIZES)
-    out = root / "out"
-    guardscope.analyze(corpus, out, strict=True)
-    pipeline.emit_warmup(out)
-    (manifest,) = pipeline.bundle(out, artifacts=("warmup",))
-    return out, manifest
+    def make(root):
+        out = root / "out"
+        guardscope.analyze(write_sized_corpus(root / "corpus", SIZES), out, strict=True)
+        pipeline.emit_warmup(out)
+        (manifest,) = pipeline.bundle(out, artifacts=("warmup",))
+        return out, manifest
+
+    return made_once(tmp_path_factory, "bundled", make)
 
 
 # --- real bundles ------------------------------------------------------------------------------

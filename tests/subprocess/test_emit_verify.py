@@ -21,10 +21,11 @@ from guardscope.corpus.writer import CorpusWriter
 from samples.gnn import generate
 
 from ..conftest import REPO, SEED_CORPUS
+from ..sessions import copy_analysis, made_once
 
 
-def test_verify_passes_all_three(seed_fixes):
-    out, _ = seed_fixes
+def test_verify_passes_all_three(seed_fixes, tmp_path):
+    out = copy_analysis(seed_fixes[0], tmp_path / "out")
     document = pipeline.verify(out)
     results = {r["name"]: r for r in document["artifacts"]}
     assert document["passed"], results
@@ -71,7 +72,9 @@ def test_verify_reports_a_dropped_warmup_sample(seed_fixes, tmp_path):
 
 
 def test_artifacts_work_from_a_plain_script(seed_fixes, tmp_path):
-    """The modules do what their docstrings say for a script that only knows torch."""
+    """The modules do what their docstrings say for a script that only knows torch. It compiles with
+    the eager backend: the modules' promise is about Dynamo's guards, which do not depend on the
+    backend for this model's inputs (inductor's own plans: tests/subprocess/test_bundle.py)."""
     out, _ = seed_fixes
     script = tmp_path / "serve.py"
     script.write_text(textwrap.dedent(f"""
@@ -84,7 +87,7 @@ def test_artifacts_work_from_a_plain_script(seed_fixes, tmp_path):
         corpus = list(load_corpus({str(SEED_CORPUS)!r}))
 
         model = small().eval()
-        compiled = torch.compile(model, dynamic=True, fullgraph=True)
+        compiled = torch.compile(model, backend="eager", dynamic=True, fullgraph=True)
         warmup.warmup(compiled)
         graphs = counters["stats"]["unique_graphs"]
         with torch.inference_mode():
@@ -94,7 +97,7 @@ def test_artifacts_work_from_a_plain_script(seed_fixes, tmp_path):
 
         torch._dynamo.reset(); counters.clear()
         unbacked.configure()
-        compiled = torch.compile(model, dynamic=True, fullgraph=True)
+        compiled = torch.compile(model, backend="eager", dynamic=True, fullgraph=True)
         unbacked.warmup(compiled)
         graphs = counters["stats"]["unique_graphs"]
         with torch.inference_mode():
@@ -137,21 +140,23 @@ def test_swapped_catalog_unbacked_plan_verifies(tmp_path):
 def signature_fixes(tmp_path_factory):
     """The seed corpus's first 120 requests, each sent three times, recorded by signature with no
     tensor data (one record of three per request), analysed and given its fixes."""
-    root = tmp_path_factory.mktemp("signature-fixes")
-    seed = load_corpus(SEED_CORPUS)
-    spec = str((SEED_CORPUS / seed.manifest.model.split(":")[0]).resolve()) + ":" + seed.manifest.model.split(":")[1]
-    with CorpusWriter(root / "corpus", model=spec, compile=seed.manifest.compile, keep="signatures",
-                      full_per_signature=0) as writer:
-        for sample in list(seed)[:120]:
-            for _ in range(3):
-                writer.add(*sample.args, **sample.kwargs)
-    guardscope.analyze(root / "corpus", root / "out", strict=True)
-    pipeline.emit_warmup(root / "out")
-    return root / "out"
+    def make(root):
+        seed = load_corpus(SEED_CORPUS)
+        spec = str((SEED_CORPUS / seed.manifest.model.split(":")[0]).resolve()) + ":" + seed.manifest.model.split(":")[1]
+        with CorpusWriter(root / "corpus", model=spec, compile=seed.manifest.compile, keep="signatures",
+                          full_per_signature=0) as writer:
+            for sample in list(seed)[:120]:
+                for _ in range(3):
+                    writer.add(*sample.args, **sample.kwargs)
+        guardscope.analyze(root / "corpus", root / "out", strict=True)
+        pipeline.emit_warmup(root / "out")
+        return root / "out"
+
+    return made_once(tmp_path_factory, "signature-fixes", make)
 
 
-def test_verify_checks_a_signature_corpus_by_its_records(signature_fixes):
-    document = pipeline.verify(signature_fixes, artifacts=("warmup", "unbacked"))
+def test_verify_checks_a_signature_corpus_by_its_records(signature_fixes, tmp_path):
+    document = pipeline.verify(copy_analysis(signature_fixes, tmp_path / "out"), artifacts=("warmup", "unbacked"))
     results = {r["name"]: r for r in document["artifacts"]}
     assert document["passed"], results
     assert results["warmup"]["samples_replayed"] == results["unbacked"]["samples_replayed"] == 360

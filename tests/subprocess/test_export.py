@@ -20,6 +20,7 @@ from guardscope.fixes.plan import ExportDim
 
 from ..builders import write_image_corpus
 from ..pages import parse, words
+from ..sessions import copy_analysis
 
 # Messages as torch 2.13 wrote them (tests below export the models that produce them).
 
@@ -38,8 +39,9 @@ def export_artifact(out):
 
 
 @pytest.mark.slow
-def test_bert_shares_one_dim_for_ids_and_mask_and_passes(emitted):
-    out, plan = emitted("bert")
+def test_bert_shares_one_dim_for_ids_and_mask_and_passes(emitted, tmp_path):
+    source, plan = emitted("bert")
+    out = copy_analysis(source, tmp_path / "out")  # verify writes into it
     assert plan.feasible
     length = next(d for d in plan.dims if ("input_ids", 1) in d.members)
     assert ("attention_mask", 1) in length.members and length.kind == "dim"
@@ -66,8 +68,9 @@ def test_bert_shares_one_dim_for_ids_and_mask_and_passes(emitted):
 
 
 @pytest.mark.slow
-def test_cnn_exports_with_dims_torch_accepts_and_passes(emitted):
-    out, plan = emitted("cnn")
+def test_cnn_exports_with_dims_torch_accepts_and_passes(emitted, tmp_path):
+    source, plan = emitted("cnn")
+    out = copy_analysis(source, tmp_path / "out")  # verify writes into it
     assert plan.feasible, plan.reason
     assert {member for d in plan.dims for member in d.members} == {("images", 0), ("images", 2), ("images", 3)}
     # a uint8 or half image is structured unlike the float32 example
@@ -115,8 +118,9 @@ def test_normalised_cnn_export_claims_only_topologies_its_program_runs(tmp_path)
 
 
 @pytest.mark.slow
-def test_gpt2_dynamic_cache_is_infeasible_with_a_remedy(emitted):
-    out, plan = emitted("gpt2")
+def test_gpt2_dynamic_cache_is_infeasible_with_a_remedy(emitted, tmp_path):
+    source, plan = emitted("gpt2")
+    out = copy_analysis(source, tmp_path / "out")  # verify writes into it
     assert plan.status == "infeasible"
     assert "DynamicCache" in plan.reason and "use_cache=False" in plan.reason
     assert not (out / "export_dims.py").exists()

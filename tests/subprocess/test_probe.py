@@ -11,13 +11,15 @@ import pytest
 
 from guardscope import pipeline
 
+from ..sessions import copy_analysis
+
 # x's rows and mask's rows are equal in every sample that passes a mask; extras[0] and
 # extras[1] too where passed. Sample 7 passes x and mask, sample 8 x alone.
 
 
 @pytest.mark.slow
-def test_include_probed_warmup_verifies_on_the_probed_set(probed):
-    out, result = probed
+def test_include_probed_warmup_verifies_on_the_probed_set(probed, tmp_path):
+    out, result = copy_analysis(probed[0], tmp_path / "out"), probed[1]
     found = result.document["new_topologies"]
     fixes = pipeline.emit_warmup(out, include_probed=True)
     assert fixes.warmup.topologies == 11 + len(found)
