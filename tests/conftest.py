@@ -48,6 +48,19 @@ from .sessions import (  # noqa: F401
 )
 
 
+# The slowest folders first: pytest-xdist's work stealing then ends the run on quick unit tests
+# instead of leaving one worker alone with a long subprocess test at the end.
+FOLDER_ORDER = ("subprocess", "integration", "unit")
+
+
+def pytest_collection_modifyitems(items):
+    def folder(item) -> int:
+        parts = Path(str(item.path)).relative_to(Path(__file__).parent).parts
+        return FOLDER_ORDER.index(parts[0]) if parts[0] in FOLDER_ORDER else len(FOLDER_ORDER)
+
+    items.sort(key=folder)  # stable: each folder keeps its collection order
+
+
 def pytest_unconfigure(config):
     for folder in _OWN_CACHE:
         shutil.rmtree(folder, ignore_errors=True)

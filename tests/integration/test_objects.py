@@ -129,7 +129,7 @@ def test_traffic_recorder_wrap_records_every_generate_call_by_signature(tmp_path
 def test_transformers_own_compile_path_is_recorded_and_analysed(tmp_path):
     """generate() with a static cache and a compile config compiles ``model.__call__`` itself and
     runs only the decode steps through it (the prefill runs eagerly). Recording that compiled call
-    (the README's recipe) gives a corpus of the decode steps whose analysis compiles where
+    (the recipe in docs/generate.md) gives a corpus of the decode steps whose analysis compiles where
     transformers' compiled call compiled; the corpus names no method (``__call__`` is the module)."""
     from transformers import CompileConfig
 
