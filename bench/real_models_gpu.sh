@@ -56,7 +56,7 @@ for stage in $STAGES; do
       step bench-gpt2 python -m guardscope.cli bench "$WORK/o-gpt2" --device cuda --timeout "${TIMEOUT:-300}"
       cp "$WORK/o-gpt2/bench.json" "$OUT/bench-gpt2.json" 2>/dev/null ;;
     tests)
-      step tests python -m pytest -q -p no:cacheprovider -n 8 tests/test_real_models.py tests/test_export.py \
-        tests/test_capture.py tests/test_classify.py tests/test_binding.py ;;
+      step tests python -m pytest -q -p no:cacheprovider -n 8 tests/integration/test_real_models.py \
+        tests/*/test_export.py tests/*/test_capture.py tests/unit/test_classify.py tests/unit/test_binding.py ;;
   esac
 done
