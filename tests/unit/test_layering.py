@@ -135,3 +135,12 @@ def test_only_store_reads_and_writes_files():
             if raw:
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert found == []
+
+
+def test_every_package_folder_is_in_the_wheel():
+    """A split that makes a new package (a folder with an __init__.py) must list it in pyproject's
+    [tool.setuptools] packages, or an installed guardscope (not an editable one) lacks it."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {module_name(path) for path in PACKAGE.rglob("__init__.py")}
+    assert folders - listed == set()
