@@ -56,7 +56,7 @@ CANONICALISE = "canonicalise.py"
 CANONICAL_WARMUP = "canonical_warmup"
 # Documents that carry "schema": this guardscope reads these versions.
 SCHEMAS = {CATALOG: 1, FIXES: 1, VERIFICATION: 1, BENCH: 1, PROBE: 1, FIDELITY: 1, WHATIF: 1}
-# What every catalog holds (see README "catalog.json"); fixes.json and verification.json also
+# What every catalog holds (see docs/catalog.md); fixes.json and verification.json also
 # carry "schema": 1, so the schema alone does not say a file is a catalog.
 CATALOG_KEYS = ("torch_version", "corpus", "compile", "summary", "compiles", "topologies")
 # How a file guardscope wrote is told from a user's file of the same name: the keys each of its
