@@ -21,7 +21,8 @@ docstring names the private APIs it uses, and why):
 
 from .versions import check_supported_version, supports_eager_on_recompile, supports_unbacked_sources, torch_version
 from .dtypes import DTYPES, dtype_name
-from .dynamo_config import (DUCK_SHAPE_SETTING, is_recompile_limit_error, patched_config, raised_recompile_limit,
+from .dynamo_config import (DUCK_SHAPE_SETTING, DYNAMO_SETTINGS, LIMIT_SETTINGS, applied_settings, dynamo_defaults,
+                            dynamo_settings, is_recompile_limit_error, patched_config, raised_recompile_limit,
                             reset_dynamo, warn_once, without_guard_latency_profile)
 from .logs import torch_logs_captured, trace_formatter, trace_logger
 from .guards import (LookupOrder, cache_entries, code_of, compiled_function_original, compiled_module_original,
@@ -37,7 +38,8 @@ from .measurements import device_name, graphs_compiled, synchronize
 __all__ = [
     "check_supported_version", "supports_eager_on_recompile", "supports_unbacked_sources", "torch_version",
     "DTYPES", "dtype_name",
-    "DUCK_SHAPE_SETTING", "is_recompile_limit_error", "patched_config", "raised_recompile_limit", "reset_dynamo",
+    "DUCK_SHAPE_SETTING", "DYNAMO_SETTINGS", "LIMIT_SETTINGS", "applied_settings", "dynamo_defaults",
+    "dynamo_settings", "is_recompile_limit_error", "patched_config", "raised_recompile_limit", "reset_dynamo",
     "warn_once", "without_guard_latency_profile",
     "torch_logs_captured", "trace_formatter", "trace_logger",
     "LookupOrder", "cache_entries", "code_of", "compiled_function_original", "compiled_module_original",

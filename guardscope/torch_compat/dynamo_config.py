@@ -10,7 +10,10 @@ profile of a background compile, and a clean slate (:func:`reset_dynamo`).
   flushing the CPU caches, for a compile metric; 20-35 ms with the GIL held.
   :func:`without_guard_latency_profile` replaces it while a background compile runs.
 
-:func:`warn_once` warns about compile options a manifest names that are not applied.
+:func:`dynamo_settings` reads the settings a corpus records of production's process (those that
+differ from torch's defaults: ``ConfigModule._config[name].default``), :func:`dynamo_defaults`
+torch's own values, and :func:`applied_settings` puts the guard-changing ones in place for a
+replay. :func:`warn_once` warns about compile options a manifest names that are not applied.
 """
 
 from __future__ import annotations
@@ -113,6 +116,49 @@ def patched_config(settings: dict[str, Any]) -> Iterator[None]:
     finally:
         for module, attr, value in reversed(saved):
             setattr(module, attr, value)
+
+
+# The Dynamo settings a corpus records when production changed them: the recompile limits and
+# what Dynamo does at one (modelled by the analysis, never applied: the replay raises the limits
+# to observe past them), and the settings that change which guards Dynamo installs (applied by
+# the replay). A name this torch lacks is left out.
+LIMIT_SETTINGS = ("recompile_limit", "accumulated_recompile_limit", "fail_on_recompile_limit_hit")
+GUARD_SETTINGS = ("automatic_dynamic_shapes", "assume_static_by_default", "specialize_int", "specialize_float",
+                  "capture_scalar_outputs", "capture_dynamic_output_shape_ops", "force_parameter_static_shapes")
+DYNAMO_SETTINGS = LIMIT_SETTINGS + GUARD_SETTINGS
+
+
+def _entries() -> dict[str, Any]:
+    # torch's ConfigModule keeps each setting's declaration, with its default, in _config.
+    return getattr(torch._dynamo.config, "_config", {})
+
+
+def dynamo_defaults() -> dict[str, Any]:
+    """torch's own value of each of :data:`DYNAMO_SETTINGS` this torch has."""
+    entries = _entries()
+    return {name: entries[name].default for name in DYNAMO_SETTINGS if name in entries}
+
+
+def dynamo_settings() -> dict[str, Any]:
+    """The :data:`DYNAMO_SETTINGS` this thread's Dynamo config holds that differ from torch's
+    defaults (torch 2.13 keeps a setting made in code per thread: read it on the thread that
+    serves)."""
+    config = torch._dynamo.config
+    return {name: getattr(config, name) for name, default in dynamo_defaults().items()
+            if getattr(config, name) != default}
+
+
+@contextlib.contextmanager
+def applied_settings(settings: dict[str, Any]) -> Iterator[list[str]]:
+    """The guard-changing :data:`GUARD_SETTINGS` of ``settings`` (a corpus's recorded Dynamo
+    settings) in place for the block; yields the names given that are not applied (a limit, which
+    is modelled instead, or a name this torch does not have)."""
+    entries = _entries()
+    applied = {f"torch._dynamo.config.{name}": value for name, value in settings.items()
+               if name in GUARD_SETTINGS and name in entries}
+    skipped = sorted(name for name in settings if name not in GUARD_SETTINGS or name not in entries)
+    with patched_config(applied):
+        yield skipped
 
 
 DUCK_SHAPE_SETTING = "torch.fx.experimental._config.use_duck_shape"
