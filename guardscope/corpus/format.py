@@ -37,7 +37,16 @@ weights, never their values::
                        "dtypes": ["float32"], "sha256": "5be1..."}
 
 (``sha256`` digests each parameter's and buffer's name, size and dtype); an analysis that
-builds a model of other weights says so (:mod:`guardscope.corpus.weights`).
+builds a model of other weights says so (:mod:`guardscope.corpus.weights`). An optional
+``dynamo_config`` holds the Dynamo settings production ran with that differ from torch's defaults
+(read where the calls were recorded; written only when some differ)::
+
+    "dynamo_config": {"automatic_dynamic_shapes": false, "recompile_limit": 16}
+
+The analysis models the recompile limits (``recompile_limit``, ``accumulated_recompile_limit``,
+``fail_on_recompile_limit_hit``; ``compile`` may also hold ``recompile_limit``, torch 2.13's
+per-call ``torch.compile(recompile_limit=N)``) and replays under the settings that change guards
+(:data:`guardscope.torch_compat.DYNAMO_SETTINGS`).
 
 A shard (``format_version`` 2) is one ``torch.save`` archive holding a single tensor::
 
@@ -257,6 +266,9 @@ class Manifest:
     # The shape of the served model's weights (guardscope.corpus.weights), when the recorder
     # was given the model; written only when set.
     recorded_model: ModelPrint | None = None
+    # The Dynamo settings production ran with that differ from torch's defaults (recorded where
+    # the calls were served); None: not recorded. Written only when some differ.
+    dynamo_config: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -265,6 +277,7 @@ class Manifest:
             "model": self.model,
             **({"method": self.method} if self.method is not None else {}),
             **({"recorded_model": self.recorded_model.to_json()} if self.recorded_model is not None else {}),
+            **({"dynamo_config": dict(sorted(self.dynamo_config.items()))} if self.dynamo_config else {}),
             "compile": self.compile,
             "torch_version": self.torch_version,
             "device": self.device,
@@ -287,6 +300,19 @@ def check_method_name(name: object) -> str:
     if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) or name.startswith("__"):
         raise ModelSpecError(f"method {name!r} is not a method name such as 'forward'")
     return name
+
+
+def check_dynamo_config(raw: Any) -> dict[str, Any]:
+    """A manifest's ``dynamo_config``: setting names and their values (bool, int or float);
+    ``ValueError`` saying what is wrong with it."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"must be an object of setting names and values, got {type(raw).__name__}")
+    for name, value in raw.items():
+        if not name.isidentifier():
+            raise ValueError(f"names a setting {json.dumps(name)[:60]}, which is not a Dynamo config name")
+        if type(value) not in (bool, int, float):
+            raise ValueError(f"gives {name} the value {json.dumps(value)[:60]}; a setting is a bool, int or float")
+    return dict(raw)
 
 
 def corpus_directory(directory: str | os.PathLike[str]) -> pathlib.Path:
@@ -364,6 +390,12 @@ def _parse_manifest(path: pathlib.Path, raw: Any) -> Manifest:
             recorded_model = ModelPrint.from_json(raw["recorded_model"])
         except ValueError as exc:
             raise ManifestError(f"{path}: field 'recorded_model' {exc}; fix the manifest or re-record the corpus") from None
+    dynamo_config = None
+    if raw.get("dynamo_config") is not None:
+        try:
+            dynamo_config = check_dynamo_config(raw["dynamo_config"])
+        except ValueError as exc:
+            raise ManifestError(f"{path}: field 'dynamo_config' {exc}; fix the manifest or re-record the corpus") from None
     samples = _field(path, raw, "samples", int)
     shards = []
     expected_first = 0
@@ -406,4 +438,5 @@ def _parse_manifest(path: pathlib.Path, raw: Any) -> Manifest:
         shards=tuple(shards),
         method=method,
         recorded_model=recorded_model,
+        dynamo_config=dynamo_config,
     )

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from .. import torch_compat
 from ..errors import CorpusError, SampleError
 from ..files import write_atomic
 from ..text import message_line
@@ -26,6 +27,7 @@ from .format import (
     STRUCTURED_FORMAT_VERSION,
     Manifest,
     ShardInfo,
+    check_dynamo_config,
     check_method_name,
     check_model_spec,
 )
@@ -54,7 +56,11 @@ class CorpusWriter:
     as ``generate()`` users compile; None: the model itself), which the replay then compiles;
     ``recorded_from`` the model the calls are recorded from (the module, its compiled form or a
     bound method of it), whose weights' shape the manifest keeps so an analysis that builds
-    another model says so (:mod:`guardscope.corpus.weights`).
+    another model says so (:mod:`guardscope.corpus.weights`); ``dynamo_config`` production's
+    Dynamo settings that differ from torch's defaults (:func:`guardscope.torch_compat.dynamo_settings`
+    on the thread that serves; None, the default: read at the first call recorded, on the thread
+    that records it), which the analysis models (the recompile limits) and replays under (the
+    settings that change guards).
     ``keep="all"`` (the default) records every call in full (format 2); ``keep="signatures"``
     records the first ``full_per_signature`` calls of each signature in full and every other
     one as its signature only, without tensor data (format 3; ``full_per_signature=0`` keeps no
@@ -94,6 +100,7 @@ class CorpusWriter:
         max_full_bytes: int | None = DEFAULT_MAX_FULL_BYTES,
         method: str | None = None,
         recorded_from: Any = None,
+        dynamo_config: dict[str, Any] | None = None,
     ) -> None:
         self.directory = pathlib.Path(directory)
         # A relative file spec is stored relative to the corpus folder, where it is resolved first:
@@ -102,6 +109,10 @@ class CorpusWriter:
         self.compile = dict(compile or {})
         self.method = None if method is None else check_method_name(method)
         self.recorded_model = as_model_print(recorded_from)
+        try:
+            self.dynamo_config = None if dynamo_config is None else check_dynamo_config(dynamo_config)
+        except ValueError as exc:
+            raise CorpusError(f"dynamo_config {exc}") from None
         try:
             json.dumps(self.compile, sort_keys=True, allow_nan=False)
         except (TypeError, ValueError) as exc:
@@ -232,6 +243,7 @@ class CorpusWriter:
         self._check_open()
         if self.keep != "signatures":
             raise CorpusError('add_signature() records signatures: open the CorpusWriter with keep="signatures"')
+        self._read_settings()
         try:
             materialise(sig, device="meta")  # the check loading makes, without allocating
         except (ValueError, RuntimeError, TypeError) as exc:
@@ -248,6 +260,7 @@ class CorpusWriter:
     def _add(self, args: tuple, kwargs: dict, *, copied: bool, sig: tuple | None = None,
              request: tuple[str | int, int] | None = None) -> int:
         self._check_open()
+        self._read_settings()
         if request is None and self._request is not None:
             request = (self._request[0], self._request[1])
             self._request[1] += 1
@@ -363,6 +376,11 @@ class CorpusWriter:
         self._pending = []
         self._write_manifest()
 
+    def _read_settings(self) -> None:
+        # Production's Dynamo settings, read where its first call is recorded unless given.
+        if self.dynamo_config is None:
+            self.dynamo_config = torch_compat.dynamo_settings()
+
     @property
     def _version(self) -> int:
         if self._structured:
@@ -380,6 +398,7 @@ class CorpusWriter:
             shards=tuple(self._shards),
             method=self.method,
             recorded_model=self.recorded_model,
+            dynamo_config=self.dynamo_config,
         )
         text = json.dumps(manifest.to_json(), sort_keys=True, indent=2) + "\n"
         _atomic_write(self.directory / MANIFEST_NAME, text.encode())

@@ -111,7 +111,8 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
         target = out / folder
         spec = respec(catalog["model"], corpus.path, target)
         with CorpusWriter(target, model=spec, compile=corpus.manifest.compile, overwrite=True,
-                          method=corpus.manifest.method, recorded_from=corpus.manifest.recorded_model) as writer:
+                          method=corpus.manifest.method, recorded_from=corpus.manifest.recorded_model,
+                          dynamo_config=corpus.manifest.dynamo_config or {}) as writer:
             for index in samples:
                 sample = sample_at(index)
                 writer.add(*sample.args, **sample.kwargs)
@@ -223,7 +224,8 @@ def emit_canonical(out: Path, catalog: dict[str, Any], corpus: Any, model: Any,
     call = Call(model)
     spec = respec(catalog["model"], corpus.path, target)
     with CorpusWriter(target, model=spec, compile=corpus.manifest.compile, overwrite=True,
-                      method=corpus.manifest.method, recorded_from=corpus.manifest.recorded_model) as writer:
+                      method=corpus.manifest.method, recorded_from=corpus.manifest.recorded_model,
+                      dynamo_config=corpus.manifest.dynamo_config or {}) as writer:
         for index in plan.warmup:
             sample = corpus.sample(index)
             args, kwargs, _ = apply_chain(call, transforms, sample.args, sample.kwargs, index)

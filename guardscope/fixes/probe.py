@@ -256,7 +256,8 @@ def run(
         corpus_dir = probe_dir / "corpus"
         spec = respec(catalog["model"], corpus.path, corpus_dir)
         with CorpusWriter(corpus_dir, model=spec, compile=corpus.manifest.compile, overwrite=True,
-                          method=corpus.manifest.method, recorded_from=corpus.manifest.recorded_model) as writer:
+                          method=corpus.manifest.method, recorded_from=corpus.manifest.recorded_model,
+                          dynamo_config=corpus.manifest.dynamo_config or {}) as writer:
             for compile_id, positions in sorted(by_compile.items(), key=lambda item: item[1][0]):
                 _, sample = synthetic[positions[0]]
                 writer.add(*sample.args, **sample.kwargs)

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from .. import torch_compat
 from ..corpus.format import MANIFEST_NAME, check_method_name, check_model_spec
 from ..corpus.requests import check_request
 from ..corpus.signature import signature
@@ -154,6 +155,7 @@ class FallbackRecorder:
             self.recorded_model = as_model_print(recorded_from)
         except CorpusError as exc:
             raise ServeError(str(exc)) from None
+        self.dynamo_config: dict[str, Any] | None = None  # read at the first call offered
         self.max_samples = max_samples
         self.max_bytes = max_bytes
         self.repeat_rate = float(repeat_rate)
@@ -181,6 +183,8 @@ class FallbackRecorder:
         """Consider one fallback call (``arguments``: by parameter name). Returns None when it
         is queued for recording, else why not (a ``dropped_by_reason`` key). Never raises."""
         try:
+            if self.dynamo_config is None:  # production's settings, read on the serving thread
+                self.dynamo_config = torch_compat.dynamo_settings()
             return self._offer(args, kwargs, arguments)
         except Exception as exc:
             self.error("recording a fallback", exc)
@@ -324,7 +328,7 @@ class FallbackRecorder:
 
     def _open_writer(self) -> CorpusWriter:
         return CorpusWriter(self.directory, model=self.model, compile=self.compile, overwrite=self.overwrite,
-                            method=self.method, recorded_from=self.recorded_model)
+                            method=self.method, recorded_from=self.recorded_model, dynamo_config=self.dynamo_config)
 
     def _write(self, writer: CorpusWriter, item: Any) -> None:
         writer.add_snapshot(item[0], item[1])  # copied on the serving thread already
@@ -546,6 +550,7 @@ class TrafficRecorder(FallbackRecorder):
     def _open_writer(self) -> CorpusWriter:
         return CorpusWriter(self.directory, model=self.model, compile=self.compile, overwrite=self.overwrite,
                             method=self.method, recorded_from=self.recorded_model, keep="signatures",
+                            dynamo_config=self.dynamo_config,
                             full_per_signature=self.full_per_signature,
                             max_signatures=self.max_signatures,
                             # The bound this recorder applies before copying, so the writer's

@@ -743,3 +743,36 @@ def test_zero_size_storages_round_trip(tmp_path):
     assert_same_tensor(sample.args[0], empty)
     assert_same_tensor(sample.args[1], offset_empty)
     assert sample.args[2].shape == (3, 0) and sample.args[2].stride() == (1, 3)
+
+
+# --- production's Dynamo settings ------------------------------------------------------------------
+
+
+def test_the_writer_records_productions_non_default_dynamo_settings(tmp_path):
+    with torch._dynamo.config.patch(recompile_limit=16, automatic_dynamic_shapes=False):
+        with CorpusWriter(tmp_path / "c", model="m:build") as writer:
+            writer.add(torch.zeros(2))
+    with CorpusWriter(tmp_path / "defaults", model="m:build") as writer:  # nothing differs: no field
+        writer.add(torch.zeros(2))
+    with CorpusWriter(tmp_path / "given", model="m:build", dynamo_config={"specialize_int": True}) as writer:
+        writer.add(torch.zeros(2))
+    assert read_manifest(tmp_path / "c").dynamo_config == {"automatic_dynamic_shapes": False, "recompile_limit": 16}
+    assert "dynamo_config" not in json.loads((tmp_path / "defaults" / "corpus.json").read_text())
+    assert read_manifest(tmp_path / "given").dynamo_config == {"specialize_int": True}
+    with pytest.raises(CorpusError, match=r"dynamo_config gives recompile_limit the value \"8\""):
+        CorpusWriter(tmp_path / "bad", model="m:build", dynamo_config={"recompile_limit": "8"})
+
+
+@pytest.mark.parametrize("value, words", [
+    ([1], "must be an object of setting names and values, got list"),
+    ({"recompile limit": 8}, "names a setting \"recompile limit\", which is not a Dynamo config name"),
+    ({"recompile_limit": None}, "gives recompile_limit the value null"),
+])
+def test_a_malformed_dynamo_config_names_the_field(tmp_path, value, words):
+    with CorpusWriter(tmp_path / "c", model="m:build") as writer:
+        writer.add(torch.zeros(2))
+    manifest = json.loads((tmp_path / "c" / "corpus.json").read_text())
+    (tmp_path / "c" / "corpus.json").write_text(json.dumps({**manifest, "dynamo_config": value}))
+    with pytest.raises(ManifestError, match="field 'dynamo_config'") as raised:
+        read_manifest(tmp_path / "c")
+    assert words in str(raised.value)

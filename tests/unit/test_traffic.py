@@ -96,3 +96,11 @@ def test_a_directory_holding_a_corpus_is_refused_with_traffic_words(tmp_path):
         TrafficRecorder(tmp_path / "u", model=MODEL, full_per_signature=-1)
     recorded(tmp_path / "t", [call(3, 0), call(3, 1)], overwrite=True)
     assert len(load_corpus(tmp_path / "t")) == 2
+
+
+def test_production_s_dynamo_settings_are_read_on_the_serving_thread(tmp_path):
+    """torch 2.13 keeps a setting made in code per thread: the recorder reads it where calls are
+    offered, not on its writer thread."""
+    with torch._dynamo.config.patch(recompile_limit=12):
+        recorded(tmp_path / "t", [call(3, 0), call(5, 1)])
+    assert read_manifest(tmp_path / "t").dynamo_config == {"recompile_limit": 12}
