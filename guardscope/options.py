@@ -18,7 +18,10 @@ DEFAULT_RECOMPILE_LIMIT = 4096
 
 # Production torch.compile options a corpus manifest carries; an analysis adds where it ran.
 PRODUCTION_FIELDS = ("dynamic", "fullgraph", "mode")
-ANALYSED_FIELDS = PRODUCTION_FIELDS + ("backend", "device", "inference_mode")
+ANALYSED_FIELDS = PRODUCTION_FIELDS + ("backend", "device", "inference_mode", "dynamo_config")
+# Manifest compile options that are not replayed as they are: the backend (an analysis picks its
+# own) and torch 2.13's per-call recompile limit (modelled, catalog.limits).
+MODELLED_FIELDS = ("backend", "recompile_limit")
 
 
 REPLAY_MODES = ("auto", "guards", "full")
@@ -66,6 +69,10 @@ class ReplayOptions:
     mark_unbacked: tuple[tuple[str, int], ...] = ()
     mark_samples: str = "all"
     recompile_limit: int = DEFAULT_RECOMPILE_LIMIT
+    # Production's Dynamo settings that differ from torch's defaults (a corpus manifest's
+    # dynamo_config), as sorted (name, value) pairs: the replay runs under those that change
+    # guards; the limits among them are modelled (catalog.limits), never applied.
+    dynamo_config: tuple[tuple[str, Any], ...] = ()
 
     def validate(self) -> None:
         import torch
@@ -113,6 +120,7 @@ class ReplayOptions:
             "mark_unbacked": [f"{path}:{dim}" for path, dim in self.mark_unbacked],
             "mark_samples": self.mark_samples if self.mark_unbacked else None,
             "recompile_limit": self.recompile_limit,
+            **({"dynamo_config": dict(self.dynamo_config)} if self.dynamo_config else {}),
         }
 
 
@@ -124,12 +132,19 @@ def _replay_options(compile_options: dict[str, Any], fields: tuple[str, ...], **
             f"compile.dynamic is {compile_options['dynamic']!r}; use true, false or null"
         )
     taken = {name: compile_options[name] for name in fields if compile_options.get(name) is not None}
+    if "dynamo_config" in taken:
+        taken["dynamo_config"] = dynamo_pairs(taken["dynamo_config"])
     return replace(ReplayOptions(**taken), **{k: v for k, v in overrides.items() if v is not None})
+
+
+def dynamo_pairs(settings: dict[str, Any] | None) -> tuple[tuple[str, Any], ...]:
+    """Recorded Dynamo settings as :attr:`ReplayOptions.dynamo_config` holds them."""
+    return tuple(sorted((settings or {}).items()))
 
 
 def options_from_manifest(compile_options: dict[str, Any], **overrides: Any) -> ReplayOptions:
     """Production compile options from the manifest, then the caller's overrides (not None)."""
-    unknown = sorted(set(compile_options) - set(PRODUCTION_FIELDS) - {"backend"})
+    unknown = sorted(set(compile_options) - set(PRODUCTION_FIELDS) - set(MODELLED_FIELDS))
     if unknown:
         from . import torch_compat
 

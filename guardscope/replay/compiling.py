@@ -2,7 +2,8 @@
 module that calls ``torch.compile``.
 
 :func:`replay_settings` holds Dynamo's settings for the length of a replay (the recompile limit
-raised to the options', duck shaping off unless asked for) and restores them on exit;
+raised to the options', duck shaping off unless asked for, production's recorded settings that
+change guards) and restores them on exit;
 :func:`compile_model` compiles a model with the options' backend, ``dynamic``, ``fullgraph`` and
 (inductor only) mode: the replay's :class:`~guardscope.replay.runner.Runner` and the served model
 compile through it.
@@ -24,7 +25,7 @@ def replay_settings(options: ReplayOptions) -> Iterator[None]:
     settings = {} if options.duck_shape else {torch_compat.DUCK_SHAPE_SETTING: False}
     with torch_compat.raised_recompile_limit(options.recompile_limit), torch_compat.patched_config(
         settings
-    ):
+    ), torch_compat.applied_settings(dict(options.dynamo_config)):
         yield
 
 
