@@ -347,6 +347,9 @@ class Catalog:
     # The requests of a corpus whose calls were tagged (requests.json): how many, and the request
     # and step of each compile's sample. A plain JSON dict; absent from catalog.json otherwise.
     requests: dict[str, Any] | None = None
+    # What production lives through under its recompile limits (catalog.limits): a plain JSON
+    # dict; absent from catalog.json when not computed.
+    production: dict[str, Any] | None = None
 
     SCHEMA = 1
 
@@ -433,6 +436,7 @@ class Catalog:
                 "skipped_shards": len(self.skipped_shards),
                 "unparsed": dict(sorted(self.unparsed.items())),
             },
+            **({"production": self.production} if self.production is not None else {}),
             "risk": self.risk(),
             "compiles": [c.to_json() for c in self.compiles],
             "frames": [dict(f) for f in self.frames],

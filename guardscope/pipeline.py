@@ -16,13 +16,14 @@ from . import store, torch_compat
 from .catalog.buckets import SHAPES_PER_GRAPH
 from .catalog.builder import CatalogBuilder
 from .catalog.caveats import caveats
+from .catalog.limits import production_limits, production_section
 from .catalog.cudagraphs import CudagraphSettings
 from .catalog.requests import request_summary
 from .corpus import load_corpus, load_model
 from .corpus.weights import recorded_model_warning
 from .errors import CompileOptionsError, CorpusError, TraceParseError
 from .model import Catalog
-from .options import check_replay_request, options_from_manifest
+from .options import check_replay_request, dynamo_pairs, options_from_manifest
 
 if TYPE_CHECKING:
     from .catalog.diff import CatalogDiff
@@ -100,7 +101,8 @@ def analyze(
     if len(corpus) == 0:
         raise CorpusError(f"the corpus {corpus_dir} holds no samples: record some calls into it first")
     spec = model or corpus.manifest.model
-    options = options_from_manifest(corpus.manifest.compile, **overrides)
+    options = options_from_manifest(corpus.manifest.compile, dynamo_config=dynamo_pairs(corpus.manifest.dynamo_config),
+                                    **overrides)
     options.validate()
     warnings = [w for w in (torch_compat.check_supported_version(),) if w]
     warnings += check_replay_request(options, replay_mode, shapes_per_graph)
@@ -144,6 +146,8 @@ def analyze(
         catalog = replace(catalog, method=method)
     if corpus.requests is not None:
         catalog = replace(catalog, requests=request_summary(corpus.requests, catalog))
+    limits = production_limits(corpus.manifest.dynamo_config, corpus.manifest.compile, torch_compat.dynamo_defaults())
+    catalog = replace(catalog, production=production_section(catalog, limits, corpus.requests))
     recording_times = builder.cudagraph_tally.recording_times() if options.uses_cudagraphs else None
     catalog_path, timings_path = store.write_analysis(out, catalog.to_json(), corpus=corpus.path.resolve(), timings={
         "replay_seconds": round(replayed.seconds, 6),
