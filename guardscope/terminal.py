@@ -9,7 +9,7 @@ from typing import Any
 
 from . import store
 from .corpus.spec import model_label
-from .text import compile_failure_cause, first_line
+from .text import compile_failure_cause, first_line, production_lines
 
 
 def format_advice(document: dict[str, Any]) -> list[str]:
@@ -129,7 +129,10 @@ def format_bundle_setup(measured: dict) -> str:
 def format_summary(analysis: Any) -> str:
     catalog = analysis.catalog
     data = catalog.to_json()["summary"]
-    lines = [
+    # What production lives through under its recompile limits comes first.
+    lines = [f"{'production' if i == 0 else '':<11} {line}"
+             for i, line in enumerate(production_lines(catalog.production) if catalog.production else [])]
+    lines += [
         f"corpus      {analysis.corpus_dir} ({catalog.samples} samples), model {model_label(catalog.model)}",
         f"compile     backend={catalog.compile['backend']} dynamic={catalog.compile['dynamic']} "
         f"fullgraph={catalog.compile['fullgraph']} device={catalog.compile['device']} "
@@ -190,9 +193,9 @@ def format_summary(analysis: Any) -> str:
     if catalog.not_analysed:
         from .catalog.caveats import limit_reached
 
-        cause = ("the first frame reached Dynamo's recompile limit"
+        cause = (f"the replay reached its own recompile limit ({catalog.compile.get('recompile_limit')}) first"
                  if limit_reached(catalog, catalog.compile.get("recompile_limit", 0)) else "no graph accepted them")
-        lines.append(f"not analysed {len(catalog.not_analysed)} samples ran without a compiled graph "
+        lines.append(f"not analysed {len(catalog.not_analysed)} samples got no compiled graph in the replay "
                      f"({cause}), first {list(catalog.not_analysed[:10])}")
     if catalog.skipped_shards:
         lines.append(f"skipped     {len(catalog.skipped_shards)} corrupt shards: "
@@ -202,8 +205,9 @@ def format_summary(analysis: Any) -> str:
     if catalog.cudagraphs is not None:
         lines.extend(format_cudagraphs(catalog.cudagraphs))
     forced = " — CUDA graphs record at run time, so every sample ran" if (catalog.cudagraphs or {}).get("observed") else ""
+    seen = (f" to see past production's {catalog.production['recompile_limit']}" if catalog.production else " for it")
     lines.append(f"replay      {analysis.replay_seconds:.1f} s ({catalog.replay_mode} replay{forced}; "
-                 f"Dynamo's recompile limit raised to {catalog.compile.get('recompile_limit')} for it)")
+                 f"Dynamo's recompile limit raised to {catalog.compile.get('recompile_limit')}{seen})")
     lines.append(f"wrote       {analysis.catalog_path}, {analysis.timings_path}, "
                  f"{analysis.out_dir / store.REPORT}, {analysis.trace_path}")
     return "\n".join(lines)

@@ -263,3 +263,41 @@ def generation_lines(generation: dict[str, Any]) -> list[str]:
     lines.append(f"worst request {worst['request']!r}: {format_duration(worst['seconds'])} over {worst['calls']} calls"
                  + (f", {worst['graphs']} compiled" if worst["graphs"] else ""))
     return lines
+
+
+def production_lines(production: dict[str, Any]) -> list[str]:
+    """What production lives through under its recompile limits (a catalog's ``production``), in
+    words: the limit and where it came from, then one line per frame that reaches it (the sample
+    there, and its request and step for tagged traffic; the calls that lose their graph, and what
+    happens to them), or the margin of each frame that does not."""
+    head = (f"recompile_limit {production['recompile_limit']} ({production['source']}"
+            + ("" if production["accumulated_recompile_limit"] >= production["recompile_limit"]
+               else f", accumulated {production['accumulated_recompile_limit']}") + ")")
+    lines = []
+    for frame in production["frames"]:
+        where = frame["reached_at"]
+        if where is None:
+            lines.append(f"{head}: {frame['label']} needs {_count(frame['graphs_needed'], 'graph')}, "
+                         f"{frame['margin']} under the limit")
+            continue
+        at = f"sample {where['sample']}" + (f" (request {where['request']} step {where['step']})"
+                                           if "request" in where else "")
+        # A frame's calls past its limit all fail (the first frame under fullgraph) or all run eagerly.
+        if frame["failed"]:
+            lost = (f"; {_count(frame['failed'], 'sample')} ({frame['share']:.1%} of traffic) would FAIL with "
+                    "FailOnRecompileLimitHit")
+        elif frame["eager"]:
+            lost = (f"; {_count(frame['eager'], 'sample')} ({frame['share']:.1%} of traffic) would run it without a "
+                    "compiled graph, for the life of the process")
+        else:
+            lost = ""
+        lines.append(f"{head}: {frame['label']} reaches the limit at {at} ({frame['graphs_needed']} graphs "
+                     f"needed){lost}")
+    if not production["exact"]:
+        lines.append("later frames are approximate: some of their graphs were compiled for calls whose first "
+                     "frame production runs eagerly, and would not exist there")
+    return lines
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")

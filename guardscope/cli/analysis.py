@@ -67,7 +67,8 @@ def _terminate(signum: int, frame: Any) -> None:
 @click.option("--mark-samples", type=click.Choice(["all", "first"]), default="all", show_default=True,
               help="Apply --mark-unbacked to every sample or only the first (the seed article's Option 3).")
 @click.option("--recompile-limit", type=int, default=4096, show_default=True,
-              help="Dynamo recompile limit during the replay (raised so every topology is seen).")
+              help="Dynamo recompile limit during the replay (raised so every topology is seen; production's own "
+                   "limit, recorded or torch's default, is modelled in catalog.json's 'production').")
 @click.option("--replay", "replay_mode", type=click.Choice(["auto", "guards", "full"]), default="auto",
               show_default=True, help="'guards' skips the forward of samples an existing graph's guards accept "
               "(they cannot recompile; needs fullgraph); 'full' runs every sample; 'auto' = guards when sound.")

@@ -16,6 +16,7 @@ from ..text import (
     generation_lines,
     guard_text,
     missed_targets,
+    production_lines,
     sample_runs,
 )
 from .common import (
@@ -55,6 +56,16 @@ def verdict_context(verification: dict | None) -> dict | None:
         "text": ", ".join(parts) or "no artifacts verified",
         "artifacts": [{"name": a["name"], "status": a["status"]} for a in artifacts],
     }
+
+
+def production_context(catalog: dict) -> dict | None:
+    """The headline: what production lives through under its recompile limits (None for a
+    catalog written before guardscope modelled them)."""
+    production = catalog.get("production")
+    if production is None:
+        return None
+    return {"lines": production_lines(production), "lost": bool(production["failed_samples"] or production["eager_samples"]),
+            "failed": len(production["failed_samples"]), "eager": len(production["eager_samples"])}
 
 
 def summary_context(catalog: dict, timings: dict | None, verification: dict | None) -> dict:

@@ -42,6 +42,23 @@ def seed_inputs(seed_report):
 
 # --- the seed report -------------------------------------------------------------------------
 
+def test_the_headline_says_what_production_lives_through(seed_report, seed_inputs):
+    page = parse((seed_report / "report.html").read_text())
+    headline = page.find(id="production")
+    assert words(headline).startswith("In production, recompile_limit 8 (torch default): forward")
+    assert "reaches the limit at sample 112" in words(headline.find("strong"))
+    assert "3 samples (1.0% of traffic) would FAIL with FailOnRecompileLimitHit" in words(headline)
+    within = copy.deepcopy(seed_inputs["catalog"])
+    within["production"].update(failed_samples=[], recompile_limit=16)
+    within["production"]["frames"][0].update(limit=16, reached_at=None, margin=5, failed=0, share=0.0)
+    calm = parse(render_report(within, **{k: v for k, v in seed_inputs.items() if k != "catalog"})).find(id="production")
+    assert words(calm) == ("In production, recompile_limit 16 (torch default): forward (gnn/model.py:50) needs 11 "
+                           "graphs, 5 under the limit.") and calm.find_all("strong") == []
+    del within["production"]  # a catalog from before guardscope modelled the limits
+    assert parse(render_report(within, **{k: v for k, v in seed_inputs.items() if k != "catalog"})).find_all(
+        id="production") == []
+
+
 def test_seed_report_has_every_section_count_topology_and_kind(seed_report, seed_inputs):
     catalog = seed_inputs["catalog"]
     summary = catalog["summary"]
