@@ -6,7 +6,6 @@ tests/unit/test_reliability.py, tests/subprocess/test_reliability.py.
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 from types import SimpleNamespace
@@ -115,12 +114,19 @@ def test_an_interrupt_while_a_sample_is_recorded_waits_until_it_is_recorded(tmp_
     def recorded_then_interrupted(builder, meta):
         recorded(builder, meta)
         if meta.index == 3:
-            os.kill(os.getpid(), signal.SIGINT)  # Python runs the handler at the next instruction, here
+            # raise_signal, not os.kill: the signal goes to this thread, not to any of the process's
+            # threads, so Python runs the handler at the next instruction, here.
+            signal.raise_signal(signal.SIGINT)
 
     monkeypatch.setattr(CatalogBuilder, "add_sample", recorded_then_interrupted)
     out = tmp_path / "out"
-    with pytest.raises(KeyboardInterrupt):
-        guardscope.analyze(corpus, out, checkpoint_every=0)
+    # Ctrl-C's own handler, whatever an earlier test in this worker left installed.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            guardscope.analyze(corpus, out, checkpoint_every=0)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert store.checkpoint_progress(out) == 4  # sample 3 is done: recorded, and counted
     monkeypatch.setattr(CatalogBuilder, "add_sample", recorded)
     guardscope.analyze(corpus, out, checkpoint_every=0, resume=True)
