@@ -16,6 +16,15 @@ def compile_order(compile_id: str | None) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", compile_id or "")) or (1 << 30,)
 
 
+# Autograd's mode around a served call, as a corpus manifest's ``grad_mode``, ``--grad-mode`` and
+# ``catalog.json``'s ``compile.grad_mode`` name it: Dynamo guards on it, so a replay runs under
+# production's (torch_compat.grad_context).
+INFERENCE_MODE = "inference_mode"
+NO_GRAD = "no_grad"
+GRAD = "grad"
+GRAD_MODES = (INFERENCE_MODE, NO_GRAD, GRAD)
+
+
 class FailureKind(str, enum.Enum):
     """Why a cached graph rejected an input. Values are the ``kind`` strings of ``catalog.json``."""
 

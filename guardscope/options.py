@@ -2,7 +2,7 @@
 options read back from a corpus manifest or an analysis's catalog.
 
 The production options (``dynamic``, ``fullgraph``, ``mode``) come from the corpus manifest;
-an analysis adds where and how it replayed (backend, device, inference mode, duck sizing, marks,
+an analysis adds where and how it replayed (backend, device, grad mode, duck sizing, marks,
 recompile limit) and records them all in ``catalog.json``'s ``compile``.
 """
 
@@ -12,16 +12,19 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import CompileOptionsError
+from .model import GRAD_MODES, INFERENCE_MODE, NO_GRAD
 
 BACKENDS = ("eager", "aot_eager", "inductor")
 DEFAULT_RECOMPILE_LIMIT = 4096
 
 # Production torch.compile options a corpus manifest carries; an analysis adds where it ran.
 PRODUCTION_FIELDS = ("dynamic", "fullgraph", "mode")
-ANALYSED_FIELDS = PRODUCTION_FIELDS + ("backend", "device", "inference_mode", "dynamo_config")
+ANALYSED_FIELDS = PRODUCTION_FIELDS + ("backend", "device", "grad_mode", "dynamo_config")
 # Manifest compile options that are not replayed as they are: the backend (an analysis picks its
 # own) and torch 2.13's per-call recompile limit (modelled, catalog.limits).
 MODELLED_FIELDS = ("backend", "recompile_limit")
+# Accepted in a manifest's compile for the grad mode it names (true: inference_mode, false: no_grad).
+GRAD_MODE_ALIAS = "inference_mode"
 
 
 REPLAY_MODES = ("auto", "guards", "full")
@@ -62,7 +65,9 @@ class ReplayOptions:
     fullgraph: bool = False
     mode: str | None = None
     device: str = "cpu"
-    inference_mode: bool = True
+    # Autograd's mode around each call (model.GRAD_MODES): production's, recorded by the traffic
+    # recorders, else --grad-mode; inference_mode when neither says.
+    grad_mode: str = INFERENCE_MODE
     duck_shape: bool = True
     # (argument path, dim) pairs marked with mark_unbacked; "first" marks only sample 0 (the
     # article's Option 3), "all" marks every sample (what a serving wrapper would do).
@@ -81,6 +86,8 @@ class ReplayOptions:
             raise CompileOptionsError(
                 f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}"
             )
+        if self.grad_mode not in GRAD_MODES:
+            raise CompileOptionsError(f"grad mode {self.grad_mode!r} is not one of {', '.join(GRAD_MODES)}")
         if self.mark_samples not in ("first", "all"):
             raise CompileOptionsError("mark_samples must be 'first' or 'all'")
         try:
@@ -94,6 +101,11 @@ class ReplayOptions:
                 f"device {self.device!r} was asked for but torch.cuda.is_available() is False; "
                 "use --device cpu"
             )
+
+    @property
+    def inference_mode(self) -> bool:
+        """Whether calls run under ``torch.inference_mode()``."""
+        return self.grad_mode == INFERENCE_MODE
 
     @property
     def uses_cudagraphs(self) -> bool:
@@ -115,6 +127,7 @@ class ReplayOptions:
             "fullgraph": self.fullgraph,
             "mode": self.mode,
             "device": self.device,
+            "grad_mode": self.grad_mode,
             "inference_mode": self.inference_mode,
             "duck_shape": self.duck_shape,
             "mark_unbacked": [f"{path}:{dim}" for path, dim in self.mark_unbacked],
@@ -132,6 +145,9 @@ def _replay_options(compile_options: dict[str, Any], fields: tuple[str, ...], **
             f"compile.dynamic is {compile_options['dynamic']!r}; use true, false or null"
         )
     taken = {name: compile_options[name] for name in fields if compile_options.get(name) is not None}
+    if "grad_mode" in fields and "grad_mode" not in taken and compile_options.get(GRAD_MODE_ALIAS) is not None:
+        # A catalog written before grad modes, or a manifest's compile={"inference_mode": false}.
+        taken["grad_mode"] = INFERENCE_MODE if compile_options[GRAD_MODE_ALIAS] else NO_GRAD
     if "dynamo_config" in taken:
         taken["dynamo_config"] = dynamo_pairs(taken["dynamo_config"])
     return replace(ReplayOptions(**taken), **{k: v for k, v in overrides.items() if v is not None})
@@ -144,17 +160,24 @@ def dynamo_pairs(settings: dict[str, Any] | None) -> tuple[tuple[str, Any], ...]
 
 def options_from_manifest(compile_options: dict[str, Any], **overrides: Any) -> ReplayOptions:
     """Production compile options from the manifest, then the caller's overrides (not None)."""
-    unknown = sorted(set(compile_options) - set(PRODUCTION_FIELDS) - set(MODELLED_FIELDS))
+    unknown = sorted(set(compile_options) - set(PRODUCTION_FIELDS) - set(MODELLED_FIELDS) - {GRAD_MODE_ALIAS})
     if unknown:
         from . import torch_compat
 
         torch_compat.warn_once(f"ignoring unknown compile options in the manifest: {unknown}")
-    return _replay_options(compile_options, PRODUCTION_FIELDS, **overrides)
+    return _replay_options(compile_options, PRODUCTION_FIELDS + ("grad_mode",), **overrides)
 
 
 def production_options(catalog: dict[str, Any], **overrides: Any) -> ReplayOptions:
     """The analysed compile options without the analysis-only marks and settings."""
     return _replay_options(catalog["compile"], ANALYSED_FIELDS, **overrides)
+
+
+def production_backend(catalog: dict[str, Any]) -> tuple[str, str]:
+    """The backend production compiles with and where that comes from (``catalog.json``'s
+    ``production``: recorded, else inductor, torch.compile's default): what the proofs compile with."""
+    section = catalog.get("production") or {}
+    return section.get("backend", "inductor"), section.get("backend_source", "torch.compile's default")
 
 
 def analysis_options(catalog: dict[str, Any]) -> ReplayOptions:

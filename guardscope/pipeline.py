@@ -101,8 +101,11 @@ def analyze(
     if len(corpus) == 0:
         raise CorpusError(f"the corpus {corpus_dir} holds no samples: record some calls into it first")
     spec = model or corpus.manifest.model
+    # Production's grad mode: asked for (--grad-mode), else recorded, else the compile options' older
+    # inference_mode, else inference mode.
+    grad_mode = overrides.pop("grad_mode", None) or corpus.manifest.grad_mode
     options = options_from_manifest(corpus.manifest.compile, dynamo_config=dynamo_pairs(corpus.manifest.dynamo_config),
-                                    **overrides)
+                                    grad_mode=grad_mode, **overrides)
     options.validate()
     warnings = [w for w in (torch_compat.check_supported_version(),) if w]
     warnings += check_replay_request(options, replay_mode, shapes_per_graph)
@@ -305,9 +308,11 @@ def verify(
     progress: Callable[[str], None] | None = None,
     bundle: bool = True,
     corpus: str | Path | None = None,
+    backend: str | None = None,
 ) -> dict[str, Any]:
-    """Verify each emitted fix in a fresh subprocess (:func:`guardscope.proving.verify.verify_fixes`);
-    writes ``verification.json`` and refreshes the report."""
+    """Verify each emitted fix in a fresh subprocess (:func:`guardscope.proving.verify.verify_fixes`),
+    the plans compiled with ``backend`` (default: production's, recorded or inductor); writes
+    ``verification.json`` and refreshes the report."""
     from .proving.verify import verify_fixes
 
     out = Path(out_dir)
@@ -315,7 +320,7 @@ def verify(
     where = store.corpus_dir_of(out, store.read_catalog(out), corpus)
     load_corpus(where)
     document = verify_fixes(out, where, artifacts=artifacts, holdout=holdout, timeout=timeout, progress=progress,
-                            bundle=bundle)
+                            bundle=bundle, backend=backend)
     _render(out)
     return document
 

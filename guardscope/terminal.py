@@ -207,6 +207,7 @@ def format_summary(analysis: Any) -> str:
     forced = " — CUDA graphs record at run time, so every sample ran" if (catalog.cudagraphs or {}).get("observed") else ""
     seen = (f" to see past production's {catalog.production['recompile_limit']}" if catalog.production else " for it")
     lines.append(f"replay      {analysis.replay_seconds:.1f} s ({catalog.replay_mode} replay{forced}; "
+                 f"under {catalog.compile.get('grad_mode', 'inference_mode')}; "
                  f"Dynamo's recompile limit raised to {catalog.compile.get('recompile_limit')}{seen})")
     lines.append(f"wrote       {analysis.catalog_path}, {analysis.timings_path}, "
                  f"{analysis.out_dir / store.REPORT}, {analysis.trace_path}")

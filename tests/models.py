@@ -30,6 +30,34 @@ class Elementwise(torch.nn.Module):
         return x.sin() * 2
 
 
+class CountsCalls(torch.nn.Module):
+    """A buffer reassigned on every call (a call counter, as running statistics are kept): under
+    inference mode the new buffer is an inference tensor, whose dispatch keys the first graph's
+    guards do not accept, so the second call compiles again; under no_grad it never does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls = self.calls + 1
+        return self.linear(x)
+
+
+class CacheDecoder(torch.nn.Module):
+    """One step of a decoder: the new tokens are embedded and appended to the cache it is given,
+    the way generate() hands a KV cache back to the forward at every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(32, 4)
+
+    def forward(self, ids, cache):
+        cache = torch.cat([cache, self.embed(ids)], dim=1)
+        return cache.sum(dim=1), cache
+
+
 class Fails(torch.nn.Module):
     """Raises on negative inputs, to show a failing sample is recorded, not fatal."""
 

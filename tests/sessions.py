@@ -90,7 +90,7 @@ def fixed(tmp_path_factory, analyses):
         corpus, analysis, _ = analyses(name, None)
         out = copy_analysis(analysis, root / "out")
         fixes = pipeline.emit_warmup(out)
-        document = pipeline.verify(out, artifacts=("warmup", "unbacked"), bundle=False)
+        document = pipeline.verify(out, artifacts=("warmup", "unbacked"), bundle=False, backend="eager")
         return corpus, out, fixes, document
 
     def get(name: str):

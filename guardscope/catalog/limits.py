@@ -26,6 +26,9 @@ from ..model import Catalog
 
 TORCH_DEFAULT = "torch default"
 RECORDED = "recorded"
+# The backend production compiles with, when the corpus does not say: torch.compile's default.
+DEFAULT_BACKEND = "inductor"
+ASSUMED = "torch.compile's default"
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,8 @@ class ProductionLimits:
     accumulated_recompile_limit: int
     fail_on_limit: bool  # torch._dynamo.config.fail_on_recompile_limit_hit
     source: str  # TORCH_DEFAULT or RECORDED
+    backend: str = DEFAULT_BACKEND  # the backend production compiles with
+    backend_source: str = ASSUMED  # RECORDED or ASSUMED
 
     @property
     def per_frame(self) -> int:
@@ -53,8 +58,11 @@ def production_limits(dynamo_config: dict[str, Any] | None, compile_options: dic
         recorded["recompile_limit"] = compile_options["recompile_limit"]
     value = {**defaults, **recorded}
     source = RECORDED if {"recompile_limit", "accumulated_recompile_limit"} & set(recorded) else TORCH_DEFAULT
+    backend = compile_options.get("backend")
     return ProductionLimits(int(value["recompile_limit"]), int(value["accumulated_recompile_limit"]),
-                            bool(value.get("fail_on_recompile_limit_hit", False)), source)
+                            bool(value.get("fail_on_recompile_limit_hit", False)), source,
+                            backend=str(backend) if backend else DEFAULT_BACKEND,
+                            backend_source=RECORDED if backend else ASSUMED)
 
 
 def production_section(catalog: Catalog, limits: ProductionLimits, runs: RequestRuns | None = None) -> dict[str, Any]:
@@ -135,6 +143,8 @@ def production_section(catalog: Catalog, limits: ProductionLimits, runs: Request
         "eager_share": round(len(eager) / total, 6) if total else 0.0,
         "exact": exact,
         "frames": frames,
+        "backend": limits.backend,
+        "backend_source": limits.backend_source,
     }
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from .. import store
+from ..model import GRAD_MODES
 from ..terminal import ReplayProgress, format_summary
 from ..text import first_line
 from .common import analysis_dir, backend_option, device_option, friendly_errors, mode_option
@@ -61,6 +62,9 @@ def _terminate(signum: int, frame: Any) -> None:
               help="Override the manifest's torch.compile(dynamic=...); 'auto' is dynamic=None.")
 @click.option("--fullgraph/--no-fullgraph", default=None, help="Override the manifest's fullgraph.")
 @mode_option(help="Override the manifest's torch.compile mode (inductor only).")
+@click.option("--grad-mode", type=click.Choice(list(GRAD_MODES)), default=None,
+              help="Autograd's mode around each call, as production serves it (Dynamo guards on it): for a corpus "
+                   "that does not record it (the traffic recorders do); default: the recorded one, else inference_mode.")
 @click.option("--no-duck-shape", is_flag=True, help="Replay with duck sizing off (use_duck_shape=False).")
 @click.option("--mark-unbacked", "marks", multiple=True, metavar="ARG:DIM",
               help="mark_unbacked this argument dimension before the call; repeatable (e.g. x:0).")
@@ -93,7 +97,7 @@ def _terminate(signum: int, frame: Any) -> None:
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @friendly_errors
 def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: str, dynamic: str | None,
-            fullgraph: bool | None, mode: str | None, no_duck_shape: bool, marks: tuple[str, ...],
+            fullgraph: bool | None, mode: str | None, grad_mode: str | None, no_duck_shape: bool, marks: tuple[str, ...],
             mark_samples: str, recompile_limit: int, replay_mode: str, paddable: tuple[str, ...],
             shapes_per_graph: int, strict: bool, force: bool, resume: bool, checkpoint_every: float,
             skip_bad_shards: bool, isolate: bool | None, accept_errors: bool, quiet: bool) -> None:
@@ -133,6 +137,7 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
         "dynamic": _TRISTATE[dynamic] if dynamic is not None else None,
         "fullgraph": fullgraph,
         "mode": mode,
+        "grad_mode": grad_mode,
         "recompile_limit": recompile_limit,
         "mark_samples": mark_samples,
     }

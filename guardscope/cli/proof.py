@@ -37,9 +37,12 @@ from .common import (
 @click.option("--no-bundle", is_flag=True,
               help="Do not measure the set-up of compile-cache bundles (two more fresh processes per bundled plan).")
 @corpus_option()
+@click.option("--backend", type=click.Choice(["eager", "aot_eager", "inductor"]), default=None,
+              help="Compile the plans with this backend; default production's (recorded by the traffic recorder's "
+                   "wrap(), else inductor, torch.compile's default). A proof holds for the backend it ran with.")
 @friendly_errors
 def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, timeout: float, no_bundle: bool,
-           corpus: str | None) -> None:
+           corpus: str | None, backend: str | None) -> None:
     """Prove the fixes in DIR on the corpus, each in a fresh subprocess.
 
     Each artifact is applied as its docstring says (warmup; configure + mark + warmup; export),
@@ -54,12 +57,13 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
     Example:
       guardscope verify out/
       guardscope verify out/ --artifact warmup --holdout 0.3
+      guardscope verify out/ --backend eager      # quicker; proves the guards, not inductor's strides
     """
     from .. import pipeline
 
     document = pipeline.verify(out_dir, artifacts=artifacts or None, holdout=holdout, timeout=timeout,
                                progress=lambda name: click.echo(f"verifying {name}...", err=True),
-                               bundle=not no_bundle, corpus=corpus)
+                               bundle=not no_bundle, corpus=corpus, backend=backend)
     for result in document["artifacts"]:
         line = f"{result['name']:<9} {result['status'].upper():<8}"
         if result["setup_graphs"] is not None:
@@ -86,7 +90,8 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
             click.echo("          outputs " + ("equal" if outputs["equal"] else "CHANGED on " + ", ".join(differing))
                        + (f" (max diff {outputs['max_diff']:.3g})" if outputs["max_diff"] is not None else ""))
     statuses = ", ".join(f"{r['name']} {r['status']}" for r in document["artifacts"])
-    click.echo(f"verdict     {document['verdict'].upper()}: {statuses} ({Path(out_dir) / store.VERIFICATION})")
+    click.echo(f"verdict     {document['verdict'].upper()} under {document['backend']} ({document['backend_source']}): "
+               f"{statuses} ({Path(out_dir) / store.VERIFICATION})")
     for warning in document["warnings"]:
         click.secho(f"warning: {warning}", fg="yellow", err=True)
     if document["verdict"] == "failed":

@@ -46,7 +46,12 @@ builds a model of other weights says so (:mod:`guardscope.corpus.weights`). An o
 The analysis models the recompile limits (``recompile_limit``, ``accumulated_recompile_limit``,
 ``fail_on_recompile_limit_hit``; ``compile`` may also hold ``recompile_limit``, torch 2.13's
 per-call ``torch.compile(recompile_limit=N)``) and replays under the settings that change guards
-(:data:`guardscope.torch_compat.DYNAMO_SETTINGS`).
+(:data:`guardscope.torch_compat.DYNAMO_SETTINGS`). An optional ``grad_mode`` says which autograd
+mode production served the calls under (``"inference_mode"``, ``"no_grad"`` or ``"grad"``: grad
+enabled), read by the traffic recorders on the serving thread; Dynamo guards on it, so the analysis
+replays under it (``--grad-mode`` for a corpus that does not say; ``inference_mode`` otherwise)::
+
+    "grad_mode": "no_grad"
 
 A shard (``format_version`` 2) is one ``torch.save`` archive holding a single tensor::
 
@@ -165,6 +170,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CorpusError, ManifestError, ModelSpecError
+from ..model import GRAD_MODES
 from .spec import split_spec
 
 FORMAT = "guardscope-corpus"
@@ -269,6 +275,8 @@ class Manifest:
     # The Dynamo settings production ran with that differ from torch's defaults (recorded where
     # the calls were served); None: not recorded. Written only when some differ.
     dynamo_config: dict[str, Any] | None = None
+    # The grad mode production served the calls under (model.GRAD_MODES); None: not recorded.
+    grad_mode: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -278,6 +286,7 @@ class Manifest:
             **({"method": self.method} if self.method is not None else {}),
             **({"recorded_model": self.recorded_model.to_json()} if self.recorded_model is not None else {}),
             **({"dynamo_config": dict(sorted(self.dynamo_config.items()))} if self.dynamo_config else {}),
+            **({"grad_mode": self.grad_mode} if self.grad_mode is not None else {}),
             "compile": self.compile,
             "torch_version": self.torch_version,
             "device": self.device,
@@ -313,6 +322,13 @@ def check_dynamo_config(raw: Any) -> dict[str, Any]:
         if type(value) not in (bool, int, float):
             raise ValueError(f"gives {name} the value {json.dumps(value)[:60]}; a setting is a bool, int or float")
     return dict(raw)
+
+
+def check_grad_mode(raw: Any) -> str:
+    """A manifest's ``grad_mode``; ``ValueError`` saying what is wrong with it."""
+    if raw not in GRAD_MODES:
+        raise ValueError(f"is {json.dumps(raw)[:60]}; use one of {', '.join(GRAD_MODES)}")
+    return str(raw)
 
 
 def corpus_directory(directory: str | os.PathLike[str]) -> pathlib.Path:
@@ -396,6 +412,12 @@ def _parse_manifest(path: pathlib.Path, raw: Any) -> Manifest:
             dynamo_config = check_dynamo_config(raw["dynamo_config"])
         except ValueError as exc:
             raise ManifestError(f"{path}: field 'dynamo_config' {exc}; fix the manifest or re-record the corpus") from None
+    grad_mode = None
+    if raw.get("grad_mode") is not None:
+        try:
+            grad_mode = check_grad_mode(raw["grad_mode"])
+        except ValueError as exc:
+            raise ManifestError(f"{path}: field 'grad_mode' {exc}; fix the manifest or re-record the corpus") from None
     samples = _field(path, raw, "samples", int)
     shards = []
     expected_first = 0
@@ -439,4 +461,5 @@ def _parse_manifest(path: pathlib.Path, raw: Any) -> Manifest:
         method=method,
         recorded_model=recorded_model,
         dynamo_config=dynamo_config,
+        grad_mode=grad_mode,
     )

@@ -28,6 +28,7 @@ from .format import (
     Manifest,
     ShardInfo,
     check_dynamo_config,
+    check_grad_mode,
     check_method_name,
     check_model_spec,
 )
@@ -60,7 +61,10 @@ class CorpusWriter:
     Dynamo settings that differ from torch's defaults (:func:`guardscope.torch_compat.dynamo_settings`
     on the thread that serves; None, the default: read at the first call recorded, on the thread
     that records it), which the analysis models (the recompile limits) and replays under (the
-    settings that change guards).
+    settings that change guards); ``grad_mode`` the autograd mode production serves the calls
+    under (``"inference_mode"``, ``"no_grad"`` or ``"grad"``; None, the default: not recorded, as
+    the thread that adds samples is often not the one that serves; the traffic recorders read it
+    where the call is served), which the analysis replays under.
     ``keep="all"`` (the default) records every call in full (format 2); ``keep="signatures"``
     records the first ``full_per_signature`` calls of each signature in full and every other
     one as its signature only, without tensor data (format 3; ``full_per_signature=0`` keeps no
@@ -101,6 +105,7 @@ class CorpusWriter:
         method: str | None = None,
         recorded_from: Any = None,
         dynamo_config: dict[str, Any] | None = None,
+        grad_mode: str | None = None,
     ) -> None:
         self.directory = pathlib.Path(directory)
         # A relative file spec is stored relative to the corpus folder, where it is resolved first:
@@ -113,6 +118,10 @@ class CorpusWriter:
             self.dynamo_config = None if dynamo_config is None else check_dynamo_config(dynamo_config)
         except ValueError as exc:
             raise CorpusError(f"dynamo_config {exc}") from None
+        try:
+            self.grad_mode = None if grad_mode is None else check_grad_mode(grad_mode)
+        except ValueError as exc:
+            raise CorpusError(f"grad_mode {exc}") from None
         try:
             json.dumps(self.compile, sort_keys=True, allow_nan=False)
         except (TypeError, ValueError) as exc:
@@ -399,6 +408,7 @@ class CorpusWriter:
             method=self.method,
             recorded_model=self.recorded_model,
             dynamo_config=self.dynamo_config,
+            grad_mode=self.grad_mode,
         )
         text = json.dumps(manifest.to_json(), sort_keys=True, indent=2) + "\n"
         _atomic_write(self.directory / MANIFEST_NAME, text.encode())

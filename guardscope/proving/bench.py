@@ -146,7 +146,7 @@ def run_bench(
         criteria=criteria or Criteria(),
         torch_version=torch_compat.torch_version(),
         device=device,
-        options={key: compile_options[key] for key in ("backend", "dynamic", "fullgraph", "mode", "inference_mode")},
+        options={key: compile_options[key] for key in ("backend", "dynamic", "fullgraph", "mode", "grad_mode", "inference_mode")},
         corpus_path=Path(os.path.relpath(corpus_dir.resolve(), out.resolve())).as_posix(),
         samples=samples,
         repeat=repeat,

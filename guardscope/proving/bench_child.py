@@ -17,7 +17,10 @@ What a strategy's process does:
    bounds check, then the AOTInductor model or the eager fallback, for export), the device
    synchronized and the clock read again. Whether a request compiled is read from Dynamo's own
    graph counter before and after it (the structured trace is left off: its payloads would add to
-   the compile times measured);
+   the compile times measured). The plain compile runs under production's recompile limits (the
+   catalog's ``production``): a request past them raises ``FailOnRecompileLimitHit`` (fullgraph)
+   or runs without a compiled graph (no graph accepted it before the call, and it compiled none),
+   and both are listed;
 4. **paired** (every strategy but eager, ``paired`` passes, 1 by default): the corpus once more,
    each request run eagerly and with the strategy back to back, alternating which goes first.
    Fresh eager processes on one H200 measured steady means from 5.70 to 6.44 ms, and eager
@@ -39,9 +42,20 @@ from ..options import production_options
 from ..text import exception_line
 from .isolation import import_file
 
-# The plain compile raises Dynamo's recompile limit as the seed article does (64; 8 by default),
-# so that it recompiles instead of failing under fullgraph=True.
-PLAIN_RECOMPILE_LIMIT = 64
+
+
+def production_limits(catalog: dict) -> dict[str, Any]:
+    """The recompile limits the plain compile runs under: production's (the catalog's
+    ``production``, recorded or torch's defaults), torch's defaults for a catalog without one."""
+    section = catalog.get("production")
+    if section is None:
+        defaults = torch_compat.dynamo_defaults()
+        return {"recompile_limit": defaults["recompile_limit"],
+                "accumulated_recompile_limit": defaults["accumulated_recompile_limit"],
+                "fail_on_recompile_limit_hit": bool(defaults.get("fail_on_recompile_limit_hit", False)),
+                "source": "torch default"}
+    return {key: section[key] for key in ("recompile_limit", "accumulated_recompile_limit",
+                                          "fail_on_recompile_limit_hit", "source")}
 
 
 def _set_up(strategy: str, module: Any, runner: Any, out_dir: Path, catalog: dict, corpus: Any,
@@ -69,7 +83,7 @@ def _set_up(strategy: str, module: Any, runner: Any, out_dir: Path, catalog: dic
         return compiled, 0, None
     if strategy in plans.BUNDLED:  # the plans with a warmup (and a bundle to load)
         load = module.load_bundle(runner.compiled, options.device).to_json()
-        module.warmup(runner.compiled, device=options.device, inference_mode=options.inference_mode, bundle=False)
+        module.warmup(runner.compiled, device=options.device, grad_mode=options.grad_mode, bundle=False)
         return (compiled if strategy == "warmup" else marked), 0, load
     # export: torch.export with the emitted Dims, AOTInductor, one call of the example.
     from .verify import module_example
@@ -101,12 +115,18 @@ def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: An
     module = import_file(out_dir / plans.MODULES[strategy]) if strategy in plans.MODULES else None
     if strategy == "unbacked":
         module.configure()  # global settings, before anything compiles
-    limit = (torch_compat.raised_recompile_limit(max(PLAIN_RECOMPILE_LIMIT, catalog["summary"]["compiles"]))
-             if strategy == "compile" else contextlib.nullcontext())
+    # The plain compile runs as production does: under its recompile limits, so a request past
+    # them fails (fullgraph) or runs without a compiled graph, and the row says which.
+    limits = production_limits(catalog) if strategy == "compile" else None
+    limit = (torch_compat.recompile_limits(limits["recompile_limit"], limits["accumulated_recompile_limit"],
+                                           limits["fail_on_recompile_limit_hit"])
+             if limits is not None else contextlib.nullcontext())
     requests: list[list] = []
     fallbacks: list[list] = []
     errors: list[list] = []
-    with limit:
+    limit_failed: list[int] = []  # requests that raised at the recompile limit
+    uncompiled: list[int] = []  # requests that ran without a compiled graph (the limit reached)
+    with limit, torch_compat.applied_settings(dict(options.dynamo_config)):
         runner = Runner(model, options)
 
         def sync() -> None:
@@ -125,7 +145,12 @@ def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: An
             for sample in corpus:
                 # Moved to the device outside inference mode, as a request's tensors arrive.
                 args, kwargs, *_ = runner.prepare(sample, mark=False)
+                accepted = None
+                if limits is not None:  # untimed: did a graph accept it before the call?
+                    runner.forget_entries()
+                    accepted = runner.serving_arguments(args, kwargs)
                 graphs = torch_compat.graphs_compiled()
+                failed = False
                 with runner.grad_context():
                     sync()
                     started = time.perf_counter()
@@ -134,8 +159,14 @@ def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: An
                         sync()
                     except Exception as exc:  # a failing request is reported, the replay goes on
                         fallback = None
+                        failed = True
                         errors.append([request, exception_line(exc, 400)])
+                        if torch_compat.is_recompile_limit_error(exc):
+                            limit_failed.append(request)
                     seconds = time.perf_counter() - started
+                if (limits is not None and not failed and accepted is None
+                        and torch_compat.graphs_compiled() == graphs):
+                    uncompiled.append(request)
                 if fallback is not None:
                     fallbacks.append([request, fallback])
                 requests.append([sample.index, seconds, torch_compat.graphs_compiled() - graphs])
@@ -156,6 +187,9 @@ def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: An
         "errors": errors,
         "paired": paired_requests,
         "bundle_load": bundle_load,
+        "limits": limits,
+        "limit_failed": limit_failed,
+        "uncompiled": uncompiled,
     }
 
 

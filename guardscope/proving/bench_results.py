@@ -103,6 +103,10 @@ def empty_row(name: str, status: str, reason: str | None, wall_seconds: float | 
         "speedup": None,
         "targets": None,
         "generation": None,
+        "limits": None,
+        "limit_failed": None,
+        "uncompiled": None,
+        "uncompiled_requests": [],
         "wall_seconds": None if wall_seconds is None else round(wall_seconds, 3),
     }
 
@@ -160,6 +164,13 @@ def summarize(name: str, raw: dict[str, Any], wall_seconds: float | None = None,
                         for r, text in raw["errors"][:LISTED]],
         generation=None if tags is None else generation_stats(requests, tags, per_pass, set(errors), latency_stats),
     )
+    if raw.get("limits") is not None:  # the plain compile, under production's recompile limits
+        row.update(
+            limits=raw["limits"],
+            limit_failed=len(raw["limit_failed"]),
+            uncompiled=len(raw["uncompiled"]),
+            uncompiled_requests=[{"request": r, "sample": requests[r][0]} for r in raw["uncompiled"][:LISTED]],
+        )
     return row
 
 
@@ -297,6 +308,22 @@ def build_document(
     }
 
 
+def limit_line(row: dict[str, Any]) -> str:
+    """The plain compile's row under production's recompile limits: what reaching them did."""
+    limits = row["limits"]
+    head = f"under production's limits (recompile_limit {limits['recompile_limit']}, {limits['source']})"
+    if not row["limit_failed"] and not row["uncompiled"]:
+        return f"{head}: no request reached them"
+    parts = []
+    if row["limit_failed"]:
+        parts.append(f"{row['limit_failed']} requests FAILED with FailOnRecompileLimitHit")
+    if row["uncompiled"]:
+        samples = [e["sample"] for e in row["uncompiled_requests"]]
+        parts.append(f"{row['uncompiled']} ran without a compiled graph (samples {samples[:12]}"
+                     f"{' ...' if row['uncompiled'] > 12 else ''})")
+    return f"{head}: " + ", ".join(parts)
+
+
 def format_table(document: dict[str, Any]) -> str:
     """The terminal table of bench.json: a row per strategy, details and targets below it."""
     header = ("strategy", "set-up", "graphs", "recompiles", "mean", "p50", "p99", "max", "worst", "speedup", "paired")
@@ -338,6 +365,8 @@ def format_table(document: dict[str, Any]) -> str:
                            f"{format_ms(paired['mean_ms'])} against eager's {format_ms(paired['eager_mean_ms'])}")
         if row.get("generation"):
             details.extend(generation_lines(row["generation"]))
+        if row.get("limits"):
+            details.append(limit_line(row))
         if row["fallbacks"]:
             details.append(f"{row['fallbacks']} requests fell back to eager")
         if row["errors"]:

@@ -76,6 +76,7 @@ def _make_in_child(out: Path, artifact: str, backend: str, device: str, corpus: 
         "compile": {"backend": options.backend, "dynamic": options.dynamic, "fullgraph": options.fullgraph,
                     "mode": options.mode},
         "compiled": torch_compat.compiled_settings(runner.compiled),
+        "grad_mode": options.grad_mode,
         "inference_mode": options.inference_mode,
         "graphs": runner.graphs(),
         "artifacts": artifacts,

@@ -25,7 +25,8 @@ from typing import Any
 
 from .. import plans, store
 from ..errors import GuardscopeError
-from ..options import production_options
+from ..model import NO_GRAD
+from ..options import production_backend, production_options
 
 # The plans a server applies (warmup, unbacked): those this check can apply.
 PLANS = plans.SERVED
@@ -43,6 +44,7 @@ class GenerateCheck:
     compiles: tuple[dict[str, Any], ...]
     setup_graphs: int
     setup_seconds: float
+    backend: str = "inductor"  # the backend the forward was compiled with: the check holds for it
 
     @property
     def passed(self) -> bool:
@@ -50,16 +52,20 @@ class GenerateCheck:
 
     def to_json(self) -> dict[str, Any]:
         return {"plan": self.plan, "requests": self.requests, "calls": self.calls, "compiles": list(self.compiles),
-                "setup_graphs": self.setup_graphs, "setup_seconds": self.setup_seconds, "passed": self.passed}
+                "setup_graphs": self.setup_graphs, "setup_seconds": self.setup_seconds, "passed": self.passed,
+                "backend": self.backend}
 
 
 def check_generate(out_dir: str | Path, requests: list[tuple[Any, dict[str, Any]]], *, plan: str = plans.SERVED[0],
-                   model: Any = None, corpus: str | Path | None = None) -> GenerateCheck:
+                   model: Any = None, corpus: str | Path | None = None, backend: str | None = None) -> GenerateCheck:
     """Apply ``plan`` from the analysis folder ``out_dir`` and run ``generate(input_ids, **kwargs)``
     for each ``(input_ids, kwargs)`` request, counting compiles.
 
     ``model``: the analysed callable (the bound ``forward`` the corpus's model spec gives); by
-    default the spec is loaded. Its module's ``generate`` is what runs. ``GuardscopeError`` when the
+    default the spec is loaded. The forward is compiled with ``backend``, by default production's
+    (``catalog.json``'s ``production.backend``: recorded, else inductor): the KV cache each decode
+    step receives is the compiled prefill's output, its strides that backend's, so a check under
+    another backend does not speak for production's. Its module's ``generate`` is what runs. ``GuardscopeError`` when the
     analysed model is not a bound forward of a module with ``generate``, or the plan was not
     emitted (run ``guardscope emit-warmup`` first)."""
     import torch
@@ -89,7 +95,7 @@ def check_generate(out_dir: str | Path, requests: list[tuple[Any, dict[str, Any]
         )
     # generate() runs the forward under torch.no_grad(), not inference mode: the set-up must too,
     # or graphs compiled for inference tensors (other dispatch keys) would not serve its calls.
-    options = production_options(catalog, inference_mode=False)
+    options = production_options(catalog, grad_mode=NO_GRAD, backend=backend or production_backend(catalog)[0])
     module, runner, seconds, _ = set_up_plan(plan, out, model, options, use_bundle=False)
     compiled = runner.compiled
     forward = compiled
@@ -123,4 +129,4 @@ def check_generate(out_dir: str | Path, requests: list[tuple[Any, dict[str, Any]
                 owner.generate(input_ids, **kwargs)
     finally:
         del owner.forward  # the module's own forward again
-    return GenerateCheck(plan, len(requests), position["calls"], tuple(seen), setup_graphs, seconds)
+    return GenerateCheck(plan, len(requests), position["calls"], tuple(seen), setup_graphs, seconds, options.backend)

@@ -71,6 +71,6 @@ def set_up_plan(name: str, out_dir: Path, model: Any, options: Any, *, use_bundl
         runner.warm_device(warm_sample)
     started = time.perf_counter()
     load = module.load_bundle(runner.compiled, options.device).to_json() if use_bundle else None
-    module.warmup(runner.compiled, device=options.device, inference_mode=options.inference_mode, bundle=False)
+    module.warmup(runner.compiled, device=options.device, grad_mode=options.grad_mode, bundle=False)
     torch_compat.synchronize(runner.device)
     return module, runner, time.perf_counter() - started, load

@@ -32,7 +32,7 @@ from .. import plans, store
 from ..catalog.caveats import forward_skipped, small_corpus_warning
 from ..catalog.classify import classify_reasons
 from ..errors import CompileOptionsError, GuardscopeError
-from ..options import production_options
+from ..options import production_backend, production_options
 from .isolation import child_environment, import_file, run_module
 from .setup import cache_dirs_empty, isolated_caches, set_up_plan
 
@@ -65,8 +65,14 @@ def verify_fixes(
     timeout: float = 3600.0,
     progress: Callable[[str], None] | None = None,
     bundle: bool = True,
+    backend: str | None = None,
 ) -> dict[str, Any]:
     """Verify each emitted fix in a fresh subprocess; write ``verification.json``.
+
+    The plans are proven with ``backend``, by default production's (:func:`production_backend`):
+    a graph's guards are Dynamo's whatever the backend, but what a call receives may not be (a KV
+    cache is the model's own output, its strides the backend's), so a proof holds for the backend
+    it ran with, which the document names (``backend``, ``backend_source``).
 
     With ``bundle``, a plan that has a compile-cache bundle also gets its set-up measured with
     and without it, each in a fresh process with empty cache folders (the result's ``bundle``).
@@ -81,21 +87,25 @@ def verify_fixes(
     unknown = sorted(set(chosen) - set(ARTIFACTS))
     if unknown:
         raise CompileOptionsError(f"unknown artifacts {unknown}; choose from {', '.join(ARTIFACTS)}")
+    catalog = store.read_catalog(out)
+    proving, source = (backend, "asked") if backend else production_backend(catalog)
     results = []
     for name in chosen:
         if progress is not None:
             progress(name)
-        results.append(run_artifact(out, name, holdout=holdout, timeout=timeout, bundle=bundle, corpus=corpus_dir))
+        results.append(run_artifact(out, name, holdout=holdout, timeout=timeout, bundle=bundle, corpus=corpus_dir,
+                                    backend=proving))
     previous = store.read_document(out, store.VERIFICATION) if artifacts else None
     if previous is not None:
         kept = [r for r in previous.get("artifacts", []) if r.get("name") not in chosen]
         results = sorted(kept + results, key=lambda r: ARTIFACTS.index(r["name"]))
-    catalog = store.read_catalog(out)
     small = None if forward_skipped(catalog.get("skipped_frames", [])) else small_corpus_warning(catalog.get("risk") or {})
     found = verdict(results)
     document = {
         "schema": 1,
         "holdout": holdout,
+        "backend": proving,
+        "backend_source": source,
         "verdict": found,
         "passed": found == "passed",
         "warnings": [small] if small else [],
@@ -140,15 +150,16 @@ def _run_child(out_dir: Path, name: str, tag: str, options: list[str], *, timeou
 
 
 def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: float,
-                 bundle: bool = True, corpus: Path | None = None) -> dict[str, Any]:
-    """Verify one artifact in a fresh interpreter; with ``bundle``, also measure the set-up of
-    its compile-cache bundle (when it has one) with and without it."""
+                 bundle: bool = True, corpus: Path | None = None, backend: str = "inductor") -> dict[str, Any]:
+    """Verify one artifact in a fresh interpreter, the plans compiled with ``backend``; with
+    ``bundle``, also measure the set-up of its compile-cache bundle (when it has one) with and
+    without it."""
     if name == CANONICAL:
         if not (out_dir / store.CANONICALISE).is_file():
             return _result(name, "skipped", f"{store.CANONICALISE} not found: run 'guardscope emit-warmup "
                            f"{out_dir} --transform SPEC...'")
         options = (["--holdout", str(holdout)] if holdout is not None else []) + (
-            ["--corpus", str(Path(corpus).resolve())] if corpus is not None else [])
+            ["--corpus", str(Path(corpus).resolve())] if corpus is not None else []) + ["--prove-backend", backend]
         return _run_child(out_dir, name, name, options, timeout=timeout)
     planned = planned_status(out_dir, name)
     if planned is not None:
@@ -158,7 +169,7 @@ def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: fl
     split = ["--holdout", str(holdout)] if holdout is not None else []
     if corpus is not None:
         split += ["--corpus", str(Path(corpus).resolve())]
-    result = _run_child(out_dir, name, name, split, timeout=timeout)
+    result = _run_child(out_dir, name, name, [*split, "--prove-backend", backend], timeout=timeout)
     if bundle and name in plans.BUNDLED and result["status"] != "crashed":
         measured = measure_bundle(out_dir, name, split, timeout=timeout)
         if measured is not None:
@@ -331,6 +342,7 @@ def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout:
         for e in recompiles
     ]
     torch_compat.reset_dynamo()
+    measured.setdefault("backend", options.backend)
     return _result(
         name,
         "passed" if not recompiles else "failed",
@@ -373,7 +385,7 @@ def _verify_canonical(out_dir: Path, catalog: dict, corpus: Any, model: Any, hol
         capture.set_sample(None)
         runner = Runner(model, options)
         started = time.perf_counter()
-        module.warmup(runner.compiled, device=options.device, inference_mode=options.inference_mode)
+        module.warmup(runner.compiled, device=options.device, grad_mode=options.grad_mode)
         torch_compat.synchronize(runner.device)
         setup_seconds = time.perf_counter() - started
         setup_events = events_from_records(capture.records).events
@@ -548,15 +560,17 @@ def child_main(argv: list[str]) -> int:
     parser.add_argument("--device", default=None, help="set-up measurement: on this device")
     parser.add_argument("--bundle", action="store_true", help="set-up measurement: load the plan's bundle")
     parser.add_argument("--corpus", type=Path, default=None, help="the corpus, when not where the analysis found it")
+    parser.add_argument("--prove-backend", default=None, help="compile the plan with this backend (production's)")
     arguments = parser.parse_args(argv)
     out, catalog, corpus, model = store.load_inputs(arguments.out_dir, arguments.corpus)
     if arguments.artifact == "export":
         result = _verify_export(out, catalog, corpus, model)
     elif arguments.artifact == CANONICAL:
-        result = _verify_canonical(out, catalog, corpus, model, arguments.holdout, production_options(catalog))
+        result = _verify_canonical(out, catalog, corpus, model, arguments.holdout,
+                                   production_options(catalog, backend=arguments.prove_backend))
     elif arguments.backend is None:
         result = _verify_compiled(arguments.artifact, out, corpus, model, arguments.holdout,
-                                  production_options(catalog))
+                                  production_options(catalog, backend=arguments.prove_backend))
     else:
         try:
             options = production_options(catalog, backend=arguments.backend, device=arguments.device)

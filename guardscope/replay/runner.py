@@ -10,6 +10,7 @@ anything runs; :meth:`Runner.apply_marks` applies them.
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any, NamedTuple
 
 import torch
@@ -85,7 +86,7 @@ class Runner:
         self.options = options
         self.binder = CallBinder(model)
         self.code = self.binder.code
-        self.grad_context = torch.inference_mode if options.inference_mode else torch.no_grad
+        self.grad_context = functools.partial(torch_compat.grad_context, options.grad_mode)
         self._entries: list | None = None
         self.lookup = torch_compat.LookupOrder()
         device = torch.device(options.device)

@@ -138,7 +138,14 @@ def recommendation_context(catalog: dict, fixes: dict | None, verification: dict
         return context
     artifact = artifacts[name]
     code = usage_code(artifact.get("code"))
-    call = f"torch.compile(model{compile_arguments(catalog['compile'])})"
+    call = f"torch.compile(model{compile_arguments(catalog['compile'])}"  # then a per-call limit, or ")"
+    production = catalog.get("production") or {}
+    limit = min(production.get("recompile_limit", 8), production.get("accumulated_recompile_limit", 256))
+    graphs = states[name]["graphs"]
+    # A plan needing more graphs than production's limit: through torch 2.13's per-call limit (the
+    # module's usage line says recompile_limit=N), else its warmup() raises the global one.
+    beyond = None if not graphs or graphs <= limit or name == "export" else {
+        "graphs": graphs, "limit": limit, "per_call": f"recompile_limit={graphs}" in code}
     bench_rows = {row["name"]: row for row in (bench_context(bench) or {}).get("rows", [])}
     context.update(
         state="proven" if choice["proven"] else "provisional",
@@ -157,7 +164,8 @@ def recommendation_context(catalog: dict, fixes: dict | None, verification: dict
         warmup_graphs=None if name == "warmup" or states.get("warmup", {}).get("state") in (None, "infeasible")
         else states["warmup"]["graphs"],
         code=code,
-        compile_call=call,
-        stale_options="torch.compile(" in code and call not in code,
+        compile_call=call + ")",
+        beyond_limit=beyond,
+        stale_options="torch.compile(" in code and call + ")" not in code and call + ", recompile_limit=" not in code,
     )
     return context

@@ -94,7 +94,7 @@ class ChildCompiler:
     """
 
     def __init__(self, *, plan_dir: Path, plan: str, spec_for: Callable[[Path], str], compile: dict[str, Any],
-                 method: str | None, backend: str, device: str, inference_mode: bool, timeout: float = 600.0) -> None:
+                 method: str | None, backend: str, device: str, grad_mode: str, timeout: float = 600.0) -> None:
         self.plan_dir = Path(plan_dir).resolve()
         self.plan = plan
         self._spec_for = spec_for
@@ -102,7 +102,7 @@ class ChildCompiler:
         self._method = method
         self.backend = backend
         self.device = device
-        self.inference_mode = inference_mode
+        self.grad_mode = grad_mode
         self.timeout = timeout
         self._root = Path(tempfile.mkdtemp(prefix="guardscope-background-"))
         self._history: list[Path] = []  # job folders whose call the serving process compiled, in order
@@ -128,7 +128,7 @@ class ChildCompiler:
         log = open(self._root / f"{OUTPUT}.{self._starts}", "w")  # noqa: SIM115 - the child writes it
         command = [sys.executable, "-m", "guardscope.runtime.child_compile", str(self.plan_dir), self.plan,
                    "--backend", self.backend, "--device", self.device,
-                   "--inference-mode" if self.inference_mode else "--no-inference-mode"]
+                   "--grad-mode", self.grad_mode]
         try:
             child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
                                      env=child_environment(), start_new_session=True)
@@ -226,14 +226,14 @@ class _CompileState:
     """The compile process's plan, set up once (at its first job): model, runner, plan module."""
 
     def __init__(self, plan_dir: Path, plan: str, first_corpus: Path, backend: str, device: str,
-                 inference_mode: bool) -> None:
+                 grad_mode: str) -> None:
         from .. import plans, store
         from ..corpus import load_corpus, load_model
         from ..options import production_options
         from ..proving.setup import set_up_plan
 
         catalog = store.read_catalog(plan_dir)
-        options = production_options(catalog, backend=backend, device=device, inference_mode=inference_mode)
+        options = production_options(catalog, backend=backend, device=device, grad_mode=grad_mode)
         corpus = load_corpus(first_corpus)
         model = load_model(corpus.manifest.model, base_dir=corpus.path, method=catalog.get("method"))
         self.plan = plan
@@ -272,7 +272,7 @@ def _job(state: _CompileState | None, request: dict[str, Any], arguments: Any) -
     set_up = state is None
     if state is None:
         state = _CompileState(arguments.plan_dir, arguments.plan, corpora[0], arguments.backend, arguments.device,
-                              arguments.inference_mode)
+                              arguments.grad_mode)
     result = state.replay(corpora)
     saved = torch_compat.save_compile_cache()
     result.update({"set_up": set_up, "setup_seconds": round(state.setup_seconds, 3) if set_up else None,
@@ -303,7 +303,7 @@ def child_main(argv: list[str]) -> int:
     parser.add_argument("plan")
     parser.add_argument("--backend", required=True)
     parser.add_argument("--device", required=True)
-    parser.add_argument("--inference-mode", action=argparse.BooleanOptionalAction, required=True)
+    parser.add_argument("--grad-mode", required=True)
     arguments = parser.parse_args(argv)
     _lower_priority()
     state = None

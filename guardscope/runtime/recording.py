@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from .. import torch_compat
-from ..corpus.format import MANIFEST_NAME, check_method_name, check_model_spec
+from ..corpus.format import MANIFEST_NAME, check_grad_mode, check_method_name, check_model_spec
 from ..corpus.requests import check_request
 from ..corpus.signature import signature
 from ..corpus.values import check_sample, snapshot, storage_bytes
@@ -104,7 +104,10 @@ class FallbackRecorder:
     a background thread writes them with :class:`guardscope.CorpusWriter`, flushing a shard at
     least every ``flush_every`` seconds so a crash loses little. The corpus directory is
     created at the first recorded sample. ``recorded_from``, the served model, puts the shape
-    of its weights in the manifest (see :class:`~guardscope.corpus.writer.CorpusWriter`). Safe to
+    of its weights in the manifest (see :class:`~guardscope.corpus.writer.CorpusWriter`). The
+    manifest also keeps the Dynamo settings and the autograd mode in force where the first call
+    is offered (``grad_mode`` given instead: ``"inference_mode"``, ``"no_grad"`` or ``"grad"``),
+    so offer inside the block that serves the call, or say it. Safe to
     call from several threads; :meth:`offer` never raises.
     """
 
@@ -125,6 +128,7 @@ class FallbackRecorder:
         overwrite: bool = False,
         method: str | None = None,
         recorded_from: Any = None,
+        grad_mode: str | None = None,
     ) -> None:
 
         for name, value in (("max_samples", max_samples), ("max_bytes", max_bytes),
@@ -156,6 +160,11 @@ class FallbackRecorder:
         except CorpusError as exc:
             raise ServeError(str(exc)) from None
         self.dynamo_config: dict[str, Any] | None = None  # read at the first call offered
+        try:
+            # The grad mode production serves under: given, or read at the first call offered.
+            self.grad_mode = None if grad_mode is None else check_grad_mode(grad_mode)
+        except ValueError as exc:
+            raise ServeError(f"grad_mode {exc}") from None
         self.max_samples = max_samples
         self.max_bytes = max_bytes
         self.repeat_rate = float(repeat_rate)
@@ -184,7 +193,8 @@ class FallbackRecorder:
         is queued for recording, else why not (a ``dropped_by_reason`` key). Never raises."""
         try:
             if self.dynamo_config is None:  # production's settings, read on the serving thread
-                self.dynamo_config = torch_compat.dynamo_settings()
+                self.grad_mode = self.grad_mode or torch_compat.current_grad_mode()
+                self.dynamo_config = torch_compat.dynamo_settings()  # last: the writer thread's sign
             return self._offer(args, kwargs, arguments)
         except Exception as exc:
             self.error("recording a fallback", exc)
@@ -328,7 +338,8 @@ class FallbackRecorder:
 
     def _open_writer(self) -> CorpusWriter:
         return CorpusWriter(self.directory, model=self.model, compile=self.compile, overwrite=self.overwrite,
-                            method=self.method, recorded_from=self.recorded_model, dynamo_config=self.dynamo_config)
+                            method=self.method, recorded_from=self.recorded_model, dynamo_config=self.dynamo_config,
+                            grad_mode=self.grad_mode)
 
     def _write(self, writer: CorpusWriter, item: Any) -> None:
         writer.add_snapshot(item[0], item[1])  # copied on the serving thread already
@@ -416,6 +427,7 @@ class TrafficRecorder(FallbackRecorder):
         overwrite: bool = False,
         method: str | None = None,
         recorded_from: Any = None,
+        grad_mode: str | None = None,
     ) -> None:
         if type(full_per_signature) is not int or full_per_signature < 0:
             raise ServeError(f"full_per_signature must be an int >= 0, got {full_per_signature!r}")
@@ -426,7 +438,7 @@ class TrafficRecorder(FallbackRecorder):
         super().__init__(directory, model=model, compile=compile, max_samples=0, max_bytes=max_bytes,
                          repeat_rate=1.0, max_pending=max_pending, max_signatures=max_signatures,
                          flush_every=flush_every, overwrite=overwrite, method=method,
-                         recorded_from=recorded_from)
+                         recorded_from=recorded_from, grad_mode=grad_mode)
 
     def offer(self, args: tuple, kwargs: dict, arguments: dict[str, Any] | None = None) -> str | None:
         """Record one call (``arguments`` is not needed here). Returns None when it is queued,
@@ -515,7 +527,9 @@ class TrafficRecorder(FallbackRecorder):
         (compiled or not) makes ``method`` that method's name, unless it was given, so the
         replay compiles ``model.forward`` of the model spec's module, as production did; and
         it keeps the shape of that module's weights (as ``recorded_from`` does), so an analysis
-        that builds another model says so. Wrap before the first call is recorded."""
+        that builds another model says so; and a ``torch.compile``d ``function`` puts its backend
+        in the manifest's ``compile`` (unless given), the backend ``verify`` proves plans with.
+        Wrap before the first call is recorded."""
         # Through the wrappers (torch.compile's, functools.wraps ones) to the first bound method
         # of a module; not further: a decorated forward's function wraps other functions.
         target, seen = function, 0
@@ -527,6 +541,17 @@ class TrafficRecorder(FallbackRecorder):
         if self.method is None and target is not None and isinstance(name, str) and not name.startswith("_"):
             with self._lock:
                 self.method = name if name.isidentifier() else None
+        # The backend production compiles with, read off torch.compile's wrapper (the proofs use it).
+        settings, seen = None, 0
+        target = function
+        while settings is None and target is not None and seen < 32:
+            settings = torch_compat.compiled_settings(target)
+            target, seen = getattr(target, "__wrapped__", None), seen + 1
+        if settings is not None:
+            with self._lock:
+                self.compile.setdefault("backend", settings["backend"])
+                if settings.get("recompile_limit") is not None:  # torch 2.13's per-call limit
+                    self.compile.setdefault("recompile_limit", settings["recompile_limit"])
         printed = model_print(function) if self.recorded_model is None else None  # None: no module behind it
         if printed is not None:
             with self._lock:
@@ -550,7 +575,7 @@ class TrafficRecorder(FallbackRecorder):
     def _open_writer(self) -> CorpusWriter:
         return CorpusWriter(self.directory, model=self.model, compile=self.compile, overwrite=self.overwrite,
                             method=self.method, recorded_from=self.recorded_model, keep="signatures",
-                            dynamo_config=self.dynamo_config,
+                            dynamo_config=self.dynamo_config, grad_mode=self.grad_mode,
                             full_per_signature=self.full_per_signature,
                             max_signatures=self.max_signatures,
                             # The bound this recorder applies before copying, so the writer's

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -149,7 +150,7 @@ class ServedModel:
         self._configure = configure
         self._binder = CallBinder(model)
         self._code = self._binder.code
-        self._grad = torch.inference_mode if options.inference_mode else torch.no_grad
+        self._grad = functools.partial(torch_compat.grad_context, options.grad_mode)
         self._lock = threading.Lock()
         self._calls = 0
         self._compiled_calls = 0

@@ -35,6 +35,7 @@ from .. import plans, store, torch_compat
 from ..corpus.spec import respec
 from ..corpus.weights import model_print
 from ..errors import ServeError
+from ..model import INFERENCE_MODE, NO_GRAD
 from ..options import production_fields, production_options
 from ..proving.isolation import import_file
 from ..replay.compiling import compile_model
@@ -126,6 +127,7 @@ def serve(
     backend: str = "inductor",
     device: str | None = None,
     inference_mode: bool | None = None,
+    grad_mode: str | None = None,
     fallback_dir: str | Path | None = None,
     max_samples: int = 1000,
     max_bytes: int = 256 * 2**20,
@@ -156,10 +158,11 @@ def serve(
     every call; ``"auto"`` picks one as :func:`choose_plan` says.
 
     Compile options are the analysed ones (``catalog.json`` ``compile``: dynamic, fullgraph,
-    mode, device, inference_mode) with ``backend`` (``"inductor"`` in production; the analysis
-    used ``"eager"``, whose guards are the same), ``device`` and ``inference_mode`` overridable.
-    Calls run under ``torch.inference_mode()`` (or ``torch.no_grad()`` when the analysis did not
-    use inference mode): grad mode is part of every guard. ``device`` is where the warmup
+    mode, device, grad_mode) with ``backend`` (``"inductor"`` in production; the analysis
+    used ``"eager"``, whose guards are the same), ``device`` and ``grad_mode`` overridable.
+    Calls run under the analysed grad mode (``torch.inference_mode()``, ``torch.no_grad()`` or
+    grad enabled; ``inference_mode=True``/``False`` is the older spelling of the first two):
+    grad mode is part of every guard. ``device`` is where the warmup
     samples go: by default the device of the model's parameters (the analysed device for a
     model without any); requests must be on it too.
 
@@ -223,7 +226,9 @@ def serve(
             raise ServeError(f"background_timeout must be seconds > 0, got {background_timeout!r}")
     if device is None:
         device = _model_device(model)
-    options = production_options(catalog, backend=backend, device=device, inference_mode=inference_mode)
+    if grad_mode is None and inference_mode is not None:
+        grad_mode = INFERENCE_MODE if inference_mode else NO_GRAD
+    options = production_options(catalog, backend=backend, device=device, grad_mode=grad_mode)
     options.validate()
     module = _import_plan(plan_dir / plans.MODULES[chosen])
 
@@ -237,6 +242,7 @@ def serve(
             fallback_dir, model=spec, compile=production, max_samples=max_samples,
             max_bytes=max_bytes, repeat_rate=repeat_rate, flush_every=flush_every,
             overwrite=overwrite_fallback, method=catalog.get("method"), recorded_from=served,
+            grad_mode=options.grad_mode,
         )
     if traffic_dir is not None:
         try:
@@ -244,7 +250,7 @@ def serve(
                 traffic_dir, model=model_spec or respec(catalog["model"], corpus_dir, Path(traffic_dir)),
                 compile=production, full_per_signature=traffic_full_per_signature,
                 max_bytes=traffic_max_bytes, flush_every=flush_every, overwrite=overwrite_traffic,
-                method=catalog.get("method"), recorded_from=served,
+                method=catalog.get("method"), recorded_from=served, grad_mode=options.grad_mode,
             )
         except BaseException:
             if recorder is not None:
@@ -254,7 +260,7 @@ def serve(
         if chosen == "unbacked":
             module.configure()
         compiled = compile_model(model, options)
-        module.warmup(compiled, device=options.device, inference_mode=options.inference_mode)
+        module.warmup(compiled, device=options.device, grad_mode=options.grad_mode)
         if torch_compat.cache_entries(torch_compat.code_of(model)) is None:
             raise ServeError(
                 f"torch {torch_compat.torch_version()} does not expose Dynamo's cache entries "
@@ -267,7 +273,7 @@ def serve(
                 plan_dir=plan_dir, plan=chosen,
                 spec_for=lambda folder: model_spec or respec(catalog["model"], corpus_dir, folder),
                 compile=production, method=catalog.get("method"), backend=options.backend,
-                device=options.device, inference_mode=options.inference_mode, timeout=background_timeout)
+                device=options.device, grad_mode=options.grad_mode, timeout=background_timeout)
     except BaseException:
         for made in (recorder, traffic):
             if made is not None:

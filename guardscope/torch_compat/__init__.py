@@ -8,6 +8,7 @@ docstring names the private APIs it uses, and why):
 * ``dtypes``: a dtype's one spelling in guardscope's files;
 * ``dynamo_config``: Dynamo's settings for a block: recompile limits, patched config (duck
   sizing), the guard-latency profile; a reset;
+* ``grad_modes``: autograd's mode around a call: the one a thread is in, a block in a given one;
 * ``logs``: what torch logs: the structured trace, torch's own log lines and warnings;
 * ``guards``: a code object's cache entries, their guards, Dynamo's lookup order, and what a
   compiled wrapper wraps;
@@ -19,11 +20,13 @@ docstring names the private APIs it uses, and why):
 * ``measurements``: device synchronisation, graphs compiled, the device's name (bench).
 """
 
-from .versions import check_supported_version, supports_eager_on_recompile, supports_unbacked_sources, torch_version
+from .versions import (check_supported_version, supports_eager_on_recompile, supports_per_call_recompile_limit,
+                       supports_unbacked_sources, torch_version)
 from .dtypes import DTYPES, dtype_name
 from .dynamo_config import (DUCK_SHAPE_SETTING, DYNAMO_SETTINGS, LIMIT_SETTINGS, applied_settings, dynamo_defaults,
                             dynamo_settings, is_recompile_limit_error, patched_config, raised_recompile_limit,
-                            reset_dynamo, warn_once, without_guard_latency_profile)
+                            recompile_limits, reset_dynamo, warn_once, without_guard_latency_profile)
+from .grad_modes import current_grad_mode, grad_context
 from .logs import torch_logs_captured, trace_formatter, trace_logger
 from .guards import (LookupOrder, cache_entries, code_of, compiled_function_original, compiled_module_original,
                      entries_by_age, first_accepting, forward_owner)
@@ -36,11 +39,14 @@ from .compile_cache import (cache_device_name, compile_cache_counters, compiled_
 from .measurements import device_name, graphs_compiled, synchronize
 
 __all__ = [
-    "check_supported_version", "supports_eager_on_recompile", "supports_unbacked_sources", "torch_version",
+    "check_supported_version", "supports_eager_on_recompile", "supports_per_call_recompile_limit",
+    "supports_unbacked_sources", "torch_version",
     "DTYPES", "dtype_name",
     "DUCK_SHAPE_SETTING", "DYNAMO_SETTINGS", "LIMIT_SETTINGS", "applied_settings", "dynamo_defaults",
-    "dynamo_settings", "is_recompile_limit_error", "patched_config", "raised_recompile_limit", "reset_dynamo",
+    "dynamo_settings", "is_recompile_limit_error", "patched_config", "raised_recompile_limit", "recompile_limits",
+    "reset_dynamo",
     "warn_once", "without_guard_latency_profile",
+    "current_grad_mode", "grad_context",
     "torch_logs_captured", "trace_formatter", "trace_logger",
     "LookupOrder", "cache_entries", "code_of", "compiled_function_original", "compiled_module_original",
     "entries_by_age", "first_accepting", "forward_owner",

@@ -78,11 +78,23 @@ def _plain(value: Any) -> Any:
 
 
 def compiled_settings(compiled: Any) -> dict[str, Any] | None:
-    """``{"backend", "dynamic", "options"}`` of a ``torch.compile``d module, as far as torch
-    exposes them (``options``: inductor's config changes from ``mode=``/``options=``); None
-    for a compiled function or an object torch does not describe."""
+    """``{"backend", "dynamic", "options", "recompile_limit"}`` of a ``torch.compile``d module or
+    function (a compiled function keeps its context in its closure), as far as torch exposes them
+    (``options``: inductor's config changes from ``mode=``/``options=``; ``recompile_limit``: torch
+    2.13's per-call limit, on the frame converter, None when not given); None for an object
+    torch does not describe."""
     context = getattr(compiled, "dynamo_ctx", None)
+    if context is None and getattr(compiled, "_torchdynamo_orig_callable", None) is not None:
+        for cell in getattr(compiled, "__closure__", None) or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if hasattr(value, "callback") and hasattr(value, "__enter__"):
+                context = value
+                break
     backend = getattr(context, "callback", None)
+    per_call = getattr(backend, "_recompile_limit", None)
     for _ in range(16):  # unwrap convert_frame's wrappers down to torch.compile's own object
         inner = getattr(backend, "_torchdynamo_orig_backend", None)
         if inner is None:
@@ -94,7 +106,8 @@ def compiled_settings(compiled: Any) -> dict[str, Any] | None:
     options = getattr(backend, "config", None)
     if options is None:
         options = getattr(backend, "kwargs", {})
-    return {"backend": name, "dynamic": getattr(backend, "dynamic", None), "options": _plain(options)}
+    return {"backend": name, "dynamic": getattr(backend, "dynamic", None), "options": _plain(options),
+            "recompile_limit": per_call if isinstance(per_call, int) else None}
 
 
 def cache_device_name(device: Any) -> str:

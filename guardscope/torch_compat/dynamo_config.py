@@ -54,6 +54,19 @@ def raised_recompile_limit(limit: int) -> Iterator[None]:
             setattr(config, name, value)
 
 
+@contextlib.contextmanager
+def recompile_limits(limit: int, accumulated: int, fail_on_limit: bool) -> Iterator[None]:
+    """Dynamo's recompile limits set to production's for the block (both may be lower than now),
+    and whether reaching one fails the call (``fail_on_recompile_limit_hit``, where torch has it)."""
+    names = _recompile_limit_names()
+    settings: dict[str, Any] = {f"torch._dynamo.config.{names[0]}": int(limit),
+                                f"torch._dynamo.config.{names[1]}": int(accumulated)}
+    if "fail_on_recompile_limit_hit" in _entries():
+        settings["torch._dynamo.config.fail_on_recompile_limit_hit"] = bool(fail_on_limit)
+    with patched_config(settings):
+        yield
+
+
 def is_recompile_limit_error(exc: BaseException) -> bool:
     """Dynamo's "recompile limit reached" under fullgraph=True (FailOnRecompileLimitHit in 2.9+;
     older releases raise RecompileLimitExceeded / CacheLimitExceeded)."""

@@ -48,6 +48,14 @@ def supports_unbacked_sources() -> bool:
     return hasattr(builder, "_parse_source_entry")
 
 
+def supports_per_call_recompile_limit() -> bool:
+    """``torch.compile(..., recompile_limit=N)``: torch 2.13's limit for one compiled callable,
+    which replaces the global ``recompile_limit`` while that callable compiles (absent in 2.11)."""
+    import inspect
+
+    return "recompile_limit" in inspect.signature(torch.compile).parameters
+
+
 def supports_eager_on_recompile() -> bool:
     """``torch.compiler.set_stance("eager_on_recompile")``: added with ``set_stance`` in torch 2.6
     (present in 2.11 and 2.13). Under it a call that no cached graph accepts runs eagerly

@@ -12,6 +12,7 @@ import torch
 
 import guardscope
 from guardscope import CorpusWriter, torch_compat
+from guardscope.runtime import TrafficRecorder
 from guardscope.corpus.reader import load_corpus
 from guardscope.terminal import format_summary
 
@@ -162,3 +163,88 @@ def test_a_recorded_setting_that_changes_guards_is_replayed(tmp_path):
     assert analysed["compile"]["dynamo_config"] == setting
     assert read_catalog(guardscope.analyze(default, tmp_path / "out-default").out_dir)["summary"]["compile_samples"] \
         == plain_default["compiled"]
+
+
+# --- generation traffic: the limit reached in the middle of a request ----------------------------
+
+
+def generation_calls(prompts=(3, 2, 4, 2, 5), steps=4):
+    """Per request: a prefill of its prompt, then one-token decode steps, each given the cache the
+    step before returned (as generate() does); ``[(request, step, args)]``."""
+    from ..models import CacheDecoder
+
+    model, generator = CacheDecoder().eval(), torch.Generator().manual_seed(0)
+    calls = []
+    with torch.no_grad():
+        for request, length in enumerate(prompts):
+            cache, ids = torch.zeros(1, 0, 4), torch.randint(0, 32, (1, length), generator=generator)
+            for step in range(steps + 1):
+                calls.append((f"r{request}", step, (ids, cache)))
+                _, cache = model(ids, cache)
+                ids = torch.randint(0, 32, (1, 1), generator=generator)
+    return calls
+
+
+def test_generation_traffic_that_reaches_the_limit_mid_request_names_the_request_and_step(tmp_path):
+    """Static shapes (dynamic=False): every new cache length is a graph, so production's ninth graph
+    falls inside a request, at a decode step; the catalog names that request and step, and which
+    calls fail, as plain torch.compile with torch's defaults does on the same calls."""
+    from ..models import CacheDecoder
+
+    calls = generation_calls()
+    traffic = TrafficRecorder(tmp_path / "traffic", model=model_spec("CacheDecoder"),
+                              compile={"dynamic": False, "fullgraph": True})
+    with torch.inference_mode():  # as plain_run serves them
+        for request in dict.fromkeys(tag for tag, _, _ in calls):
+            with traffic.request(request):  # its calls are steps 0, 1, 2...
+                for _, _, args in (call for call in calls if call[0] == request):
+                    traffic.offer(args, {})
+    traffic.close()
+    production = read_catalog(guardscope.analyze(tmp_path / "traffic", tmp_path / "out").out_dir)["production"]
+    plain = plain_run(CacheDecoder().eval(), [(args, {}) for _, _, args in calls], dynamic=False, fullgraph=True)
+    assert production["failed_samples"] == plain["failed"] and plain["failed"]
+    first = plain["failed"][0]
+    (frame,) = production["frames"]
+    assert frame["reached_at"] == {"sample": first, "request": calls[first][0], "step": calls[first][1]}
+    assert calls[first][1] > 0  # a decode step: the request had started compiled
+
+
+# --- fixes that need more graphs than the limit ---------------------------------------------------
+
+
+@pytest.mark.slow  # the usage line compiles with torch.compile's default backend, inductor
+def test_a_warmup_that_needs_more_graphs_than_the_limit_runs_as_its_usage_line_says(tmp_path, monkeypatch):
+    """Lists of 1..12 crops need 12 graphs, production allows 8. The generated module's usage line,
+    run exactly as shown, compiles with torch 2.13's per-call recompile_limit=12 (no global setting
+    changes), and serving every recorded call afterwards compiles nothing and fails nothing."""
+    import sys
+
+    from guardscope import pipeline
+    from guardscope.report.recommendation import usage_code
+
+    from ..models import ListSum
+
+    calls = crops()
+    corpus = record(tmp_path / "corpus", model_spec("ListSum"), calls, {"fullgraph": True})
+    out = guardscope.analyze(corpus, tmp_path / "out").out_dir
+    pipeline.emit_warmup(out)
+    code = usage_code((out / "warmup.py").read_text())
+    per_call = torch_compat.supports_per_call_recompile_limit()
+    graphs = read_catalog(out)["production"]["frames"][0]["graphs_needed"]
+    assert ("recompile_limit=" in code) == per_call and graphs > 8
+    monkeypatch.syspath_prepend(str(out))
+    sys.modules.pop("warmup", None)
+    torch._dynamo.reset()
+    limit_before = torch._dynamo.config.recompile_limit
+    namespace = {"model": ListSum()}
+    exec(code, namespace)  # the usage block as the module and the report show it
+    assert (torch._dynamo.config.recompile_limit == limit_before) == per_call  # else raised globally
+    compiled = []
+    torch._dynamo.callback.on_compile_start(lambda _: compiled.append(1))
+    with torch.inference_mode():
+        for args, kwargs in calls:
+            namespace["compiled"](*args, **kwargs)
+    torch._dynamo.reset()
+    torch._dynamo.config.recompile_limit = limit_before
+    sys.modules.pop("warmup", None)
+    assert compiled == []

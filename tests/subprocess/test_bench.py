@@ -119,7 +119,11 @@ def test_all_five_strategies_with_inductor_on_the_cpu(tmp_path):
         assert rows[name]["paired"]["requests"] == 7 and rows[name]["paired"]["speedup"] > 0, name
         assert rows[name]["targets"]["speedup"]["basis"] == "paired"
     assert document["compile"] == {"backend": "inductor", "dynamic": True, "fullgraph": True, "mode": None,
-                                   "inference_mode": True}
+                                   "grad_mode": "inference_mode", "inference_mode": True}
+    # The plain compile ran under production's limits (torch's 8 per function), which it never reached.
+    assert compiled["limits"]["recompile_limit"] == 8 and compiled["limits"]["source"] == "torch default"
+    assert (compiled["limit_failed"], compiled["uncompiled"]) == (0, 0)
+    assert "under production's limits (recompile_limit 8, torch default): no request reached them" in result.output
     assert document["recommendation"]["strategy"] in ("warmup", "unbacked", "export")
     lines = result.output.splitlines()
     assert "strategy set-up graphs recompiles mean p50 p99 max worst speedup paired".split() in [line.split() for line in lines]
@@ -188,3 +192,34 @@ def test_the_paired_pass_gives_each_half_its_own_static_cache(tmp_path):
     (compiled,) = json.loads((out / "bench.json").read_text())["strategies"]
     assert compiled["status"] == "ok" and compiled["errors"] == 0, compiled
     assert compiled["paired"]["requests"] == calls, compiled["paired"]
+
+
+@pytest.mark.parametrize("fullgraph", [True, False])
+def test_the_plain_compile_row_runs_under_productions_limits_as_plain_torch_compile_does(tmp_path, fullgraph):
+    """Lists of 1..12 crops compile a graph per length: past torch's 8 graphs the plain compile row's
+    requests fail (fullgraph) or run without a compiled graph, the same requests as plain
+    torch.compile's and as the catalog's ``production`` says."""
+    from ..integration.test_production_limits import crops, plain_run
+    from ..models import ListSum
+
+    calls = crops()
+    corpus = tmp_path / "crops"
+    with CorpusWriter(corpus, model=model_spec("ListSum"), compile={"fullgraph": fullgraph}) as writer:
+        for args, kwargs in calls:
+            writer.add(*args, **kwargs)
+    out = tmp_path / "out"
+    guardscope.analyze(corpus, out)
+    catalog = json.loads((out / "catalog.json").read_text())
+    plain = plain_run(ListSum(), calls, dynamic=None, fullgraph=fullgraph)
+    result = CliRunner().invoke(main, ["bench", str(out), "--device", "cpu", "--backend", "eager",
+                                       "--strategy", "eager", "--strategy", "compile"])
+    assert result.exit_code == 0, result.output
+    row = {r["name"]: r for r in json.loads((out / "bench.json").read_text())["strategies"]}["compile"]
+    failed = [e["sample"] for e in row["error_requests"] if "RecompileLimit" in e["error"]]
+    eager = [e["sample"] for e in row["uncompiled_requests"]]
+    production = catalog["production"]
+    assert (failed, eager) == (plain["failed"], plain["eager"]) == (production["failed_samples"], production["eager_samples"])
+    assert (row["limit_failed"], row["uncompiled"]) == (len(failed), len(eager)) and (failed or eager)
+    words = (f"{len(failed)} requests FAILED with FailOnRecompileLimitHit" if fullgraph
+             else f"{len(eager)} ran without a compiled graph")
+    assert f"under production's limits (recompile_limit 8, torch default): {words}" in result.output

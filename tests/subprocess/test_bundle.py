@@ -152,7 +152,7 @@ def test_verify_measures_set_up_with_and_without_the_bundle(bundled, tmp_path):
     source, _ = bundled
     shutil.copytree(source.parent, tmp_path / "root")  # the analysis names its corpus as ../corpus
     out = tmp_path / "root" / "out"
-    document = pipeline.verify(out, artifacts=("warmup",))
+    document = pipeline.verify(out, artifacts=("warmup",), backend="eager")
     (result,) = document["artifacts"]
     assert result["status"] == "passed", result
     measured = result["bundle"]
@@ -193,7 +193,7 @@ def test_verify_reports_a_bundle_for_another_device_as_not_measured(bundled, tmp
     out = tmp_path / "root" / "out"
     manifest_path = out / "warmup.compile-cache.json"
     manifest_path.write_text(json.dumps({**json.loads(manifest_path.read_text()), "device": "cuda"}))
-    result = CliRunner().invoke(cli.main, ["verify", str(out), "--artifact", "warmup"])
+    result = CliRunner().invoke(cli.main, ["verify", str(out), "--artifact", "warmup", "--backend", "eager"])
     assert result.exit_code == 0, result.output
     assert "bundle NOT MEASURED; device 'cuda' was asked for" in result.output
     (verified,) = json.loads((out / "verification.json").read_text())["artifacts"]

@@ -13,20 +13,22 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 import guardscope
-from guardscope import pipeline
+from guardscope import pipeline, store
 from guardscope.corpus.reader import load_corpus
 from guardscope.corpus.writer import CorpusWriter
 from samples.gnn import generate
 
 from ..conftest import REPO, SEED_CORPUS
+from ..paths import model_spec
 from ..sessions import copy_analysis, made_once
 
 
 def test_verify_passes_all_three(seed_fixes, tmp_path):
     out = copy_analysis(seed_fixes[0], tmp_path / "out")
-    document = pipeline.verify(out)
+    document = pipeline.verify(out, backend="eager")
     results = {r["name"]: r for r in document["artifacts"]}
     assert document["passed"], results
     assert results["warmup"]["setup_graphs"] == 10 and results["warmup"]["replay_recompiles"] == 0
@@ -42,7 +44,7 @@ def test_verify_holdout_replays_the_last_part(seed_fixes, tmp_path):
     source, _ = seed_fixes
     out = tmp_path / "holdout"
     shutil.copytree(source, out)
-    document = pipeline.verify(out, artifacts=("warmup",), holdout=0.5)
+    document = pipeline.verify(out, artifacts=("warmup",), holdout=0.5, backend="eager")
     (result,) = [r for r in document["artifacts"] if r["name"] == "warmup"]
     assert result["status"] == "passed" and result["samples_replayed"] == 150
     assert document["holdout"] == 0.5
@@ -64,7 +66,7 @@ def without_third_warmup_sample(source, out):
 def test_verify_reports_a_dropped_warmup_sample(seed_fixes, tmp_path):
     source, _ = seed_fixes
     out = without_third_warmup_sample(source, tmp_path / "broken")
-    document = pipeline.verify(out, artifacts=("warmup",))
+    document = pipeline.verify(out, artifacts=("warmup",), backend="eager")
     (result,) = [r for r in document["artifacts"] if r["name"] == "warmup"]
     assert result["status"] == "failed" and not document["passed"]
     assert result["recompile_samples"] == [12]
@@ -130,7 +132,7 @@ def test_swapped_catalog_unbacked_plan_verifies(tmp_path):
     fixes = pipeline.emit_warmup(out)
     assert fixes.unbacked.residual == (0, 1)  # sample 0's zero-stride edges, then strided ones
     assert fixes.unbacked.graphs == 2 and fixes.warmup.graphs == 10
-    document = pipeline.verify(out, artifacts=("unbacked", "warmup"))
+    document = pipeline.verify(out, artifacts=("unbacked", "warmup"), backend="eager")
     results = {r["name"]: r for r in document["artifacts"]}
     assert results["unbacked"]["status"] == "passed", results["unbacked"]
     assert results["warmup"]["status"] == "passed", results["warmup"]
@@ -156,7 +158,7 @@ def signature_fixes(tmp_path_factory):
 
 
 def test_verify_checks_a_signature_corpus_by_its_records(signature_fixes, tmp_path):
-    document = pipeline.verify(copy_analysis(signature_fixes, tmp_path / "out"), artifacts=("warmup", "unbacked"))
+    document = pipeline.verify(copy_analysis(signature_fixes, tmp_path / "out"), artifacts=("warmup", "unbacked"), backend="eager")
     results = {r["name"]: r for r in document["artifacts"]}
     assert document["passed"], results
     assert results["warmup"]["samples_replayed"] == results["unbacked"]["samples_replayed"] == 360
@@ -164,8 +166,31 @@ def test_verify_checks_a_signature_corpus_by_its_records(signature_fixes, tmp_pa
 
 def test_verify_of_a_signature_corpus_names_the_sample_that_recompiles(signature_fixes, tmp_path):
     out = without_third_warmup_sample(signature_fixes, tmp_path / "broken")
-    document = pipeline.verify(out, artifacts=("warmup",))
+    document = pipeline.verify(out, artifacts=("warmup",), backend="eager")
     (result,) = [r for r in document["artifacts"] if r["name"] == "warmup"]
     # Request 12 is samples 36-38: the first compiles, the two re-sends then pass.
     assert result["status"] == "failed" and result["recompile_samples"] == [36]
     assert result["samples_replayed"] == 360
+
+
+def test_verify_proves_with_the_backend_production_compiles_with(tmp_path):
+    """The traffic recorder read the backend off the wrapped torch.compile; verify compiles the plans
+    with it unless told otherwise, and says which backend its verdict holds for."""
+    from guardscope.runtime import TrafficRecorder
+
+    from ..models import CountsCalls
+
+    traffic = TrafficRecorder(tmp_path / "traffic", model=model_spec("CountsCalls"), compile={"dynamic": True})
+    served = traffic.wrap(torch.compile(CountsCalls().eval(), backend="aot_eager", dynamic=True))
+    with torch.no_grad():
+        for rows in (3, 5, 1, 7):
+            served(torch.randn(rows, 4))
+    traffic.close()
+    out = guardscope.analyze(tmp_path / "traffic", tmp_path / "out").out_dir
+    assert store.read_catalog(out)["production"]["backend"] == "aot_eager"
+    pipeline.emit_warmup(out)
+    document = pipeline.verify(out, artifacts=("warmup",), bundle=False)
+    assert (document["backend"], document["backend_source"], document["verdict"]) == ("aot_eager", "recorded", "passed")
+    assert document["artifacts"][0]["backend"] == "aot_eager"
+    asked = pipeline.verify(out, artifacts=("warmup",), bundle=False, backend="eager")
+    assert (asked["backend"], asked["backend_source"]) == ("eager", "asked")

@@ -51,7 +51,7 @@ def test_bert_shares_one_dim_for_ids_and_mask_and_passes(emitted, tmp_path):
                        "passes token_type_ids, which the exported example does not"}
     code = (out / "export_dims.py").read_text()
     assert "'attention_mask': {0: input_ids_0, 1: input_ids_1}" in code
-    document = pipeline.verify(out, artifacts=("export",))
+    document = pipeline.verify(out, artifacts=("export",), backend="eager")
     (result,) = document["artifacts"]
     # it runs every topology it was planned for; those outside leave it partial, not passed
     assert result["status"] == ("partial" if plan.outside else "passed"), result["reason"]
@@ -75,7 +75,7 @@ def test_cnn_exports_with_dims_torch_accepts_and_passes(emitted, tmp_path):
     assert {member for d in plan.dims for member in d.members} == {("images", 0), ("images", 2), ("images", 3)}
     # a uint8 or half image is structured unlike the float32 example
     assert all("tensor on cpu (in the exported example: a 4-d float32 tensor on cpu)" in o.reason for o in plan.outside)
-    document = pipeline.verify(out, artifacts=("export",))
+    document = pipeline.verify(out, artifacts=("export",), backend="eager")
     (result,) = document["artifacts"]
     assert result["status"] == ("partial" if plan.outside else "passed"), result["reason"]
     ran = [t for t in result["topologies"] if t["status"] != "outside"]
@@ -102,7 +102,7 @@ def test_normalised_cnn_export_claims_only_topologies_its_program_runs(tmp_path)
     # a topology whose representative runs, and one of whose members (120 px, not 32 * n) does not
     assert any(reason.startswith("its sample ") and "(images [6, 3, 120, 120]): " in reason
                for reason in reasons.values())
-    document = pipeline.verify(out, artifacts=("export",))
+    document = pipeline.verify(out, artifacts=("export",), backend="eager")
     (result,) = document["artifacts"]
     assert result["status"] == "partial", result["reason"]
     statuses = {t["id"]: t["status"] for t in result["topologies"]}
@@ -128,7 +128,7 @@ def test_gpt2_dynamic_cache_is_infeasible_with_a_remedy(emitted, tmp_path):
     assert artifact["status"] == "infeasible" and artifact["reason"] == plan.reason and artifact["file"] is None
     message = artifact["details"]["torch_message"]
     assert "DynamicCache" in message and "register a pytree" in message  # torch's whole message
-    document = pipeline.verify(out, artifacts=("warmup", "export"), bundle=False)
+    document = pipeline.verify(out, artifacts=("warmup", "export"), bundle=False, backend="eager")
     results = {r["name"]: r for r in document["artifacts"]}
     assert results["export"]["status"] == "infeasible" and results["export"]["reason"] == plan.reason
     assert results["warmup"]["status"] == "passed" and document["passed"]

@@ -250,4 +250,4 @@ def test_verify_names_each_fix_and_the_real_path(small_corpus, tmp_path):
     done = guardscope("verify", out, "--no-bundle", "--artifact", "warmup")
     assert done.returncode == 0, done.stdout + done.stderr
     verdict = done.stdout.strip().splitlines()[-1]
-    assert verdict == f"verdict     PASSED: warmup passed ({out / 'verification.json'})"
+    assert verdict == f"verdict     PASSED under inductor (torch.compile's default): warmup passed ({out / 'verification.json'})"

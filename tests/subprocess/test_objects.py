@@ -48,7 +48,7 @@ def test_generate_plans_pass_verify_and_a_plain_generate_on_new_prompts(tmp_path
     om.record_generation(str(tmp_path / "c"), factory, _recorded_prompts(), dynamic=dynamic, cache=cache)
     analysis = guardscope.analyze(tmp_path / "c", tmp_path / "out")
     pipeline.emit_warmup(analysis.out_dir)
-    document = pipeline.verify(analysis.out_dir, artifacts=("warmup", "unbacked"), bundle=False)
+    document = pipeline.verify(analysis.out_dir, artifacts=("warmup", "unbacked"), bundle=False, backend="eager")
     statuses = {r["name"]: r["status"] for r in document["artifacts"]}
     assert statuses["warmup"] == "passed" and statuses["unbacked"] in ("passed", "infeasible")
     # The cache's batch dim (1 in some calls) is marked through its path, or left out with why.
@@ -59,7 +59,7 @@ def test_generate_plans_pass_verify_and_a_plain_generate_on_new_prompts(tmp_path
     extra = {"cache_implementation": "static"} if cache == "static" else {}
     held_out = [(ids, {**kwargs, **extra}) for ids, kwargs in _held_out(7, (5, 23, 41))]
     for plan in [name for name, status in statuses.items() if status == "passed"]:
-        result = check_generate(analysis.out_dir, held_out, plan=plan)
+        result = check_generate(analysis.out_dir, held_out, plan=plan, backend="eager")
         assert result.calls > len(held_out)  # prefills and decode steps
         assert result.compiles == (), (plan, result.compiles)
 
@@ -74,7 +74,24 @@ def test_plans_for_object_inputs_pass_verify(tmp_path, factory, requests):
             writer.add(*args, **kwargs)
     analysis = guardscope.analyze(tmp_path / "c", tmp_path / "out")
     pipeline.emit_warmup(analysis.out_dir)
-    document = pipeline.verify(analysis.out_dir, artifacts=("warmup", "unbacked"), bundle=False)
+    document = pipeline.verify(analysis.out_dir, artifacts=("warmup", "unbacked"), bundle=False, backend="eager")
     statuses = {r["name"]: r["status"] for r in document["artifacts"]}
     assert statuses["warmup"] == "passed", document
     assert statuses["unbacked"] in ("passed", "infeasible"), document
+
+
+def test_check_generate_proves_under_productions_backend_and_fails_where_inductor_would_compile(tmp_path):
+    """The KV cache a decode step receives is the compiled prefill's output, with the backend's
+    strides: a warmup built from recorded (eager-produced) caches serves generate() under the eager
+    backend, yet under inductor, production's default, the first decode step compiles again. The
+    check runs under production's backend unless told, and says which."""
+    om.record_generation(str(tmp_path / "c"), "gpt2_forward", _recorded_prompts()[:6], dynamic=None)
+    analysis = guardscope.analyze(tmp_path / "c", tmp_path / "out")
+    pipeline.emit_warmup(analysis.out_dir)
+    assert store.read_catalog(analysis.out_dir)["production"]["backend"] == "inductor"  # not recorded: the default
+    held_out = _held_out(7, (5, 23, 41))[:3]
+    eager = check_generate(analysis.out_dir, held_out, plan="warmup", backend="eager")
+    assert (eager.backend, eager.compiles) == ("eager", ())
+    production = check_generate(analysis.out_dir, held_out, plan="warmup")
+    assert production.backend == "inductor" and not production.passed
+    assert {(c["call"]) for c in production.compiles} == {1}  # each request's first decode step

@@ -24,7 +24,7 @@ def test_include_probed_warmup_verifies_on_the_probed_set(probed, tmp_path):
     fixes = pipeline.emit_warmup(out, include_probed=True)
     assert fixes.warmup.topologies == 11 + len(found)
     assert "probed P0" in (out / "warmup.py").read_text()
-    document = pipeline.verify(out, artifacts=("warmup", "export"))
+    document = pipeline.verify(out, artifacts=("warmup", "export"), backend="eager")
     assert document["passed"], document
     warmup = next(r for r in document["artifacts"] if r["name"] == "warmup")
     assert warmup["replay_recompiles"] == 0 and warmup["probed_replayed"] == len(found)

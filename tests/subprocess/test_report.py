@@ -71,7 +71,7 @@ def test_seed_recommendation_after_verify_is_in_the_first_screen(seed_report, tm
     out = tmp_path_factory.mktemp("seed-verified")  # a sibling of the seed: its relative corpus path holds
     shutil.copytree(seed_report, out, dirs_exist_ok=True)
     pipeline.emit_warmup(out)
-    verification = pipeline.verify(out)
+    verification = pipeline.verify(out, backend="eager")
     assert [a["status"] for a in verification["artifacts"]] == ["passed", "passed", "passed"], \
         [(a["name"], a["reason"]) for a in verification["artifacts"]]
     page = parse((out / "report.html").read_text())

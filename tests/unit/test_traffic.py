@@ -104,3 +104,19 @@ def test_production_s_dynamo_settings_are_read_on_the_serving_thread(tmp_path):
     with torch._dynamo.config.patch(recompile_limit=12):
         recorded(tmp_path / "t", [call(3, 0), call(5, 1)])
     assert read_manifest(tmp_path / "t").dynamo_config == {"recompile_limit": 12}
+
+
+def test_the_grad_mode_is_read_where_the_call_is_offered_or_given(tmp_path):
+    with torch.no_grad():
+        recorded(tmp_path / "n", [call(3, 0)])
+    with torch.inference_mode():
+        recorded(tmp_path / "i", [call(3, 0)])
+    recorded(tmp_path / "g", [call(3, 0)])
+    assert [read_manifest(tmp_path / name).grad_mode for name in "nig"] == ["no_grad", "inference_mode", "grad"]
+    traffic = TrafficRecorder(tmp_path / "given", model=MODEL, grad_mode="no_grad")
+    traffic.offer(*call(3, 0))
+    traffic.close()
+    assert read_manifest(tmp_path / "given").grad_mode == "no_grad"
+    with pytest.raises(ServeError, match='grad_mode is "train"; use one of inference_mode, no_grad, grad'):
+        TrafficRecorder(tmp_path / "bad", model=MODEL, grad_mode="train")
+

@@ -4,20 +4,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from ... import __version__
-from ...options import PRODUCTION_FIELDS, compile_arguments
+from ... import __version__, torch_compat
+from ...options import PRODUCTION_FIELDS, compile_arguments, production_options
 from ...store import bundle_files
 
 
-def base_context(catalog: dict[str, Any]) -> dict[str, Any]:
+def base_context(catalog: dict[str, Any], graphs: int | None = None) -> dict[str, Any]:
+    """What every generated module says; ``graphs``: the graphs its plan compiles, which may need
+    more than production's recompile limit allows (``limit_note`` then says how it gets them)."""
     compile_options = catalog["compile"]
+    call, note = compile_arguments(compile_options), None
+    production = catalog.get("production") or {}
+    limit = min(production.get("recompile_limit", 8), production.get("accumulated_recompile_limit", 256))
+    if graphs is not None and graphs > limit:
+        if torch_compat.supports_per_call_recompile_limit():
+            call += f", recompile_limit={graphs}"
+            note = (f"It compiles {graphs} graphs, more than production's recompile limit of {limit}: compile "
+                    f"with recompile_limit={graphs} as above (this torch's per-call limit; no global setting "
+                    "changes). Compiled without it, warmup() raises the global limit instead.")
+        else:
+            note = (f"It compiles {graphs} graphs, more than production's recompile limit of {limit}: warmup() "
+                    f"raises torch._dynamo.config.recompile_limit to {graphs}, a global setting of the process "
+                    "(torch 2.13's per-call torch.compile(recompile_limit=N) avoids that).")
     return {
         "version": __version__,
         "model": catalog["model"],
-        "compile_call": compile_arguments(compile_options),
+        "compile_call": call,
+        "limit_note": note,
         "compile_options": {key: compile_options.get(key) for key in PRODUCTION_FIELDS},
         "device": compile_options.get("device", "cpu"),
-        "inference_mode": bool(compile_options.get("inference_mode", True)),
+        "grad_mode": production_options({"compile": compile_options}).grad_mode,
     }
 
 

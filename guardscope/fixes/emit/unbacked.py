@@ -23,7 +23,7 @@ def render_unbacked(
 ) -> str:
     return render(
         "unbacked.py.j2",
-        **base_context(catalog),
+        **base_context(catalog, plan.graphs),
         bundle_file=bundle_file("unbacked"),
         arguments=tuple(check_identifier(a) for a in catalog.get("arguments", [])),
         dims=plan.dims,

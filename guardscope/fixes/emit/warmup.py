@@ -21,7 +21,7 @@ def render_warmup(catalog: dict[str, Any], plan: WarmupPlan) -> str:
                       "describe": describe})
     return render(
         "warmup.py.j2",
-        **base_context(catalog),
+        **base_context(catalog, plan.graphs),
         bundle_file=bundle_file("warmup"),
         steps=steps,
         graphs=plan.graphs,
