@@ -4,8 +4,8 @@ matches what an independent plain-PyTorch script measures within noise").
 
     python bench/compare_bench.py OUT/bench.json /tmp/plain.json [--tolerance 0.05]
 
-Checked: the samples that recompiled (identical); eager's and the compiled model's steady mean and
-median, and the speedup, within ``--tolerance`` (relative; default 5%: two processes on one GPU
+Checked: the samples that recompiled and those that failed at the recompile limit (identical);
+eager's and the compiled model's steady mean and median, and the speedup, within ``--tolerance`` (relative; default 5%: two processes on one GPU
 differ by a few percent in clocks and memory layout); first-compile and recompile latencies within
 ``--compile-tolerance`` (default 25%: compile times vary more from run to run). p99, max and worst
 requests are printed, not checked: with 300 requests they rest on the few slowest. Exits 1 when a
@@ -40,6 +40,9 @@ def figures(bench: dict, plain: dict) -> list[tuple[str, object, object, str]]:
         ("eager worst (ms)", eager["worst_ms"], plain["eager"]["worst_ms"], "info"),
         ("compile: recompiled samples", [e["sample"] for e in compiled["recompile_requests"]],
          plain["compile"]["recompile_samples"], "exact"),
+        ("compile: samples failed at the recompile limit",
+         [e["sample"] for e in compiled["error_requests"] if "RecompileLimit" in e["error"]],
+         plain["compile"].get("failed_samples", []), "exact"),
         ("compile steady mean (ms)", compiled["steady"]["mean_ms"], plain["compile"]["steady"]["mean_ms"], "rel"),
         ("compile p50 (ms)", compiled["steady"]["p50_ms"], plain["compile"]["steady"]["p50_ms"], "rel"),
         ("compile p99 (ms)", compiled["steady"]["p99_ms"], plain["compile"]["steady"]["p99_ms"], "info"),

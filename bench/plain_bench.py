@@ -7,7 +7,9 @@ manifest, and counts compiles with Dynamo's own counter (``counters["stats"]["un
 as the seed article does) instead of guardscope's trace capture. It measures what the bench's
 ``eager`` and ``compile`` rows measure, the same way: one untimed eager forward first, arguments on
 the device before the clock starts, ``torch.cuda.synchronize()`` around each call, the call under
-``torch.inference_mode()``, compile caches in empty folders, Dynamo's recompile limit at 64. It
+``torch.inference_mode()``, compile caches in empty folders, Dynamo's recompile limits as the
+manifest recorded them (``dynamo_config``), else torch's defaults, as production runs (``--recompile-limit
+64`` for the seed article's setting); a request that raises at the limit is timed and listed. It
 adds the seed article's own eager baseline (grad enabled, no inference mode) for reference.
 
     PYTHONPATH=. python bench/plain_bench.py /tmp/gnn-full --json /tmp/plain.json          # GPU
@@ -42,7 +44,6 @@ os.environ["TRITON_CACHE_DIR"] = os.path.join(_CACHES, "triton")
 import torch  # noqa: E402
 import torch._dynamo.utils  # noqa: E402
 
-RECOMPILE_LIMIT = 64
 
 
 # --- the corpus, read without guardscope -------------------------------------------------------
@@ -127,8 +128,9 @@ def unique_graphs() -> int:
     return torch._dynamo.utils.counters["stats"]["unique_graphs"]
 
 
-def replay(fn, corpus, device, repeat, grad_enabled=False):
-    """[(sample, milliseconds, graphs compiled by the call)] for every request."""
+def replay(fn, corpus, device, repeat, grad_enabled=False, failed=None):
+    """[(sample, milliseconds, graphs compiled by the call)] for every request; the samples that
+    raised at Dynamo's recompile limit are added to ``failed`` (any other error propagates)."""
     times = []
     for _ in range(repeat):
         for index, args, kwargs in read_samples(corpus):
@@ -138,7 +140,12 @@ def replay(fn, corpus, device, repeat, grad_enabled=False):
             with context:
                 sync(device)
                 start = time.perf_counter()
-                fn(*args, **kwargs)
+                try:
+                    fn(*args, **kwargs)
+                except Exception as exc:
+                    if failed is None or type(exc).__name__ not in ("FailOnRecompileLimitHit", "RecompileLimitExceeded"):
+                        raise
+                    failed.append(index)
                 sync(device)
                 elapsed = (time.perf_counter() - start) * 1e3
             times.append((index, elapsed, unique_graphs() - before))
@@ -160,6 +167,8 @@ def main(argv=None) -> int:
     parser.add_argument("--json", required=True, help="write the results here")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--repeat", type=int, default=1, help="replays of the corpus per measurement")
+    parser.add_argument("--recompile-limit", type=int, default=None,
+                        help="Dynamo's per-function recompile limit (default: the recorded one, else torch's)")
     options = parser.parse_args(argv)
 
     manifest = json.loads((options.corpus / "corpus.json").read_text())
@@ -182,18 +191,25 @@ def main(argv=None) -> int:
 
     torch._dynamo.reset()
     config = torch._dynamo.config
-    setattr(config, "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit", RECOMPILE_LIMIT)
+    for name, value in manifest.get("dynamo_config", {}).items():  # production's own settings
+        if hasattr(config, name):
+            setattr(config, name, value)
+    if options.recompile_limit is not None:
+        setattr(config, "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit",
+                options.recompile_limit)
     compiled_model = torch.compile(model, backend="inductor", dynamic=production.get("dynamic"),
                                    fullgraph=bool(production.get("fullgraph")),
                                    **({"mode": production["mode"]} if production.get("mode") else {}))
-    compiled = replay(compiled_model, options.corpus, device, options.repeat)
+    failed = []
+    compiled = replay(compiled_model, options.corpus, device, options.repeat, failed=failed)
     compiling = [(sample, t) for sample, t, graphs in compiled if graphs]
     recompiling = compiling[1:]
-    steady = stats(t for _, t, graphs in compiled if not graphs)
+    steady = stats(t for sample, t, graphs in compiled if not graphs and sample not in failed)
     results["compile"] = {
         "compile_samples": [sample for sample, _ in compiling],
         "first_compile_s": compiling[0][1] / 1e3 if compiling else None,
         "recompile_samples": [sample for sample, _ in recompiling],
+        "failed_samples": failed,
         "recompile_mean_s": statistics.fmean(t for _, t in recompiling) / 1e3 if recompiling else None,
         "recompile_max_s": max(t for _, t in recompiling) / 1e3 if recompiling else None,
         "steady": steady,
@@ -206,6 +222,8 @@ def main(argv=None) -> int:
               f"p50 {results[name]['steady']['p50_ms']:.2f} ms, worst {results[name]['worst_ms']:.2f} ms")
     plain = results["compile"]
     print(f"compile             actual recompilations: {len(plain['recompile_samples'])} at {plain['recompile_samples']}")
+    if failed:
+        print(f"                    {len(failed)} requests raised at the recompile limit: {failed}")
     if steady:
         print(f"                    steady mean {steady['mean_ms']:.2f} ms, p50 {steady['p50_ms']:.2f} ms, "
               f"speedup {plain['speedup']:.2f}x over eager (inference mode)")
