@@ -31,4 +31,7 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+# Subpackages a user reaches as attributes after ``import guardscope`` (the README's
+# ``guardscope.runtime.TrafficRecorder``), imported on first use too.
+_SUBMODULES = ("runtime",)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)

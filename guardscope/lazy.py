@@ -8,11 +8,15 @@ import sys
 from typing import Any, Callable
 
 
-def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_exports(package: str, exports: dict[str, str], submodules: tuple[str, ...] = ()
+                 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """A package's ``__getattr__`` and ``__dir__`` for ``exports`` (name -> submodule, relative
-    to ``package``). A name is imported once, then kept in the package's namespace."""
+    to ``package``) and for ``submodules`` reached as attributes (``guardscope.runtime`` after a
+    plain ``import guardscope``). A name is imported once, then kept in the package's namespace."""
 
     def __getattr__(name: str) -> Any:
+        if name in submodules:  # importing it binds it on the package, as the import system does
+            return importlib.import_module(f".{name}", package)
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
@@ -21,6 +25,6 @@ def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str],
         return value
 
     def __dir__() -> list[str]:
-        return sorted(set(vars(sys.modules[package])) | set(exports))
+        return sorted(set(vars(sys.modules[package])) | set(exports) | set(submodules))
 
     return __getattr__, __dir__

@@ -251,3 +251,15 @@ def test_verify_names_each_fix_and_the_real_path(small_corpus, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     verdict = done.stdout.strip().splitlines()[-1]
     assert verdict == f"verdict     PASSED under inductor (torch.compile's default): warmup passed ({out / 'verification.json'})"
+
+
+def test_the_runtime_is_reached_from_a_plain_import_as_the_readme_writes_it():
+    """Issue 36, item 1: ``import guardscope`` then ``guardscope.runtime.TrafficRecorder`` raised
+    AttributeError (it worked only after ``import guardscope.runtime``)."""
+    code = ("import sys, guardscope; assert 'torch' not in sys.modules; "
+            "print(guardscope.runtime.TrafficRecorder.__name__, guardscope.runtime.serve.__name__, "
+            "'runtime' in dir(guardscope))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["TrafficRecorder", "serve", "True"]
