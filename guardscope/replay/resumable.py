@@ -42,6 +42,18 @@ class CorpusReplay:
     warnings: tuple[str, ...]
 
 
+def _unless_skipped(full_sample: Callable[[int], Any]) -> Callable[[int], Any]:
+    """``full_sample``, None where the sample's shard does not load (skipped with its error)."""
+
+    def loaded(index: int) -> Any:
+        try:
+            return full_sample(index)
+        except ShardError:
+            return None
+
+    return loaded
+
+
 class HeldSignals:
     """Ctrl-C and SIGTERM held while a finished sample is recorded: the catalog builder and the
     progress a checkpoint saves move together. An interrupt between the two would checkpoint a
@@ -274,7 +286,9 @@ def replay_corpus(
             guard_only=replay_mode in ("auto", "guards"),
             cudagraph_stream=cudagraph_sized,  # type: ignore[arg-type]
             track_lookup=track_lookup,
-            full_sample=corpus.full_sample,
+            # A full sample in a corrupt shard that is skipped: its signature's later calls run on
+            # tensors materialised from the signature instead.
+            full_sample=_unless_skipped(corpus.full_sample) if skip_bad_shards else corpus.full_sample,
             # Signatures recur where the corpus records them (format 3): check each once.
             signature_cache=SIGNATURE_CACHE if corpus.manifest.format_version >= 3 else 0,
         ) as session:

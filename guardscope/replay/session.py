@@ -90,7 +90,7 @@ class ReplaySession:
         guard_only: bool = False,
         cudagraph_stream: IO[str] | None = None,
         track_lookup: bool = False,
-        full_sample: Callable[[int], Sample] | None = None,
+        full_sample: Callable[[int], Sample | None] | None = None,
         signature_cache: int = 0,
     ) -> None:
         self.model = model
@@ -289,9 +289,11 @@ class ReplaySession:
                 if fields:
                     # On the data of the full sample of its signature when there is one, else on
                     # the tensors materialised from the signature.
+                    full = None
                     if sample.data_of is not None and self.full_sample is not None:
                         with torch.inference_mode(False):  # loaded as a request arrives: normal tensors
-                            full = self.full_sample(sample.data_of)
+                            full = self.full_sample(sample.data_of)  # None: its shard is skipped
+                    if full is not None:
                         call = runner.prepare(full, mark)
                         fields["ran_on"] = "full"
                     else:

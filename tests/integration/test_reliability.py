@@ -6,6 +6,7 @@ tests/unit/test_reliability.py, tests/subprocess/test_reliability.py.
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 from types import SimpleNamespace
@@ -218,3 +219,29 @@ def test_a_failed_compile_is_named_and_the_eager_calls_after_it_are_counted(make
     assert f"Compile 0/1 of forward (tests/models.py:{forward}) failed at sample 1: ValueError: three rows" in lead
     assert f"every later call ran eagerly, {len(eager)} samples" in lead
     assert "Compile 0/1 failed at sample 1 and every later call ran eagerly." in words(page.find("p", class_="lede"))
+
+
+def test_skip_bad_shards_skips_a_corrupt_shard_of_a_traffic_corpus(tmp_path):
+    """Issue 36, item 3: in a traffic corpus later calls of a signature name its full sample; with
+    that sample's shard truncated, --skip-bad-shards still stopped on the checksum error. Now the
+    shard is skipped and its signature's later calls run on tensors materialised from the signature."""
+    from guardscope.errors import ShardError
+    from guardscope.runtime import TrafficRecorder
+
+    traffic = TrafficRecorder(tmp_path / "traffic", model=model_spec("Elementwise"), compile={"dynamic": True},
+                              flush_every=0)  # a shard per call
+    for index in range(30):
+        traffic.offer((torch.randn(2 + index % 7, 3),), {})
+    traffic.close()
+    manifest = json.loads((tmp_path / "traffic" / "corpus.json").read_text())
+    shard = tmp_path / "traffic" / manifest["shards"][1]["file"]  # the full sample of rows 3
+    shard.write_bytes(shard.read_bytes()[:200])
+    with pytest.raises(ShardError, match="fails its checksum"):
+        guardscope.analyze(tmp_path / "traffic", tmp_path / "strict")
+    result = CliRunner().invoke(main, ["analyze", str(tmp_path / "traffic"), "--out", str(tmp_path / "out"),
+                                           "--skip-bad-shards", "-q"])
+    assert result.exit_code == 0, result.output
+    catalog = json.loads((tmp_path / "out" / "catalog.json").read_text())
+    assert [s["file"] for s in catalog["skipped_shards"]] == [manifest["shards"][1]["file"]]
+    signatures = catalog["corpus"]["signatures"]
+    assert catalog["corpus"]["samples"] == 29 and signatures["ran_on_materialised"] >= 1
