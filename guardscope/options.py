@@ -180,6 +180,13 @@ def production_backend(catalog: dict[str, Any]) -> tuple[str, str]:
     return section.get("backend", "inductor"), section.get("backend_source", "torch.compile's default")
 
 
+def production_graph_limit(catalog: dict[str, Any]) -> int:
+    """The graphs one function can hold in production (``catalog.json``'s ``production``: the lower
+    of its two recompile limits; torch's defaults, 8 and 256, for a catalog without one)."""
+    section = catalog.get("production") or {}
+    return min(section.get("recompile_limit", 8), section.get("accumulated_recompile_limit", 256))
+
+
 def analysis_options(catalog: dict[str, Any]) -> ReplayOptions:
     """Exactly the options the analysis replayed with (duck sizing, marks and limit included),
     so a replay of its compile samples rebuilds its graphs."""

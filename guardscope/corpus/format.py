@@ -167,7 +167,7 @@ import os
 import pathlib
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import CorpusError, ManifestError, ModelSpecError
 from ..model import GRAD_MODES
@@ -359,6 +359,16 @@ def read_manifest(directory: str | os.PathLike[str]) -> Manifest:
 _JSON_NAMES = {str: "string", int: "integer", dict: "object", list: "array"}
 
 
+def _optional(path: pathlib.Path, raw: dict, name: str, check: Callable[[Any], Any]) -> Any:
+    """An optional manifest field through ``check`` (its ValueError says what is wrong); None when absent."""
+    if raw.get(name) is None:
+        return None
+    try:
+        return check(raw[name])
+    except ValueError as exc:
+        raise ManifestError(f"{path}: field {name!r} {exc}; fix the manifest or re-record the corpus") from None
+
+
 def _field(path: pathlib.Path, raw: dict, name: str, kind: type, where: str = "") -> Any:
     label = f"{where}{name}"
     if name not in raw:
@@ -400,24 +410,9 @@ def _parse_manifest(path: pathlib.Path, raw: Any) -> Manifest:
             check_method_name(_field(path, raw, "method", str))
         except ModelSpecError as exc:
             raise ManifestError(f"{path}: field 'method': {exc}") from None
-    recorded_model = None
-    if raw.get("recorded_model") is not None:
-        try:
-            recorded_model = ModelPrint.from_json(raw["recorded_model"])
-        except ValueError as exc:
-            raise ManifestError(f"{path}: field 'recorded_model' {exc}; fix the manifest or re-record the corpus") from None
-    dynamo_config = None
-    if raw.get("dynamo_config") is not None:
-        try:
-            dynamo_config = check_dynamo_config(raw["dynamo_config"])
-        except ValueError as exc:
-            raise ManifestError(f"{path}: field 'dynamo_config' {exc}; fix the manifest or re-record the corpus") from None
-    grad_mode = None
-    if raw.get("grad_mode") is not None:
-        try:
-            grad_mode = check_grad_mode(raw["grad_mode"])
-        except ValueError as exc:
-            raise ManifestError(f"{path}: field 'grad_mode' {exc}; fix the manifest or re-record the corpus") from None
+    recorded_model = _optional(path, raw, "recorded_model", ModelPrint.from_json)
+    dynamo_config = _optional(path, raw, "dynamo_config", check_dynamo_config)
+    grad_mode = _optional(path, raw, "grad_mode", check_grad_mode)
     samples = _field(path, raw, "samples", int)
     shards = []
     expected_first = 0

@@ -38,22 +38,22 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .. import plans, store, torch_compat
+from ..catalog.limits import production_limits
 from ..options import production_options
 from ..text import exception_line
 from .isolation import import_file
 
 
 
-def production_limits(catalog: dict) -> dict[str, Any]:
+def plain_compile_limits(catalog: dict) -> dict[str, Any]:
     """The recompile limits the plain compile runs under: production's (the catalog's
     ``production``, recorded or torch's defaults), torch's defaults for a catalog without one."""
     section = catalog.get("production")
     if section is None:
-        defaults = torch_compat.dynamo_defaults()
-        return {"recompile_limit": defaults["recompile_limit"],
-                "accumulated_recompile_limit": defaults["accumulated_recompile_limit"],
-                "fail_on_recompile_limit_hit": bool(defaults.get("fail_on_recompile_limit_hit", False)),
-                "source": "torch default"}
+        limits = production_limits(None, {}, torch_compat.dynamo_defaults())
+        section = {"recompile_limit": limits.recompile_limit, "source": limits.source,
+                   "accumulated_recompile_limit": limits.accumulated_recompile_limit,
+                   "fail_on_recompile_limit_hit": limits.fail_on_limit}
     return {key: section[key] for key in ("recompile_limit", "accumulated_recompile_limit",
                                           "fail_on_recompile_limit_hit", "source")}
 
@@ -117,7 +117,7 @@ def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: An
         module.configure()  # global settings, before anything compiles
     # The plain compile runs as production does: under its recompile limits, so a request past
     # them fails (fullgraph) or runs without a compiled graph, and the row says which.
-    limits = production_limits(catalog) if strategy == "compile" else None
+    limits = plain_compile_limits(catalog) if strategy == "compile" else None
     limit = (torch_compat.recompile_limits(limits["recompile_limit"], limits["accumulated_recompile_limit"],
                                            limits["fail_on_recompile_limit_hit"])
              if limits is not None else contextlib.nullcontext())

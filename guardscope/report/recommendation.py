@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from .. import plans
-from ..options import compile_arguments
+from ..options import compile_arguments, production_graph_limit
 from ..text import format_seconds
 from .common import count_text, verification_by_name
 from .sections import bench_context
@@ -139,8 +139,7 @@ def recommendation_context(catalog: dict, fixes: dict | None, verification: dict
     artifact = artifacts[name]
     code = usage_code(artifact.get("code"))
     call = f"torch.compile(model{compile_arguments(catalog['compile'])}"  # then a per-call limit, or ")"
-    production = catalog.get("production") or {}
-    limit = min(production.get("recompile_limit", 8), production.get("accumulated_recompile_limit", 256))
+    limit = production_graph_limit(catalog)
     graphs = states[name]["graphs"]
     # A plan needing more graphs than production's limit: through torch 2.13's per-call limit (the
     # module's usage line says recompile_limit=N), else its warmup() raises the global one.

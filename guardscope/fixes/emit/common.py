@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ... import __version__, torch_compat
-from ...options import PRODUCTION_FIELDS, compile_arguments, production_options
+from ...options import PRODUCTION_FIELDS, compile_arguments, production_graph_limit, production_options
 from ...store import bundle_files
 
 
@@ -14,8 +14,7 @@ def base_context(catalog: dict[str, Any], graphs: int | None = None) -> dict[str
     more than production's recompile limit allows (``limit_note`` then says how it gets them)."""
     compile_options = catalog["compile"]
     call, note = compile_arguments(compile_options), None
-    production = catalog.get("production") or {}
-    limit = min(production.get("recompile_limit", 8), production.get("accumulated_recompile_limit", 256))
+    limit = production_graph_limit(catalog)
     if graphs is not None and graphs > limit:
         if torch_compat.supports_per_call_recompile_limit():
             call += f", recompile_limit={graphs}"
