@@ -62,6 +62,7 @@ def analyze(
     resume: bool = False,
     skip_bad_shards: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    notice: Callable[[str], None] | None = None,
     replay_mode: str = "auto",
     checkpoint_every: float = 10.0,
     paddable: tuple[str, ...] | None = None,
@@ -80,7 +81,9 @@ def analyze(
     ``checkpoint_every`` seconds (and after the first), so an interrupted analysis keeps its
     finished shards and ``resume=True`` continues it (the finished samples are replayed again,
     unreported, to rebuild the Dynamo state they left: :mod:`guardscope.replay.resumable`). With ``skip_bad_shards`` a
-    corrupt shard is listed in the catalog instead of stopping the analysis. With ``strict``, an
+    corrupt shard is listed in the catalog instead of stopping the analysis. Ctrl-C or SIGTERM
+    stops the replay after the sample in flight (``notice`` is told when one arrives; a second
+    stops it at once). With ``strict``, an
     unclassified guard failure or unreadable trace record raises :class:`TraceParseError` after
     the outputs are written.
 
@@ -127,7 +130,8 @@ def analyze(
     builder = CatalogBuilder.from_state(state["builder"]) if state else CatalogBuilder(track_shapes=cudagraphs is not None)
     replayed = replay_corpus(corpus, user_model, options, out, builder=builder, fingerprint=printed, state=state,
                              replay_mode=replay_mode, checkpoint_every=checkpoint_every,
-                             skip_bad_shards=skip_bad_shards, track_lookup=cudagraphs is not None, progress=progress)
+                             skip_bad_shards=skip_bad_shards, track_lookup=cudagraphs is not None, progress=progress,
+                             notice=notice)
     result = replayed.result
     catalog = builder.build(
         events=result.events,

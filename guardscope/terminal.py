@@ -102,6 +102,13 @@ class ReplayProgress:
             self.stream.write(self.line() + "\n")
         self.stream.flush()
 
+    def note(self, text: str) -> None:
+        """``text`` on a line of its own (a terminal's redrawn progress line is ended first)."""
+        if self.terminal and self._shown:
+            self.stream.write("\n")
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
     def close(self) -> None:
         """The final line (a terminal's redrawn line is ended)."""
         if self.quiet or not self._shown and self._done == 0:

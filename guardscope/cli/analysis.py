@@ -153,7 +153,7 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
         analysis = pipeline.analyze(corpus, out_dir, model=model, strict=strict, force=force,
                                     resume=resume, skip_bad_shards=skip_bad_shards,
                                     checkpoint_every=checkpoint_every,
-                                    progress=progress, replay_mode=replay_mode,
+                                    progress=progress, notice=progress.note, replay_mode=replay_mode,
                                     paddable=_paddable_dims(paddable), shapes_per_graph=shapes_per_graph,
                                     **overrides)
         progress.close()

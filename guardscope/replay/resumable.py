@@ -55,21 +55,30 @@ def _unless_skipped(full_sample: Callable[[int], Any]) -> Callable[[int], Any]:
 
 
 class HeldSignals:
-    """Ctrl-C and SIGTERM held while a finished sample is recorded: the catalog builder and the
-    progress a checkpoint saves move together. An interrupt between the two would checkpoint a
-    sample the builder holds as still to do, and its resume would count that sample twice (a
-    corpus of 300 samples catalogued as 301).
+    """Ctrl-C and SIGTERM delivered between samples, never inside one.
 
-    While installed (the main thread only: elsewhere Python delivers no signal), the two signals'
-    Python handlers (Ctrl-C's ``KeyboardInterrupt``, the CLI's SIGTERM one) are wrapped: one that
-    arrives inside :meth:`holding` runs when the block ends, any other at once."""
+    Python runs a signal's handler between two bytecodes of whatever runs then, and during a
+    sample that is Dynamo tracing or compiling: the CLI's ``KeyboardInterrupt`` raised inside
+    fake-tensor dispatch comes back as Dynamo's ``Unsupported: TypeError when making fake tensor
+    call``, a sample error instead of an interrupt (the analysis then exits 1 saying the model
+    raised). So while installed (the main thread only: elsewhere Python delivers no signal) the
+    two signals' Python handlers are wrapped: a signal is held and its handler runs at the next
+    :meth:`safe_point` (the session calls it after each sample) or when the replay ends. A
+    second signal while one is held runs its handler at once, so a compile that hangs can still
+    be stopped (``notice`` is told so at the first one).
+
+    Inside :meth:`holding` even a second signal waits: the catalog builder and the progress a
+    checkpoint saves move together there, and an interrupt between the two would checkpoint a
+    sample the builder holds as still to do (its resume would count that sample twice, a corpus
+    of 300 samples catalogued as 301)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self) -> None:
+    def __init__(self, notice: Callable[[str], None] | None = None) -> None:
         self._handlers: dict[int, Callable[..., Any]] = {}
         self._holding = False
         self._pending: tuple[int, Any] | None = None
+        self._notice = notice
 
     @contextlib.contextmanager
     def installed(self) -> Any:
@@ -79,17 +88,31 @@ class HeldSignals:
                 if callable(handler):  # not SIG_DFL or SIG_IGN: those are left as they are
                     self._handlers[number] = handler
                     signal.signal(number, self._arrived)
+        handlers = dict(self._handlers)
         try:
             yield self
         finally:
             for number, handler in self._handlers.items():
                 signal.signal(number, handler)
             self._handlers.clear()
+            if self._pending is not None:  # held to the end of the replay: delivered now
+                (number, frame), self._pending = self._pending, None
+                handlers[number](number, frame)
 
     def _arrived(self, number: int, frame: Any) -> None:
-        if self._holding:
+        if self._pending is None or self._holding:
+            if self._pending is None and self._notice is not None:
+                self._notice(f"{signal.Signals(number).name} received: stopping after the current sample "
+                             "(send it again to stop at once)")
             self._pending = (number, frame)
         else:
+            self._pending = None
+            self._handlers[number](number, frame)
+
+    def safe_point(self) -> None:
+        """Run the held signal's handler, if one arrived: between two samples."""
+        if self._pending is not None and not self._holding:
+            (number, frame), self._pending = self._pending, None
             self._handlers[number](number, frame)
 
     @contextlib.contextmanager
@@ -99,9 +122,6 @@ class HeldSignals:
             yield
         finally:
             self._holding = False
-            if self._pending is not None:
-                (number, frame), self._pending = self._pending, None
-                self._handlers[number](number, frame)
 
 
 class ShardCollector:
@@ -220,10 +240,12 @@ def replay_corpus(
     skip_bad_shards: bool,
     track_lookup: bool,
     progress: Callable[[int, int], None] | None = None,
+    notice: Callable[[str], None] | None = None,
 ) -> CorpusReplay:
     """Replay ``corpus`` into ``builder`` (its ``add_sample`` receives each sample's description),
     resuming from ``state`` (a checkpoint read by :func:`guardscope.store.read_checkpoint`) when
-    given. ``progress(done, compiles)`` is called after each sample."""
+    given. ``progress(done, compiles)`` is called after each sample; ``notice(line)`` when Ctrl-C or
+    SIGTERM arrives (it stops the replay after the current sample: :class:`HeldSignals`)."""
     resume = state is not None
     skipped: list[dict[str, str]] = list(state["skipped_shards"]) if state else []
     warnings: list[str] = []
@@ -264,7 +286,7 @@ def replay_corpus(
                 "cudagraph_bytes": done["cudagraphs"],
             })
 
-        held = HeldSignals()
+        held = HeldSignals(notice)
 
         def recorded(meta: Any) -> None:
             # The builder's samples and the checkpoint's next sample move together (HeldSignals).
@@ -286,6 +308,7 @@ def replay_corpus(
             guard_only=replay_mode in ("auto", "guards"),
             cudagraph_stream=cudagraph_sized,  # type: ignore[arg-type]
             track_lookup=track_lookup,
+            safe_point=held.safe_point,
             # A full sample in a corrupt shard that is skipped: its signature's later calls run on
             # tensors materialised from the signature instead.
             full_sample=_unless_skipped(corpus.full_sample) if skip_bad_shards else corpus.full_sample,

@@ -92,8 +92,12 @@ class ReplaySession:
         track_lookup: bool = False,
         full_sample: Callable[[int], Sample | None] | None = None,
         signature_cache: int = 0,
+        safe_point: Callable[[], None] | None = None,
     ) -> None:
         self.model = model
+        # Called between two samples (after the previous one is reported): where a held
+        # Ctrl-C or SIGTERM is delivered (guardscope.replay.resumable.HeldSignals).
+        self._safe_point = safe_point
         # A signature-only sample that must run (it compiles, or a later frame needs data) runs
         # on the data of the full sample of its signature, from here, when there is one.
         self.full_sample = full_sample
@@ -346,6 +350,8 @@ class ReplaySession:
                 for offset in range(repeat):
                     self.current = item.first + offset
                     yield self._record(item, offset)
+                    if self._safe_point is not None:
+                        self._safe_point()
                 continue
             if stop is not None and item.index >= stop:
                 break
@@ -354,6 +360,8 @@ class ReplaySession:
             meta = self._run(item)
             self._set_sample(None)
             yield meta
+            if self._safe_point is not None:
+                self._safe_point()
         self.current = None
 
     def _done(self, meta: SampleMeta) -> None:

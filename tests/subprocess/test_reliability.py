@@ -75,6 +75,71 @@ def test_sigterm_keeps_finished_shards_and_says_how_to_resume(sharded_seed, tmp_
     assert "--resume" in stderr and checkpoint.is_file(), stderr[-3000:]
 
 
+_SIGNALS_WHILE_TRACING = """
+import os
+import signal
+from pathlib import Path
+
+import torch
+
+MARKER = Path(__file__).with_name("signalled")
+
+
+@torch.library.custom_op("guardscope_test::doubled", mutates_args=())
+def doubled(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@doubled.register_fake
+def _(x):
+    # Dynamo traces this under fake tensors: the signal arrives inside fake-tensor dispatch.
+    if x.shape[0] == 5 and not MARKER.exists():
+        MARKER.touch()
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)  # a handler runs at the next bytecode: here
+        except KeyboardInterrupt as exc:
+            # What pybind11's overload resolution does to an exception raised while it converts
+            # arguments, and so what CI saw at e878c05: Dynamo then reports "Unsupported:
+            # TypeError when making fake tensor call" as the sample's error.
+            raise TypeError("incompatible function arguments") from exc
+    return torch.empty_like(x)
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return doubled(x) + 1
+"""
+
+
+def test_a_signal_while_dynamo_traces_stops_after_that_sample_not_as_its_error(tmp_path):
+    # Python runs a signal's handler between two bytecodes of whatever runs: here Dynamo's
+    # fake-tensor dispatch, which turned the CLI's KeyboardInterrupt into "Unsupported: TypeError
+    # when making fake tensor call", a sample error (exit 1, "samples raised in the model").
+    (tmp_path / "model.py").write_text(_SIGNALS_WHILE_TRACING)
+    spec = f"{tmp_path / 'model.py'}:Model"
+    from guardscope import CorpusWriter
+
+    with CorpusWriter(tmp_path / "corpus", model=spec, compile={"dynamic": False}) as writer:
+        for rows in (3, 4, 5, 6, 7):
+            writer.add(torch.randn(rows, 2))
+    out = tmp_path / "out"
+    interrupted = subprocess.run(_analyze_command(tmp_path / "corpus", out), capture_output=True, text=True,
+                                 timeout=300)
+    assert (tmp_path / "signalled").exists()
+    assert interrupted.returncode == 130, interrupted.stderr[-3000:]
+    # The sample being traced when the signal came finished and was kept.
+    assert json.loads((out / ".guardscope-checkpoint.json").read_text())["next_sample"] == 3
+    assert "SIGTERM received: stopping after the current sample" in interrupted.stderr
+    assert "raised in the model" not in interrupted.stderr and "--resume" in interrupted.stderr
+
+    resumed = subprocess.run(_analyze_command(tmp_path / "corpus", out, "--resume"), capture_output=True,
+                             text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    catalog = json.loads((out / "catalog.json").read_text())
+    assert catalog["failed_samples"] == [] and catalog["summary"]["compile_samples"] == [0, 1, 2, 3, 4]
+    assert sum(topology["count"] for topology in catalog["topologies"]) == 5
+
+
 def test_a_crash_in_the_replay_is_reported_not_fatal(make_corpus, tmp_path):
     corpus = make_corpus("Segfaults", [((torch.randn(3),), {}), ((torch.randn(4),), {})],
                          compile_options={"dynamic": True, "fullgraph": False})

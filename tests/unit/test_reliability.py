@@ -294,26 +294,45 @@ def test_a_failed_compile_of_the_forward_sends_every_later_call_to_eager():
     assert (skipped["frame"], skipped["error"], skipped["eager_samples"]) == (1, None, None)
 
 
-def test_held_signals_run_a_signal_that_arrived_while_holding_once_the_block_ends():
+def test_held_signals_run_a_signal_at_the_next_safe_point_and_a_second_at_once():
     import signal
 
     from guardscope.replay.resumable import HeldSignals
 
     arrived: list[str] = []
+    notices: list[str] = []
 
     def handler(number, frame):
         arrived.append(signal.Signals(number).name)
 
     previous = signal.signal(signal.SIGTERM, handler)
     try:
-        held = HeldSignals()
+        held = HeldSignals(notices.append)
         with held.installed():
-            with held.holding():
+            os.kill(os.getpid(), signal.SIGTERM)  # inside a sample: held
+            arrived.append("sample finished")
+            assert notices == ["SIGTERM received: stopping after the current sample (send it again to stop at once)"]
+            held.safe_point()  # between two samples: delivered
+            assert arrived == ["sample finished", "SIGTERM"]
+            held.safe_point()
+            assert arrived == ["sample finished", "SIGTERM"]  # once
+
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)  # a second one: at once (a hung compile)
+            assert arrived == ["sample finished", "SIGTERM", "SIGTERM"]
+            held.safe_point()
+            assert arrived == ["sample finished", "SIGTERM", "SIGTERM"]
+
+            with held.holding():  # the builder and the checkpoint's progress: even a second waits
                 os.kill(os.getpid(), signal.SIGTERM)
-                arrived.append("recorded")  # the block finishes first
-            assert arrived == ["recorded", "SIGTERM"]
-            os.kill(os.getpid(), signal.SIGTERM)  # outside a block: at once
-            assert arrived == ["recorded", "SIGTERM", "SIGTERM"]
+                os.kill(os.getpid(), signal.SIGTERM)
+                arrived.append("recorded")
+            held.safe_point()
+            assert arrived[-2:] == ["recorded", "SIGTERM"]
+
+            os.kill(os.getpid(), signal.SIGTERM)  # held to the end of the replay: delivered there
+            arrived.append("replay ended")
+        assert arrived[-2:] == ["replay ended", "SIGTERM"]
         assert signal.getsignal(signal.SIGTERM) is handler  # put back as it was
     finally:
         signal.signal(signal.SIGTERM, previous)
