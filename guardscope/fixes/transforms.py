@@ -163,6 +163,26 @@ class Applied:
     over: int = 0  # sizes beyond the largest bucket, left as they were
 
 
+def cut_padding(output: Any, padded: list[Padded]) -> Any:
+    """``output`` of a canonicalised call with the rows, columns... a pad transform added cut off:
+    every tensor in it (nested in tuples, lists and dicts too; a dict comes back a plain dict) whose
+    dim ``d`` has a padded size where a pad of the call's dim ``d`` grew ``before`` to ``after`` is
+    narrowed back to ``before`` (from the start for ``side=right``, the end for ``side=left``).
+    The output's dims are taken to line up with the padded input's, as a batch or sequence dim
+    does; a tensor of another size on that dim is left as it is."""
+    if isinstance(output, torch.Tensor):
+        for pad in padded:
+            if pad.after > pad.before and output.dim() > pad.dim and output.shape[pad.dim] == pad.after:
+                start = 0 if pad.side == "right" else pad.after - pad.before
+                output = output.narrow(pad.dim, start, pad.before)
+        return output
+    if isinstance(output, (list, tuple)) and not hasattr(output, "_fields"):
+        return type(output)(cut_padding(item, padded) for item in output)
+    if isinstance(output, dict):
+        return {key: cut_padding(item, padded) for key, item in output.items()}
+    return output
+
+
 @dataclass(frozen=True)
 class Transform(abc.ABC):
     """One parsed spec; ``apply`` edits one call's :class:`CallArguments`."""

@@ -35,7 +35,9 @@ def check(out: Path, catalog: dict[str, Any], *, corpus: str | Path | None = Non
     checked = replace(options, backend=backend, device=device, mode=mode or options.mode)
     checked.validate()
     corpus_dir = store.corpus_dir_of(out, catalog, corpus)
-    target = out / store.FIDELITY_DIR
+    # Absolute: the child runs in the corpus folder (a relative model spec resolves from there),
+    # where a relative DIR would put the re-analysis inside the user's corpus.
+    target = (out / store.FIDELITY_DIR).resolve()
     command = [sys.executable, "-m", "guardscope.cli", "analyze", str(corpus_dir.resolve()), "--out", str(target),
                # this process is the isolation: the child analyses in itself (no grandchild to orphan)
                "--force", "--quiet", "--no-isolate", "--accept-errors", "--backend", backend, "--device", device,
@@ -51,10 +53,12 @@ def check(out: Path, catalog: dict[str, Any], *, corpus: str | Path | None = Non
     completed = run_child(command, timeout=timeout, cwd=corpus_dir.resolve())
     if completed.returncode is None:
         raise CompileOptionsError(f"the {backend} analysis took longer than {timeout:.0f} s")
-    if completed.returncode != 0 or not (target / store.CATALOG).is_file():
+    if completed.returncode != 0:
         tail = " | ".join(output_tail(completed.stderr or completed.stdout or "", lines=4))
         status = signal_name(completed.returncode) if completed.returncode < 0 else f"exit {completed.returncode}"
         raise CompileOptionsError(f"the {backend} analysis on {device} failed ({status}): {tail}")
+    if not (target / store.CATALOG).is_file():
+        raise CompileOptionsError(f"the {backend} analysis on {device} finished but wrote no {target / store.CATALOG}")
     document = compare(catalog, store.read_catalog(target), backend=backend, device=device, mode=checked.mode)
     store.write_document(out, store.FIDELITY, document)
     return document

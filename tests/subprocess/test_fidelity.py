@@ -62,3 +62,18 @@ def test_exit_code_fails_only_on_a_production_difference(elementwise_analysis):
     assert "  - sample 2 (0/1): no longer compiles: zero_one_specialization ×1" in result.output
     document = json.loads((out / "fidelity.json").read_text())
     assert (document["verdict"], document["same_in_production"]) == ("different", False)
+
+
+def test_a_relative_analysis_folder_is_re_analysed_in_it_never_inside_the_corpus(elementwise_analysis, monkeypatch):
+    """Issue 36, item 4: with DIR given relative, the re-analysis (run in the corpus folder) went to
+    CORPUS/DIR/fidelity/ and fidelity then failed with "(exit 0)"."""
+    from guardscope import store
+
+    out = elementwise_analysis
+    corpus = store.corpus_dir_of(out, read_catalog(out)).resolve()
+    before = sorted(path.relative_to(corpus) for path in corpus.rglob("*"))
+    monkeypatch.chdir(out.parent)
+    result = CliRunner().invoke(main, ["fidelity", out.name, "--backend", "eager", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert (out / "fidelity" / "catalog.json").is_file() and (out / "fidelity.json").is_file()
+    assert sorted(path.relative_to(corpus) for path in corpus.rglob("*")) == before

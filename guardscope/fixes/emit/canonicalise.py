@@ -30,4 +30,5 @@ def render_canonicalise(catalog: dict[str, Any], plan: CanonicalPlan) -> str:
         topologies=plan.topologies,
         canonical_topologies=plan.canonical_topologies,
         raised=list(plan.raised),
+        pads=[step.spec for step in plan.steps if step.spec.startswith("pad:")],
     )
