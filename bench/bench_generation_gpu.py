@@ -28,6 +28,13 @@ one to a fresh machine (the 0.5B model's is over the 64 MiB a call carries: its 
 short (``timeout``'s SIGTERM) or crashed keeps what its child had measured (set-up, requests
 done), marked ``stopped``.
 
+Serving runs under production's recompile limit (torch's default of 8 graphs a function, or
+``--recompile-limit``), as production does: a call that needs a graph past it starts no compile
+and runs its frame eagerly, so those calls are counted apart (``limit_hits``, and the request of
+the first). ``--serve-recorded`` serves the recorded requests themselves, to hold the ``compile``
+row's first limit hit against the analysis's ``production`` section (``analysis.production_frames``:
+the request and step where it says the limit is reached).
+
 For each: set-up seconds, compiles while serving and the seconds of the calls that compiled, time
 to first token (the prefill call, mean and max), time per output token (decode calls, mean), and the
 worst request's wall time. The cache is transformers' default ``DynamicCache``; ``--cache static``
@@ -40,6 +47,7 @@ cache's forward is turned off (``disable_compile``): each strategy decides what 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -193,15 +201,28 @@ def serve(options) -> dict:
             **({"bundle_load": {key: load[key] for key in ("status", "reason", "seconds")}} if load else {})}))
 
     progress()
-    with torch_compat.raised_recompile_limit(4096), torch_compat.compile_start_callback(
+    # Production's recompile limit (torch's default unless --recompile-limit), not a raised one: a
+    # call past it starts no compile, so the structured trace is read for those (limit hits).
+    from guardscope.catalog.frames import hit_recompile_limit
+    from guardscope.replay.capture import TraceCapture
+    from guardscope.replay.events import events_from_records
+
+    served = requests(options.train, 0, vocab, options.batches) if options.serve_recorded else \
+        requests(options.test, 1, vocab, options.batches)
+    limit = contextlib.nullcontext() if options.recompile_limit is None else \
+        torch_compat.recompile_limits(options.recompile_limit, 256, False)
+    with limit, TraceCapture() as capture, torch_compat.compile_start_callback(
             lambda _: compiles.__setitem__(0, compiles[0] + 1)), torch.no_grad():
-        for index, (shape, new) in enumerate(requests(options.test, 1, vocab, options.batches)):
+        for index, (shape, new) in enumerate(served):
             position["request"], position["call"] = index, 0
+            capture.set_sample(index)
             ids = _ids(shape, device, vocab)
             begun = time.perf_counter()
             model.generate(ids, attention_mask=torch.ones_like(ids), **_generate_kwargs(options, new))
             walls.append(time.perf_counter() - begun)
             progress()
+    hits = sorted(e.sample for e in events_from_records(capture.records).events
+                  if e.sample is not None and e.fail_type is not None and hit_recompile_limit(e))
     first = [seconds for _, call, seconds, compiled in calls if call == 0 and not compiled]
     later = [seconds for _, call, seconds, compiled in calls if call > 0 and not compiled]
     compiling = [seconds for *_, seconds, compiled in calls if compiled]
@@ -210,6 +231,8 @@ def serve(options) -> dict:
         "strategy": options.strategy, "setup_seconds": round(setup, 2), "requests": len(walls), "calls": len(calls),
         **({"bundle_load": {key: load[key] for key in ("status", "reason", "seconds", "artifacts")}} if load else {}),
         "compiles": compiles[0], "calls_that_compiled": len(compiling),
+        "recompile_limit": int(torch._dynamo.config.recompile_limit),
+        "limit_hits": len(hits), "first_limit_hit_request": hits[0] if hits else None,
         "compile_call_seconds": {"total": round(sum(compiling), 2), "max": round(max(compiling, default=0.0), 2)},
         "ttft_ms": {"mean": round(1e3 * statistics.mean(first), 2) if first else None,
                     "max": round(1e3 * max(first), 2) if first else None},
@@ -249,6 +272,10 @@ def _child(options, *arguments: str, env: dict | None = None) -> subprocess.Comp
                "--size", options.size, "--device", options.device, "--backend", options.backend,
                "--cache", options.cache, "--train", str(options.train), "--test", str(options.test),
                "--batches", options.batches, "--prefill", options.prefill]
+    if options.serve_recorded:
+        command.append("--serve-recorded")
+    if options.recompile_limit is not None:
+        command += ["--recompile-limit", str(options.recompile_limit)]
     if options.mode:
         command += ["--mode", options.mode]
     environment = {**os.environ, "GUARDSCOPE_BENCH_SIZE": options.size, "GUARDSCOPE_BENCH_DEVICE": options.device,
@@ -334,6 +361,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reuse", action="store_true", help="keep the corpus, analysis and bundle already in --work")
     parser.add_argument("--prepare", action="store_true",
                         help="make what --strategies need (corpus, analysis, bundle) and serve nothing")
+    parser.add_argument("--serve-recorded", action="store_true",
+                        help="serve the recorded (--train) requests instead of --test new ones: where plain "
+                        "torch.compile reaches the recompile limit, against the analysis's production section")
+    parser.add_argument("--recompile-limit", type=int, default=None,
+                        help="production's per-function recompile limit while serving (torch's default: 8)")
     parser.add_argument("--json", default=None)
     options = parser.parse_args(argv)
     if options.role == "record":
@@ -367,7 +399,10 @@ def main(argv: list[str] | None = None) -> int:
             _analyse(options, results)
         catalog = json.loads((analysis / "catalog.json").read_text())
         results["analysis"] = {"samples": catalog["corpus"]["samples"], "compiles": catalog["summary"]["compiles"],
-                               "topologies": catalog["summary"]["topologies"]}
+                               "topologies": catalog["summary"]["topologies"],
+                               "production_frames": [{key: frame.get(key) for key in ("label", "graphs_needed", "limit",
+                                                                                       "reached_at", "eager")}
+                                                     for frame in (catalog.get("production") or {}).get("frames", [])]}
         if "bundle" in strategies and not (options.reuse and (analysis / "warmup.compile-cache.json").is_file()):
             _bundle(options, results)
     for strategy in [] if options.prepare else strategies:
@@ -390,7 +425,9 @@ def main(argv: list[str] | None = None) -> int:
             skipped = sorted({text.split("skipping cudagraphs", 1)[1].strip() for text in done.stderr.splitlines()
                               if "skipping cudagraphs" in text})
             row["cudagraphs_skipped"] = skipped
-        print(f"{strategy:<8} set-up {row['setup_seconds']:.1f} s; {row['compiles']} compiles while serving "
+        print(f"{strategy:<8} set-up {row['setup_seconds']:.1f} s; {row['compiles']} compiles while serving, "
+              f"{row['limit_hits']} calls past the recompile limit {row['recompile_limit']} "
+              f"(first in request {row['first_limit_hit_request']}); "
               f"({row['compile_call_seconds']['total']:.1f} s in those calls); TTFT {row['ttft_ms']['mean']} ms "
               f"(max {row['ttft_ms']['max']}); TPOT {row['tpot_ms']} ms; worst request {row['worst_request']['seconds']} s"
               + (f"; bundle {row['bundle_load']['status']}" if "bundle_load" in row else ""), flush=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 
 from .. import plans, store
@@ -58,14 +59,31 @@ def verdict_context(verification: dict | None) -> dict | None:
     }
 
 
-def production_context(catalog: dict) -> dict | None:
+def production_context(catalog: dict, timings: dict | None = None) -> dict | None:
     """The headline: what production lives through under its recompile limits (None for a
-    catalog written before guardscope modelled them)."""
+    catalog written before guardscope modelled them), and, where a frame reaches its limit, the
+    fix that needs no plan: raising the limit to the graphs the traffic needs, with what that
+    costs (every graph compiled while serving, the seconds the analysis measured compiling them)."""
     production = catalog.get("production")
     if production is None:
         return None
-    return {"lines": production_lines(production), "lost": bool(production["failed_samples"] or production["eager_samples"]),
-            "failed": len(production["failed_samples"]), "eager": len(production["eager_samples"])}
+    context = {"lines": production_lines(production),
+               "lost": bool(production["failed_samples"] or production["eager_samples"]),
+               "failed": len(production["failed_samples"]), "eager": len(production["eager_samples"]),
+               "raise_limit": None}
+    reaching = [frame for frame in production["frames"] if frame["reached_at"] is not None]
+    if reaching:
+        needed = max(frame["graphs_needed"] for frame in reaching)
+        seconds = compile_seconds(timings)
+        version = tuple(int(part) for part in re.findall(r"\d+", str(catalog.get("torch_version", "")))[:2])
+        context["raise_limit"] = {
+            "graphs": needed,
+            "compiles": sum(1 for c in catalog.get("compiles", []) if c.get("fail_type") is None),
+            "seconds": format_duration(sum(seconds.values())) if seconds else None,
+            "backend": (catalog.get("compile") or {}).get("backend"),
+            "per_call": version >= (2, 13),
+        }
+    return context
 
 
 def summary_context(catalog: dict, timings: dict | None, verification: dict | None) -> dict:

@@ -552,6 +552,8 @@ class TrafficRecorder(FallbackRecorder):
                 self.compile.setdefault("backend", settings["backend"])
                 if settings.get("recompile_limit") is not None:  # torch 2.13's per-call limit
                     self.compile.setdefault("recompile_limit", settings["recompile_limit"])
+                if settings.get("mode") not in (None, "default"):  # mode= (its cudagraphs change the analysis)
+                    self.compile.setdefault("mode", settings["mode"])
         printed = model_print(function) if self.recorded_model is None else None  # None: no module behind it
         if printed is not None:
             with self._lock:

@@ -78,9 +78,10 @@ def _plain(value: Any) -> Any:
 
 
 def compiled_settings(compiled: Any) -> dict[str, Any] | None:
-    """``{"backend", "dynamic", "options", "recompile_limit"}`` of a ``torch.compile``d module or
+    """``{"backend", "dynamic", "options", "mode", "recompile_limit"}`` of a ``torch.compile``d module or
     function (a compiled function keeps its context in its closure), as far as torch exposes them
-    (``options``: inductor's config changes from ``mode=``/``options=``; ``recompile_limit``: torch
+    (``options``: inductor's config changes from ``mode=``/``options=``, ``mode`` the mode they hold
+    (:func:`_inductor_mode`; None for another backend); ``recompile_limit``: torch
     2.13's per-call limit, on the frame converter, None when not given); None for an object
     torch does not describe."""
     context = getattr(compiled, "dynamo_ctx", None)
@@ -106,8 +107,28 @@ def compiled_settings(compiled: Any) -> dict[str, Any] | None:
     options = getattr(backend, "config", None)
     if options is None:
         options = getattr(backend, "kwargs", {})
-    return {"backend": name, "dynamic": getattr(backend, "dynamic", None), "options": _plain(options),
+    plain = _plain(options)
+    return {"backend": name, "dynamic": getattr(backend, "dynamic", None), "options": plain,
+            "mode": _inductor_mode(plain) if name == "inductor" else None,
             "recompile_limit": per_call if isinstance(per_call, int) else None}
+
+
+def _inductor_mode(options: Any) -> str | None:
+    """The ``mode=`` whose settings inductor's config holds (the one holding the most of them:
+    ``max-autotune`` over ``reduce-overhead``), ``"default"`` when it holds none; torch keeps the
+    settings, not the mode's name, so ``options={"triton.cudagraphs": True}`` reads as
+    ``reduce-overhead``, which it is. None when torch lists no modes."""
+    try:
+        from torch._inductor import list_mode_options
+
+        modes = list_mode_options()
+    except Exception:  # pragma: no cover - a torch without the listing
+        return None
+    if not isinstance(options, dict):
+        return "default"
+    held = [(len(settings), mode) for mode, settings in modes.items()
+            if settings and mode != "lite" and all(options.get(key) == value for key, value in settings.items())]
+    return max(held)[1] if held else "default"
 
 
 def cache_device_name(device: Any) -> str:

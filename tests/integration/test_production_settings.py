@@ -143,3 +143,20 @@ def test_wrap_records_the_backend_of_the_wrapped_torch_compile(tmp_path, backend
     traffic.offer((torch.randn(3, 4),), {})
     traffic.close()
     assert read_manifest(tmp_path / "t").compile["backend"] == backend
+
+
+@pytest.mark.parametrize(("options", "recorded"), [
+    ({"mode": "max-autotune-no-cudagraphs"}, "max-autotune-no-cudagraphs"),
+    ({"mode": "max-autotune"}, "max-autotune"),
+    ({"options": {"triton.cudagraphs": True}}, "reduce-overhead"),  # the same settings as that mode
+    ({}, None),  # the default mode: nothing to record
+])
+def test_wrap_records_the_mode_of_the_wrapped_torch_compile(tmp_path, options, recorded):
+    """Read off inductor's config without compiling: the mode decides CUDA graphs, which the
+    analysis models (mode="reduce-overhead")."""
+    model = torch.nn.Linear(4, 4)
+    traffic = TrafficRecorder(tmp_path / "t", model=model_spec("CountsCalls"))
+    traffic.wrap(torch.compile(model.forward, **options))
+    traffic.offer((torch.randn(3, 4),), {})
+    traffic.close()
+    assert read_manifest(tmp_path / "t").compile.get("mode") == recorded

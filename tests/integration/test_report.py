@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from guardscope import cli, store
 from guardscope.report.page import read_inputs, render_report
+from guardscope.text import format_duration
 
 from ..builders import FIXES, VERIFICATION
 from ..pages import EVIL, Node, parse, words
@@ -54,9 +55,24 @@ def test_the_headline_says_what_production_lives_through(seed_report, seed_input
     calm = parse(render_report(within, **{k: v for k, v in seed_inputs.items() if k != "catalog"})).find(id="production")
     assert words(calm) == ("In production, recompile_limit 16 (torch default): forward (gnn/model.py:50) needs 11 "
                            "graphs, 5 under the limit.") and calm.find_all("strong") == []
+    assert parse(render_report(within, **{k: v for k, v in seed_inputs.items() if k != "catalog"})).find_all(
+        id="raise-limit") == []  # nothing reaches the limit: no reason to raise it
     del within["production"]  # a catalog from before guardscope modelled the limits
     assert parse(render_report(within, **{k: v for k, v in seed_inputs.items() if k != "catalog"})).find_all(
         id="production") == []
+
+
+def test_raising_the_limit_is_an_option_with_its_cost_where_production_reaches_it(seed_report, seed_inputs):
+    """Issue 35: beside the plans, the fix that needs none, with what it costs: the graphs the
+    traffic needs, compiled while serving, and the compile seconds the analysis measured."""
+    option = words(parse((seed_report / "report.html").read_text()).find(id="raise-limit"))
+    seconds = sum(c["seconds"] for c in seed_inputs["timings"]["compiles"] if c["seconds"] is not None)
+    assert option.startswith("The fix that needs no plan: raise the limit to 11 (")
+    assert "torch._dynamo.config.recompile_limit = 11, a global setting of the process" in option
+    assert ("torch.compile(..., recompile_limit=11)" in option) == (
+        tuple(int(x) for x in seed_inputs["catalog"]["torch_version"].split(".")[:2]) >= (2, 13))
+    assert "each of the 11 graphs compiles while serving" in option
+    assert f"{format_duration(seconds)} of compiling in all, as the analysis measured it (eager backend" in option
 
 
 def test_seed_report_has_every_section_count_topology_and_kind(seed_report, seed_inputs):
