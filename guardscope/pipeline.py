@@ -97,6 +97,7 @@ def analyze(
     :class:`guardscope.torch_compat.LookupOrder`) and inductor's settings at call time
     (``cudagraph_skip_dynamic_graphs``, graph partitioning: :func:`torch_compat.cudagraph_config`).
     """
+    from .corpus.chains import state_arguments
     from .replay.resumable import fingerprint, replay_corpus
     from .replay.runner import check_marks
 
@@ -149,12 +150,17 @@ def analyze(
         frame_arguments=result.frame_arguments,
         graph_breaks=result.graph_breaks,
     )
+    owner = torch_compat.forward_owner(user_model)
+    if method is None and owner is not None and owner is not user_model:
+        method = "forward"  # a spec returning model.forward: production compiles it in place, too
     if method is not None:
         catalog = replace(catalog, method=method)
     if corpus.requests is not None:
         catalog = replace(catalog, requests=request_summary(corpus.requests, catalog))
     limits = production_limits(corpus.manifest.dynamo_config, corpus.manifest.compile, torch_compat.dynamo_defaults())
-    catalog = replace(catalog, production=production_section(catalog, limits, corpus.requests))
+    first = corpus.sample(0) if len(corpus) else None
+    carries_state = first is not None and bool(state_arguments(first.args, first.kwargs))
+    catalog = replace(catalog, production=production_section(catalog, limits, corpus.requests, carries_state))
     recording_times = builder.cudagraph_tally.recording_times() if options.uses_cudagraphs else None
     catalog_path, timings_path = store.write_analysis(out, catalog.to_json(), corpus=corpus.path.resolve(), timings={
         "replay_seconds": round(replayed.seconds, 6),

@@ -9,7 +9,7 @@ from typing import Any
 
 from . import store
 from .corpus.spec import model_label
-from .text import compile_failure_cause, first_line, production_lines
+from .text import compile_failure_cause, error_line, production_lines
 
 
 def format_advice(document: dict[str, Any]) -> list[str]:
@@ -196,7 +196,7 @@ def format_summary(analysis: Any) -> str:
     if catalog.failed_samples:
         first = catalog.failed_samples[0]
         lines.append(f"failed      {len(catalog.failed_samples)} samples raised, first sample {first.index}: "
-                     f"{first_line(first.error)} (every error, whole, in catalog.json)")
+                     f"{error_line(first.error)} (every error, whole, in catalog.json)")
     if catalog.not_analysed:
         from .catalog.caveats import limit_reached
 

@@ -160,6 +160,23 @@ def first_line(text: Any) -> str:
     return (str(text or "").strip().splitlines() or [""])[0]
 
 
+# Dynamo's report of the model's own error met while it ran the model on fake tensors: "...
+# RuntimeError when making fake tensor call ... call_function conv2d(...): got RuntimeError('Input
+# type (float) and bias type (double) should be the same')".
+_FAKE_TENSOR_CALL = re.compile(r"\): got (?P<type>\w+)\((?P<quote>['\"])(?P<message>.*?)(?P=quote)\)")
+
+
+def error_line(text: Any) -> str:
+    """The line that says why a sample raised: its error's first line, or, when that is Dynamo's
+    "RuntimeError when making fake tensor call", the model's own error inside it
+    (``RuntimeError: Input type (float) and bias type (double) should be the same, raised while
+    Dynamo traced the model``)."""
+    line = first_line(text)
+    if "fake tensor call" in line and (match := _FAKE_TENSOR_CALL.search(str(text))):
+        return f"{match['type']}: {match['message']}, raised while Dynamo traced the model"
+    return line
+
+
 def compile_failure_cause(skipped: dict[str, Any]) -> str:
     """Why a compile failed that made Dynamo skip its frame (an entry of catalog.json's
     ``skipped_frames``): the user's exception when the model raised while Dynamo traced it
@@ -296,6 +313,11 @@ def production_lines(production: dict[str, Any]) -> list[str]:
     if not production["exact"]:
         lines.append("later frames are approximate: some of their graphs were compiled for calls whose first "
                      "frame production runs eagerly, and would not exist there")
+    after_eager = production.get("eager_state_samples") or []
+    if after_eager:
+        lines.append(f"{_count(len(after_eager), 'decode step')} follow an eager step of their request: their KV "
+                     "caches were extended by eager code and carry its layout, not the compiled forward's (the "
+                     f"warmup rebuilds caches through the compiled forward; first, sample {after_eager[0]})")
     return lines
 
 

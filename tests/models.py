@@ -77,6 +77,20 @@ class RaisesOnThreeRows(torch.nn.Module):
         return x.sin() * 2
 
 
+class RaisesOnLargeBatches(torch.nn.Module):
+    """A model that refuses batches over 4 (a validation a service keeps in its forward): those
+    requests raise as recorded, the others are served."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        if x.shape[0] > 4:
+            raise ValueError(f"batch {x.shape[0]} is over 4")
+        return self.linear(x).relu()
+
+
 @torch._dynamo.disable
 def _crash_on_large(x):
     if x.numel() > 3:

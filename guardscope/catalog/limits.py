@@ -65,11 +65,18 @@ def production_limits(dynamo_config: dict[str, Any] | None, compile_options: dic
                             backend_source=RECORDED if backend else ASSUMED)
 
 
-def production_section(catalog: Catalog, limits: ProductionLimits, runs: RequestRuns | None = None) -> dict[str, Any]:
+def production_section(catalog: Catalog, limits: ProductionLimits, runs: RequestRuns | None = None,
+                       carries_state: bool = False) -> dict[str, Any]:
     """``catalog.json``'s ``production``: the limits, every sample production would fail or run
     without a compiled graph because a limit was reached, and per frame the graphs it needs, its
     limit, where it is reached (the sample, and its request and step for tagged traffic), and the
-    calls and share of traffic that lose their graph there."""
+    calls and share of traffic that lose their graph there.
+
+    ``carries_state``: the calls carry model state (a KV cache, :mod:`guardscope.corpus.chains`).
+    Then ``eager_state_samples`` lists the tagged steps after one production runs eagerly in their
+    request: the cache they get was extended by eager code, laid out as eager lays it out, where
+    the compiled forward would have laid it out its own way (the warmup rebuilds caches through
+    the compiled forward, so it does not take those layouts from the recording)."""
     ranked: dict[int, list[Any]] = {}  # frame -> its graphs' compile events, in compile order
     for compiled in catalog.graphs:
         ranked.setdefault(compiled.event.frame_id, []).append(compiled.event)
@@ -142,6 +149,7 @@ def production_section(catalog: Catalog, limits: ProductionLimits, runs: Request
         "failed_share": round(len(failed) / total, 6) if total else 0.0,
         "eager_share": round(len(eager) / total, 6) if total else 0.0,
         "exact": exact,
+        "eager_state_samples": _after_eager_steps(eager, runs, total) if carries_state else [],
         "frames": frames,
         "backend": limits.backend,
         "backend_source": limits.backend_source,
@@ -151,3 +159,20 @@ def production_section(catalog: Catalog, limits: ProductionLimits, runs: Request
 def _where(sample: int | None, runs: RequestRuns | None) -> dict[str, Any]:
     tagged = runs.of(sample) if runs is not None and sample is not None else None
     return {"sample": sample, **({"request": tagged[0], "step": tagged[1]} if tagged is not None else {})}
+
+
+def _after_eager_steps(eager: list[int], runs: RequestRuns | None, total: int) -> list[int]:
+    """The tagged calls that follow, in their request, a step production runs eagerly."""
+    if runs is None or not eager:
+        return []
+    first_eager: dict[Any, int] = {}  # request -> its first step run eagerly
+    for sample in eager:
+        tagged = runs.of(sample)
+        if tagged is not None:
+            request, step = tagged
+            first_eager[request] = min(step, first_eager.get(request, step))
+    found = []
+    for request, first, step, calls in runs.upto(total):
+        if request in first_eager:
+            found.extend(first + offset for offset in range(calls) if step + offset > first_eager[request])
+    return sorted(found)

@@ -13,7 +13,7 @@ import click
 from .. import store
 from ..model import GRAD_MODES
 from ..terminal import ReplayProgress, format_summary
-from ..text import first_line
+from ..text import error_line
 from .common import analysis_dir, backend_option, device_option, friendly_errors, mode_option
 
 
@@ -168,9 +168,11 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
         signal.signal(signal.SIGTERM, previous)
     failed = analysis.catalog.failed_samples
     if failed and not accept_errors:
+        rest = ("no sample could be catalogued" if len(failed) == analysis.catalog.samples
+                else "every other sample is catalogued")
         click.secho(f"error: {len(failed)} of {analysis.catalog.samples} samples raised in the model "
-                    f"(first, sample {failed[0].index}: {first_line(failed[0].error)}); every other sample "
-                    "is catalogued. Fix the model or the corpus, or pass --accept-errors.", fg="red", err=True)
+                    f"(first, sample {failed[0].index}: {error_line(failed[0].error)}); {rest}. Fix the model or "
+                    "the corpus, or pass --accept-errors.", fg="red", err=True)
         sys.exit(1)
 
 

@@ -72,6 +72,8 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
             line += f"; replay of {result['samples_replayed']} samples: {result['replay_recompiles']} recompiles"
             if result["recompile_samples"]:
                 line += f" at {result['recompile_samples']}"
+            if result.get("raised_as_recorded"):
+                line += f" ({result['raised_as_recorded']} raised in the model, as recorded)"
         if result["topologies"]:
             passed = sum(t["passed"] for t in result["topologies"])
             line += f"; {passed}/{len(result['topologies'])} topologies run"

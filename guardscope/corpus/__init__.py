@@ -8,7 +8,8 @@ the warning when an analysis builds another), ``writer``, ``reader`` (all but ``
 (resolving a model spec; no torch), ``signature`` (what a frame-0 guard can read of a call, without its
 data; import it from ``guardscope.corpus.signature``: the package attribute ``signature`` is
 that module once it is loaded), ``materialising`` (arguments built back from a signature),
-``call_template`` (many signatures of one call structure: a replay's fast path). Names are
+``call_template`` (many signatures of one call structure: a replay's fast path), ``chains`` (calls
+that carry model state: a decode step run on the KV cache its request's earlier steps extended). Names are
 imported on first use, so ``guardscope --help`` imports no torch.
 """
 

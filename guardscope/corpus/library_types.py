@@ -71,6 +71,24 @@ def _register_transformers() -> None:
             add_codec(attributes_codec(cls, TRANSFORMERS + name))
 
 
+def is_model_state(value: Any) -> bool:
+    """Whether ``value`` is state the model extends in place and its caller passes again: a cache
+    of ``transformers.cache_utils`` (:mod:`guardscope.corpus.chains`). transformers is not
+    imported for it: a value of its classes means it is loaded."""
+    cache_utils = sys.modules.get("transformers.cache_utils")
+    base = getattr(cache_utils, "Cache", None) if cache_utils is not None else None
+    return base is not None and isinstance(value, base)
+
+
+def state_tokens(value: Any) -> int | None:
+    """The tokens model state holds (0: a prefill's empty cache); None when it cannot say."""
+    try:
+        tokens = value.get_seq_length()
+    except Exception:  # a cache class without it, or one that needs what a recording lacks
+        return None
+    return int(tokens) if isinstance(tokens, int) or hasattr(tokens, "__int__") else None
+
+
 # --- torch_geometric ------------------------------------------------------------------------------
 
 

@@ -217,14 +217,18 @@ class CorpusWriter:
         return self._add(args, kwargs, copied=False)
 
     @contextlib.contextmanager
-    def request(self, tag: str | int) -> Iterator[None]:
+    def request(self, tag: str | int, first_step: int = 0) -> Iterator[None]:
         """Tag the calls :meth:`add` records inside the block as steps 0, 1, 2... of request
         ``tag`` (a str or an int), written to ``requests.json`` beside the manifest::
 
             with writer.request("req-17"):
                 model.generate(...)        # a forward that calls writer.add(...)
+
+        ``first_step``: the step of the block's first call (a request recorded in parts).
         """
-        previous, self._request = self._request, [check_request(tag), 0]
+        if isinstance(first_step, bool) or not isinstance(first_step, int) or first_step < 0:
+            raise ValueError(f"first_step must be an int >= 0, got {first_step!r}")
+        previous, self._request = self._request, [check_request(tag), first_step]
         try:
             yield
         finally:

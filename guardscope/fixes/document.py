@@ -8,6 +8,8 @@ left from an earlier run).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +18,7 @@ from typing import Any
 
 from .. import plans, store, torch_compat
 from ..corpus import CorpusWriter
+from ..corpus.chains import Chains, chained_order, state_tokens_of
 from ..corpus.spec import respec
 from ..options import production_options
 from ..text import first_line
@@ -92,8 +95,16 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
     def sample_at(index: int) -> Any:
         return by_index[index] if index in by_index else corpus.sample(index)
 
+    @functools.lru_cache(maxsize=4096)
+    def holds_state(index: int) -> int | None:
+        sample = sample_at(index)
+        return state_tokens_of(sample.args, sample.kwargs)
+
+    # Decode steps run on the cache their request's earlier steps extended (corpus.chains).
+    chains = Chains(corpus.requests, holds_state, len(corpus))
     frames = len(catalog.get("frames") or ()) or 1
-    warmup_plan = planning.plan_warmup(model, catalog["topologies"], sample_at, options, frames=frames)
+    warmup_plan = planning.plan_warmup(model, catalog["topologies"], sample_at, options, frames=frames,
+                                       chains=chains)
     unbacked_plan = planning.residual_samples(
         model, lambda: itertools.chain(corpus.iter_records(), probed), planning.choose_unbacked(catalog), options,
         catalog
@@ -102,20 +113,27 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
                               records=itertools.chain(corpus.iter_records(), probed))
     unbacked_ok = unbacked_plan.status == "ok"
 
-    folders = [(plans.BY_NAME["warmup"].warmup_dir, [step.sample for step in warmup_plan.steps])]
+    # Each warmup corpus is tagged with requests and steps, so that its decode steps run on the
+    # state their earlier steps extended (the generated warmup() carries it: corpus.chains).
+    folders = [(plans.BY_NAME["warmup"].warmup_dir,
+                [(step.sample, step.request if step.request is not None else f"call-{step.sample}", step.step)
+                 for step in warmup_plan.steps])]
     if unbacked_ok:
-        folders.append((plans.BY_NAME["unbacked"].warmup_dir, list(unbacked_plan.residual)))
+        folders.append((plans.BY_NAME["unbacked"].warmup_dir,
+                        list(chained_order(unbacked_plan.residual, chains.requests, holds_state, chains.calls))))
     else:
         store.remove_corpus(out / plans.BY_NAME["unbacked"].warmup_dir)
-    for folder, samples in folders:
+    for folder, calls in folders:
         target = out / folder
         spec = respec(catalog["model"], corpus.path, target)
         with CorpusWriter(target, model=spec, compile=corpus.manifest.compile, overwrite=True,
                           method=corpus.manifest.method, recorded_from=corpus.manifest.recorded_model,
                           dynamo_config=corpus.manifest.dynamo_config or {}) as writer:
-            for index in samples:
+            tagged = any(tag != f"call-{index}" for index, tag, _ in calls)  # else no requests.json
+            for index, tag, step in calls:
                 sample = sample_at(index)
-                writer.add(*sample.args, **sample.kwargs)
+                with writer.request(tag, first_step=step) if tagged else contextlib.nullcontext():
+                    writer.add(*sample.args, **sample.kwargs)
 
     codes = {
         plans.WARMUP: render_warmup(catalog, warmup_plan),

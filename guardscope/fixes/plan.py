@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable
 
 import networkx as nx
 
+from ..corpus.chains import CarriedState, Chains, chained_order
 from ..errors import CatalogError
 from ..model import Sample
 from ..replay.session import SIGNATURE_CACHE, ReplayOptions, coverage_after_warmup, replay
@@ -38,6 +39,11 @@ class WarmupStep:
     sample: int
     compile_id: str | None
     covers: tuple[int, ...]  # other topologies whose representatives this graph also serves
+    # The request tag and step it is written with in the warmup corpus: a decode step runs on the
+    # state its request's earlier steps extended (guardscope.corpus.chains).
+    request: str | int | None = None
+    step: int = 0
+    hands_on: bool = False  # run for the model state it hands to a later step of its request
 
 
 @dataclass(frozen=True)
@@ -81,12 +87,18 @@ def plan_warmup(
     options: ReplayOptions,
     *,
     frames: int = 1,
+    chains: Chains | None = None,
 ) -> WarmupPlan:
     """Measure coverage between topology representatives and choose the warmup order.
 
     ``frames``: the frames the analysis compiled. With graph breaks (more than one), coverage is
     measured by running each representative under ``fail_on_recompile`` (later frames see values
     computed from the data), so the warmup covers every frame's graphs.
+
+    ``chains``: the corpus's calls that carry model state (KV caches). A chosen decode step is then
+    preceded by its request's earlier steps, from the prefill, so that it runs on a cache the
+    compiled model extended, as in production (:mod:`guardscope.corpus.chains`); the graphs
+    are measured on that order.
     """
     served = [t for t in topologies if t["compile_id"] is not None]
     order = [t["id"] for t in served]
@@ -122,10 +134,39 @@ def plan_warmup(
         )
         for t in chosen
     )
+    if chains is not None:
+        steps, chained_graphs = _chained(model, steps, chains, topologies, representative, probes, options, run_probes)
+        if chained_graphs is not None:
+            graphs = chained_graphs
     # The analysis itself was the one-sample-per-topology warmup in corpus order: each topology
     # got its own graph(s).
     one_per_topology = len(order) if not run_probes else len({g for t in served for g in t.get("graphs") or ()})
     return WarmupPlan(steps=steps, graphs=graphs, one_per_topology=one_per_topology, topologies=len(order))
+
+
+def _chained(model: Any, steps: tuple[WarmupStep, ...], chains: Chains, topologies: list[dict[str, Any]],
+             representative: Callable[[int], Sample], probes: list[Sample], options: ReplayOptions,
+             run_probes: bool) -> tuple[tuple[WarmupStep, ...], int | None]:
+    """``steps`` with each decode step preceded by its request's earlier steps, tagged; the graphs
+    that order compiles (None when no step carries state: the order is unchanged)."""
+    order = list(chained_order([step.sample for step in steps], chains.requests, chains.holds_state, chains.calls))
+    if all(tag == f"call-{call}" for call, tag, _ in order):
+        return steps, None
+    planned = {step.sample: step for step in steps}
+    topology_of = {sample: t["id"] for t in topologies for sample in t.get("samples") or () if t["compile_id"] is not None}
+    chained = []
+    for call, tag, position in order:
+        step = planned.get(call)
+        if step is None:  # an earlier step of a planned one's request, run for the state it hands on
+            topology = topology_of.get(call)
+            compile_id = topologies[topology]["compile_id"] if topology is not None else None
+            step = WarmupStep(topology=topology if topology is not None else -1, sample=call, compile_id=compile_id,
+                              covers=(), hands_on=True)
+        chained.append(replace(step, request=tag, step=position))
+    tags = {step.sample: (step.request, step.step) for step in chained}
+    _, graphs = coverage_after_warmup(model, [representative(step.sample) for step in chained], probes, options,
+                                      run_probes=run_probes, carry=CarriedState(tags.get))
+    return tuple(chained), graphs
 
 
 # --- mark_unbacked -----------------------------------------------------------------------------
@@ -276,14 +317,18 @@ def _replay_marked(model: Any, records: Iterable[Any], plan: UnbackedPlan, optio
     )
     errors: list[tuple[int, str]] = []
     failed_before = {f["sample"] for f in catalog.get("failed_samples", [])}
+    raised: set[int] = set(failed_before)
 
     def collect(meta: Any) -> None:
-        if meta.error is not None and meta.index not in failed_before:
-            errors.append((meta.index, meta.error))
+        if meta.error is not None:
+            raised.add(meta.index)
+            if meta.index not in failed_before:
+                errors.append((meta.index, meta.error))
 
     # Each signature of a corpus recorded by signature is checked once (its records as read).
     result = replay(model, records, marked, on_sample=collect, guard_only=True, signature_cache=SIGNATURE_CACHE)
-    compiled = sorted({e.sample for e in result.events if e.sample is not None})
+    # A sample that raises in the model (as recorded) is no warmup: warmup() would raise with it.
+    compiled = sorted({e.sample for e in result.events if e.sample is not None and e.sample not in raised})
     known = {(b.get("location"), b.get("reason")) for b in catalog.get("graph_breaks", [])}
     added = sorted({f"{b.location or '?'}: {b.reason}" for b in result.graph_breaks if (b.location, b.reason) not in known})
     plan = replace(plan, residual=tuple(compiled), graphs=sum(1 for e in result.events if e.fail_type is None),

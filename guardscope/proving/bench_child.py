@@ -20,7 +20,9 @@ What a strategy's process does:
    the compile times measured). The plain compile runs under production's recompile limits (the
    catalog's ``production``): a request past them raises ``FailOnRecompileLimitHit`` (fullgraph)
    or runs without a compiled graph (no graph accepted it before the call, and it compiled none),
-   and both are listed;
+   and both are listed. A decode step of ``generate()`` traffic runs on the KV cache its
+   request's previous step extended through the strategy's own forward, as in production
+   (:class:`guardscope.corpus.chains.CarriedState`), not on the recorded one;
 4. **paired** (every strategy but eager, ``paired`` passes, 1 by default): the corpus once more,
    each request run eagerly and with the strategy back to back, alternating which goes first.
    Fresh eager processes on one H200 measured steady means from 5.70 to 6.44 ms, and eager
@@ -39,6 +41,7 @@ from typing import Any, Callable, Iterable
 
 from .. import plans, store, torch_compat
 from ..catalog.limits import production_limits
+from ..corpus.chains import CarriedState
 from ..options import production_options
 from ..text import exception_line
 from .isolation import import_file
@@ -142,9 +145,13 @@ def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: An
         setup_graphs = aot_graphs or torch_compat.graphs_compiled() - graphs
         request = 0
         for _ in range(repeat):
+            # A decode step gets the KV cache its request's previous step extended, as generate()
+            # hands it on: laid out by the strategy's own compiled forward (corpus.chains).
+            carried = CarriedState(corpus.requests.of if corpus.requests is not None else None)
             for sample in corpus:
                 # Moved to the device outside inference mode, as a request's tensors arrive.
                 args, kwargs, *_ = runner.prepare(sample, mark=False)
+                args, kwargs = carried.carry(sample.index, args, kwargs)
                 accepted = None
                 if limits is not None:  # untimed: did a graph accept it before the call?
                     runner.forget_entries()

@@ -45,15 +45,19 @@ class GenerateCheck:
     setup_graphs: int
     setup_seconds: float
     backend: str = "inductor"  # the backend the forward was compiled with: the check holds for it
+    # Calls that needed a graph past Dynamo's recompile limit (``{"request", "call"}``): production
+    # runs them eagerly (or fails them under fullgraph), and no compile starts, so they are counted
+    # apart. Empty when none did.
+    limit_hits: tuple[dict[str, Any], ...] = ()
 
     @property
     def passed(self) -> bool:
-        return not self.compiles
+        return not self.compiles and not self.limit_hits
 
     def to_json(self) -> dict[str, Any]:
         return {"plan": self.plan, "requests": self.requests, "calls": self.calls, "compiles": list(self.compiles),
-                "setup_graphs": self.setup_graphs, "setup_seconds": self.setup_seconds, "passed": self.passed,
-                "backend": self.backend}
+                "limit_hits": list(self.limit_hits), "setup_graphs": self.setup_graphs,
+                "setup_seconds": self.setup_seconds, "passed": self.passed, "backend": self.backend}
 
 
 def check_generate(out_dir: str | Path, requests: list[tuple[Any, dict[str, Any]]], *, plan: str = plans.SERVED[0],
@@ -71,8 +75,11 @@ def check_generate(out_dir: str | Path, requests: list[tuple[Any, dict[str, Any]
     import torch
 
     from .. import torch_compat
+    from ..catalog.frames import hit_recompile_limit
     from ..corpus import load_model
     from ..corpus.spec import bound_method
+    from ..replay.capture import TraceCapture
+    from ..replay.events import events_from_records
     from .setup import set_up_plan
 
     out = Path(out_dir)
@@ -108,11 +115,14 @@ def check_generate(out_dir: str | Path, requests: list[tuple[Any, dict[str, Any]
     setup_graphs = runner.graphs()
     seen: list[dict[str, Any]] = []
     position = {"request": 0, "call": 0, "calls": 0}
+    calls: list[dict[str, Any]] = []  # (request, call) of each forward call, by its number
 
     # generate() reads model.forward's signature to choose what it passes (an attention mask,
     # position ids...): the wrappers keep forward's, as torch.compile's does.
     @functools.wraps(compiled)
     def counted(*args: Any, **kwargs: Any) -> Any:
+        capture.set_sample(len(calls))
+        calls.append({"request": position["request"], "call": position["call"]})
         result = forward(*args, **kwargs)
         position["call"] += 1
         position["calls"] += 1
@@ -123,10 +133,14 @@ def check_generate(out_dir: str | Path, requests: list[tuple[Any, dict[str, Any]
 
     owner.forward = counted
     try:
-        with torch_compat.compile_start_callback(started), torch.no_grad():
+        with TraceCapture() as capture, torch_compat.compile_start_callback(started), torch.no_grad():
             for index, (input_ids, kwargs) in enumerate(requests):
                 position["request"], position["call"] = index, 0
                 owner.generate(input_ids, **kwargs)
     finally:
         del owner.forward  # the module's own forward again
-    return GenerateCheck(plan, len(requests), position["calls"], tuple(seen), setup_graphs, seconds, options.backend)
+    # A call past the recompile limit starts no compile: the structured trace records it failed.
+    limited = sorted({event.sample for event in events_from_records(capture.records).events
+                      if event.sample is not None and event.fail_type is not None and hit_recompile_limit(event)})
+    return GenerateCheck(plan, len(requests), position["calls"], tuple(seen), setup_graphs, seconds, options.backend,
+                         limit_hits=tuple(calls[number] for number in limited))

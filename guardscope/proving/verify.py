@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterator
 from .. import plans, store
 from ..catalog.caveats import forward_skipped, small_corpus_warning
 from ..catalog.classify import classify_reasons
+from ..catalog.frames import hit_recompile_limit
 from ..errors import CompileOptionsError, GuardscopeError
 from ..options import production_backend, production_options
 from .isolation import child_environment, import_file, run_module
@@ -285,10 +286,18 @@ def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout:
     ``{"use_bundle": bool}``) adds the cache counters, the bundle load and whether the cache
     folders were empty at start to the result."""
     from .. import torch_compat
+    from ..corpus.chains import CarriedState, state_arguments
     from ..replay.capture import TraceCapture
     from ..replay.events import events_from_records
 
     measured: dict[str, Any] = {}
+    # A decode step runs on the KV cache its request's previous step extended through the
+    # compiled model, as generate() hands it on (corpus.chains): its layout is then production's
+    # backend's, not the recording's. Such calls all run: a skipped one would extend nothing.
+    first = corpus.sample(0) if len(corpus) else None
+    stateful = first is not None and bool(state_arguments(first.args, first.kwargs))
+    requests = corpus.requests
+    carried = CarriedState(requests.of if requests is not None else None) if stateful else None
     if setup is not None:
         measured["cache_dirs_empty"] = cache_dirs_empty()
     # Dynamo's own recompile limit stays as in production: an artifact that needs more graphs
@@ -308,10 +317,13 @@ def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout:
         setup_frames = len({e.frame_id for e in setup_events})
         replayed = 0
         _, probed = store.probed_samples(out_dir, len(corpus))
+        # Samples the analysis saw raise in the model raise here too: that is the model, not the plan.
+        raised_before = {f["sample"] for f in store.read_catalog(out_dir).get("failed_samples", [])}
+        raised = 0
 
         def accepts(record: Any) -> bool:
             # With fullgraph the model is one frame: a record its guards accept cannot compile.
-            shared = runner.record_arguments(record) if options.fullgraph else None
+            shared = runner.record_arguments(record) if options.fullgraph and not stateful else None
             if shared is None:
                 return False
             if name == "unbacked":  # marked as its samples would be (the same marks every time)
@@ -324,18 +336,30 @@ def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout:
                 continue
             capture.set_sample(sample.index)
             call = runner.prepare(sample, mark=False)
+            args, kwargs = carried.carry(sample.index, call.args, call.kwargs) if carried else (call.args, call.kwargs)
             if name == "unbacked":
-                module.mark(*call.args, **call.kwargs)
+                module.mark(*args, **kwargs)
             with runner.grad_context():
                 # With fullgraph the model is one frame: a sample its guards accept cannot compile.
-                accepted = options.fullgraph and runner.serving_locals(call.frame)
+                accepted = options.fullgraph and not stateful and runner.serving_locals(call.frame)
                 if not accepted:
                     runner.forget_entries()
-                    runner.compiled(*call.args, **call.kwargs)
+                    try:
+                        runner.compiled(*args, **kwargs)
+                    except Exception:
+                        if sample.index not in raised_before:
+                            raise  # a sample that ran in the analysis: the plan broke it
+                        raised += 1
             replayed += 1
         capture.set_sample(None)
     events = events_from_records(capture.records).events
-    recompiles = [e for e in events if e.sample is not None]
+    # A sample that raises in the model fails its compile as it did in the analysis: the model's.
+    recompiles = [e for e in events if e.sample is not None
+                  and not (e.fail_type is not None and e.sample in raised_before and not hit_recompile_limit(e))]
+    # Calls past Dynamo's recompile limit start no compile; the trace records them as failed ones.
+    # In the set-up they are warmup calls left without their graph (production runs them eagerly).
+    setup_limited = [e for e in setup_events if e.fail_type is not None and hit_recompile_limit(e)]
+    limited = [e for e in recompiles if e.fail_type is not None and hit_recompile_limit(e)]
     failures = [
         {"sample": e.sample, "compile_id": e.compile_id, "frame": e.frame_id,
          "reasons": [f"{f.kind.value}: {f.raw}" for f in classify_reasons(e.reasons)]}
@@ -343,19 +367,33 @@ def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout:
     ]
     torch_compat.reset_dynamo()
     measured.setdefault("backend", options.backend)
+    if carried is not None:  # state arguments run on the live cache, and those kept as recorded
+        measured["carried_state"] = {"carried": carried.carried, "kept": carried.kept}
+    reasons = []
+    if setup_limited:
+        reasons.append(f"the set-up reached Dynamo's recompile limit {len(setup_limited)} time(s): those warmup calls "
+                       "got no graph (compile the model with a recompile_limit of at least the graphs it needs)")
+    if recompiles:
+        compiled = [e for e in recompiles if e not in limited]
+        first = recompiles[0]
+        reasons.append(
+            f"{len(compiled)} compile(s) during the replay"
+            + (f" and {len(limited)} call(s) past the recompile limit (run eagerly)" if limited else "")
+            + f", first at sample {first.sample} "
+            f"(graph {first.compile_id}{'' if first.frame_id == 0 else ', a later frame'})")
     return _result(
         name,
-        "passed" if not recompiles else "failed",
-        None if not recompiles else (
-            f"{len(recompiles)} compile(s) during the replay, first at sample {recompiles[0].sample} "
-            f"(graph {recompiles[0].compile_id}{'' if recompiles[0].frame_id == 0 else ', a later frame'})"),
+        "passed" if not reasons else "failed",
+        "; ".join(reasons) or None,
         setup_graphs=setup_graphs,
         setup_frames=setup_frames,
         setup_seconds=round(setup_seconds, 3),
         replay_recompiles=len(recompiles),
+        setup_limit_hits=len(setup_limited),
         recompile_samples=sorted({e.sample for e in recompiles}),
         failures=failures,
         samples_replayed=replayed,
+        raised_as_recorded=raised,
         probed_replayed=len(probed),
         **measured,
     )

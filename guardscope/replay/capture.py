@@ -43,7 +43,7 @@ class TraceCapture:
     def __init__(self, stream: IO[str] | None = None) -> None:
         self.stream = stream
         self.records: list[TraceRecord] = []
-        self.compiles = 0  # compilation_metrics records so far (every frame)
+        self.compiles = 0  # graphs compiled so far (every frame): compilation_metrics without a failure
         self.dropped = 0
         self._sample: int | None = None
         self._marked: int | None = None
@@ -100,5 +100,13 @@ class TraceCapture:
         parsed = to_record(metadata, payload, sample)
         if parsed is not None and parsed.name in KEPT_RECORDS:
             self.records.append(parsed)
-            if parsed.name == "compilation_metrics":
+            # A graph compiled (a failed compile, whose sample raised or hit a limit, is not one:
+            # the progress line counts what the summary counts).
+            if parsed.name == "compilation_metrics" and not _failed(parsed.metadata):
                 self.compiles += 1
+
+
+def _failed(metadata: dict) -> bool:
+    """Whether a compilation_metrics record is of a compile that failed."""
+    body = metadata.get("compilation_metrics")
+    return isinstance(body, dict) and isinstance(body.get("fail_type"), str)

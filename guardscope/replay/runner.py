@@ -137,11 +137,18 @@ class Runner:
             self.model(*call.args, **call.kwargs)
         torch_compat.synchronize(self.device)
 
-    def run(self, sample: Sample, mark: bool = True) -> None:
+    def run(self, sample: Sample, mark: bool = True, carry: Any = None) -> None:
+        """Run ``sample``; ``carry`` (a :class:`guardscope.corpus.chains.CarriedState`) hands it
+        the model state its request's previous step extended, as production does."""
         self.forget_entries()
         call = self.prepare(sample, mark)
+        args, kwargs = call.args, call.kwargs
+        if carry is not None:
+            args, kwargs = carry.carry(sample.index, args, kwargs)
+            if mark and (args is not call.args or kwargs is not call.kwargs):
+                self.apply_marks(self.binder.named_or_positional(args, kwargs))  # the live state's dims
         with self.grad_context():
-            self.compiled(*call.args, **call.kwargs)
+            self.compiled(*args, **kwargs)
 
     def serving(self, sample: Sample, mark: bool = True) -> str | None:
         call = self.prepare(sample, mark)

@@ -422,7 +422,8 @@ def replay(
 
 
 def coverage_after_warmup(
-    model: Any, warmup: list[Sample], probes: list[Sample], options: ReplayOptions, *, run_probes: bool = False
+    model: Any, warmup: list[Sample], probes: list[Sample], options: ReplayOptions, *, run_probes: bool = False,
+    carry: Any = None,
 ) -> tuple[list[bool], int]:
     """Run ``warmup`` in order through a fresh compile, then tell for each probe whether it would
     run without compiling anything. Returns (accepted per probe, graphs the warmup compiled in
@@ -434,14 +435,15 @@ def coverage_after_warmup(
     ``fail_on_recompile`` stance, which raises instead of compiling a graph in any frame; a probe
     that runs through is covered, and nothing new is compiled either way. Marks from
     ``options.mark_unbacked`` apply to warmup samples and probes alike when ``mark_samples`` is
-    ``"all"``.
+    ``"all"``. ``carry`` (a :class:`guardscope.corpus.chains.CarriedState`) runs the warmup's
+    decode steps on the state their request's previous step extended, as production does.
     """
     mark = options.mark_samples == "all"
     with replay_settings(options):
         runner = Runner(model, options)
         try:
             for sample in warmup:
-                runner.run(sample, mark=mark)
+                runner.run(sample, mark=mark, carry=carry)
             if not run_probes:
                 return [runner.serving(probe, mark=mark) is not None for probe in probes], runner.graphs()
             graphs = torch_compat.cache_entry_total()

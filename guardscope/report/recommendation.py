@@ -138,7 +138,8 @@ def recommendation_context(catalog: dict, fixes: dict | None, verification: dict
         return context
     artifact = artifacts[name]
     code = usage_code(artifact.get("code"))
-    call = f"torch.compile(model{compile_arguments(catalog['compile'])}"  # then a per-call limit, or ")"
+    target = f"model.{catalog['method']}" if catalog.get("method") else "model"  # generate(): the forward
+    call = f"torch.compile({target}{compile_arguments(catalog['compile'])}"  # then a per-call limit, or ")"
     limit = production_graph_limit(catalog)
     graphs = states[name]["graphs"]
     # A plan needing more graphs than production's limit: through torch 2.13's per-call limit (the

@@ -23,7 +23,8 @@ docstring names the private APIs it uses, and why):
 from .versions import (check_supported_version, supports_eager_on_recompile, supports_per_call_recompile_limit,
                        supports_unbacked_sources, torch_version)
 from .dtypes import DTYPES, dtype_name
-from .dynamo_config import (DUCK_SHAPE_SETTING, DYNAMO_SETTINGS, LIMIT_SETTINGS, applied_settings, dynamo_defaults,
+from .dynamo_config import (DUCK_SHAPE_SETTING, DYNAMO_SETTINGS, LIMIT_SETTINGS, allow_graphs, applied_settings,
+                            dynamo_defaults,
                             dynamo_settings, is_recompile_limit_error, patched_config, raised_recompile_limit,
                             recompile_limits, reset_dynamo, warn_once, without_guard_latency_profile)
 from .grad_modes import current_grad_mode, grad_context
@@ -42,7 +43,7 @@ __all__ = [
     "check_supported_version", "supports_eager_on_recompile", "supports_per_call_recompile_limit",
     "supports_unbacked_sources", "torch_version",
     "DTYPES", "dtype_name",
-    "DUCK_SHAPE_SETTING", "DYNAMO_SETTINGS", "LIMIT_SETTINGS", "applied_settings", "dynamo_defaults",
+    "DUCK_SHAPE_SETTING", "DYNAMO_SETTINGS", "LIMIT_SETTINGS", "allow_graphs", "applied_settings", "dynamo_defaults",
     "dynamo_settings", "is_recompile_limit_error", "patched_config", "raised_recompile_limit", "recompile_limits",
     "reset_dynamo",
     "warn_once", "without_guard_latency_profile",

@@ -54,6 +54,16 @@ def raised_recompile_limit(limit: int) -> Iterator[None]:
             setattr(config, name, value)
 
 
+def allow_graphs(count: int) -> None:
+    """Raise Dynamo's per-frame recompile limit to ``count`` when it is lower, for good: every
+    graph a generated warmup compiled stays usable, and the limit still stops a frame that keeps
+    recompiling beyond them. A limit already higher is left as it is."""
+    config = torch._dynamo.config
+    name = _recompile_limit_names()[0]
+    if getattr(config, name) < count:
+        setattr(config, name, int(count))
+
+
 @contextlib.contextmanager
 def recompile_limits(limit: int, accumulated: int, fail_on_limit: bool) -> Iterator[None]:
     """Dynamo's recompile limits set to production's for the block (both may be lower than now),

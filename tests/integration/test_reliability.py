@@ -245,3 +245,36 @@ def test_skip_bad_shards_skips_a_corrupt_shard_of_a_traffic_corpus(tmp_path):
     assert [s["file"] for s in catalog["skipped_shards"]] == [manifest["shards"][1]["file"]]
     signatures = catalog["corpus"]["signatures"]
     assert catalog["corpus"]["samples"] == 29 and signatures["ran_on_materialised"] >= 1
+
+
+_DOUBLE_WEIGHTS = """
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3).double()  # the recording served float32 weights
+
+    def forward(self, x):
+        return self.conv(x).relu()
+"""
+
+
+def test_an_analysis_where_every_sample_raises_says_so_and_names_the_models_error(tmp_path):
+    """Issue 36, item 5: a spec building float64 weights against a float32 recording. Every sample
+    raises while Dynamo traces it: the progress line counted each failed compile as a compile
+    ("3 compiles" against the summary's 0), the error said "every other sample is catalogued", and
+    the cause shown was Dynamo's "RuntimeError when making fake tensor call", not the model's."""
+    (tmp_path / "net.py").write_text(_DOUBLE_WEIGHTS)
+    with CorpusWriter(tmp_path / "corpus", model=f"{tmp_path / 'net.py'}:Net", compile={"dynamic": None}) as writer:
+        for batch, side in ((2, 8), (3, 8), (2, 10)):
+            writer.add(torch.randn(batch, 3, side, side))
+    result = CliRunner().invoke(main, ["analyze", str(tmp_path / "corpus"), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1, result.output
+    assert "replaying 3/3 samples (100%), 0 compiles" in result.stderr
+    assert "compiles    0" in result.stdout or "compiles 0" in " ".join(result.stdout.split())
+    error = result.stderr.splitlines()[-1]
+    assert error.startswith("error: 3 of 3 samples raised in the model (first, sample 0: RuntimeError: Input type "
+                            "(float) and bias type (double) should be the same, raised while Dynamo traced the model); "
+                            "no sample could be catalogued."), error

@@ -6,6 +6,8 @@ on prompts the corpus never held compiles nothing once the plan is set up."""
 from __future__ import annotations
 
 import random
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ from guardscope import pipeline, store
 from guardscope.proving.generation import check_generate
 
 from .. import object_models as om
+from ..object_models import CompileCounter
 
 pytestmark = pytest.mark.slow
 
@@ -80,18 +83,62 @@ def test_plans_for_object_inputs_pass_verify(tmp_path, factory, requests):
     assert statuses["unbacked"] in ("passed", "infeasible"), document
 
 
-def test_check_generate_proves_under_productions_backend_and_fails_where_inductor_would_compile(tmp_path):
-    """The KV cache a decode step receives is the compiled prefill's output, with the backend's
-    strides: a warmup built from recorded (eager-produced) caches serves generate() under the eager
-    backend, yet under inductor, production's default, the first decode step compiles again. The
-    check runs under production's backend unless told, and says which."""
-    om.record_generation(str(tmp_path / "c"), "gpt2_forward", _recorded_prompts()[:6], dynamic=None)
+def test_a_generate_warmup_applied_as_the_report_says_compiles_nothing_under_inductor(tmp_path, monkeypatch):
+    """Production compiles the forward with inductor; the traffic was recorded through an eager
+    compile, so the recorded KV caches carry eager strides. The warmup runs each decode step on the
+    cache its request's earlier steps extended through the compiled forward (untagged traffic: read
+    in recorded order), so generate() under inductor compiles nothing after it, on the recorded
+    prompts and on new ones. verify and check_generate prove it under inductor, check_generate
+    fails where generate() needs a graph, and the report's code is what was run."""
+    import html
+    import re
+
+    recorded = _recorded_prompts()[:6]  # batch 1 and 2, prompts of 3, 17 and 60 tokens, 5 new
+    # generate()'s grad mode, as TrafficRecorder records it (a CorpusWriter is told).
+    om.record_generation(str(tmp_path / "c"), "gpt2_forward", recorded, dynamic=None, grad_mode="no_grad")
     analysis = guardscope.analyze(tmp_path / "c", tmp_path / "out")
     pipeline.emit_warmup(analysis.out_dir)
     assert store.read_catalog(analysis.out_dir)["production"]["backend"] == "inductor"  # not recorded: the default
-    held_out = _held_out(7, (5, 23, 41))[:3]
-    eager = check_generate(analysis.out_dir, held_out, plan="warmup", backend="eager")
-    assert (eager.backend, eager.compiles) == ("eager", ())
-    production = check_generate(analysis.out_dir, held_out, plan="warmup")
-    assert production.backend == "inductor" and not production.passed
-    assert {(c["call"]) for c in production.compiles} == {1}  # each request's first decode step
+    assert "on the KV cache the steps before extended" in (analysis.out_dir / "warmup.py").read_text()
+
+    document = pipeline.verify(analysis.out_dir, artifacts=("warmup",), bundle=False)  # production's backend
+    result = next(r for r in document["artifacts"] if r["name"] == "warmup")
+    assert (result["status"], result["backend"]) == ("passed", "inductor"), result
+    assert result["carried_state"]["carried"] > 0
+
+    # The report's recommended code, run as shown (on a fresh model, in this process).
+    page = (analysis.out_dir / "report.html").read_text()
+    code = html.unescape(re.search(r'<pre class="code" aria-label="how to apply warmup.py"><code>(.*?)</code></pre>',
+                                   page, re.S).group(1))
+    assert code == "import torch, warmup\nmodel.forward = torch.compile(model.forward)\nwarmup.warmup(model.forward)"
+    monkeypatch.syspath_prepend(str(analysis.out_dir))
+    monkeypatch.delitem(sys.modules, "warmup", raising=False)  # this analysis's warmup.py, not another's
+    torch._dynamo.reset()
+    model = om.gpt2()
+    limit = torch._dynamo.config.recompile_limit
+    namespace = {"model": model}
+    with CompileCounter() as counter:
+        exec(code, namespace)
+    warmup = namespace["warmup"]
+    sys.modules.pop("warmup")
+    assert Path(warmup.__file__).parent == analysis.out_dir
+
+    # Every warmup call compiled what it needed, and the limit keeps those graphs compilable.
+    assert torch._dynamo.config.recompile_limit == max(limit, counter.count, warmup.GRAPHS)
+    rng = random.Random(3)
+    held_out = [(torch.randint(2, om.VOCAB, (batch, length), generator=torch.Generator().manual_seed(length)),
+                 rng.choice([2, 3, 5])) for batch in (1, 2) for length in (5, 23, 41)]
+    # Any graph these requests needed would raise: a compile, and a call past the recompile limit
+    # (which would otherwise run eagerly without a word).
+    with torch.compiler.set_stance("fail_on_recompile"):
+        om.generate_all(model, recorded + held_out)
+        with pytest.raises(RuntimeError, match="fail_on_recompile"):
+            om.generate_all(model, [(torch.randint(2, om.VOCAB, (1, 1)), 2)])  # a 1-token prompt: no graph has it
+    torch._dynamo.reset()
+
+    checked = check_generate(analysis.out_dir, [(ids, {"max_new_tokens": new, "min_new_tokens": new,
+                                                        "do_sample": False}) for ids, new in held_out[:3]])
+    assert (checked.backend, checked.compiles, checked.limit_hits) == ("inductor", (), ()) and checked.calls > 3
+    one_token = check_generate(analysis.out_dir, [(torch.randint(2, om.VOCAB, (1, 1)), {"max_new_tokens": 2})])
+    # Its prefill needs a graph: a compile, or (the warmup used the frame's limit up) a call past it.
+    assert not one_token.passed and (one_token.compiles + one_token.limit_hits)[0]["call"] == 0

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import guardscope
+
 # --- 7: interruption and resume -----------------------------------------------------------------
 
 
@@ -138,6 +140,36 @@ def test_a_signal_while_dynamo_traces_stops_after_that_sample_not_as_its_error(t
     catalog = json.loads((out / "catalog.json").read_text())
     assert catalog["failed_samples"] == [] and catalog["summary"]["compile_samples"] == [0, 1, 2, 3, 4]
     assert sum(topology["count"] for topology in catalog["topologies"]) == 5
+
+
+def test_samples_that_raise_in_the_model_stay_out_of_the_plans_and_verify_says_they_raised(make_corpus, tmp_path):
+    """Issue 36, item 10: a model that refuses batches over 4. verify called the warmup CRASHED
+    with the model's ValueError and the verdict FAILED, and a raising sample was part of the
+    unbacked plan's residual warmup. The plans leave raising samples out; verify replays them as
+    raised in the model, as recorded."""
+    from guardscope import pipeline, store
+
+    batches = (2, 3, 6, 2, 1, 5, 4, 3, 7, 1)
+    corpus = make_corpus("RaisesOnLargeBatches", [((torch.randn(b, 4),), {}) for b in batches],
+                         compile_options={"dynamic": None, "fullgraph": False})
+    completed = subprocess.run(_analyze_command(corpus, tmp_path / "out", "--accept-errors"), capture_output=True,
+                               text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    out = tmp_path / "out"
+    raised = [f["sample"] for f in store.read_catalog(out)["failed_samples"]]
+    assert raised == [i for i, b in enumerate(batches) if b > 4] and raised
+    pipeline.emit_warmup(out)
+    fixes = {f["name"]: f for f in store.read_document(out, store.FIXES, required=True)["artifacts"]}
+    for name in ("warmup", "unbacked"):
+        warmup_corpus = guardscope.load_corpus(out / ("warmup" if name == "warmup" else "unbacked_warmup")) \
+            if fixes[name]["status"] == "ok" else []
+        assert all(sample.args[0].shape[0] <= 4 for sample in warmup_corpus), name
+    document = pipeline.verify(out, artifacts=("warmup", "unbacked"), bundle=False, backend="eager")
+    results = {r["name"]: r for r in document["artifacts"]}
+    assert results["warmup"]["status"] == "passed", results["warmup"]
+    assert results["warmup"]["raised_as_recorded"] == len(raised)
+    assert results["unbacked"]["status"] in ("passed", "infeasible"), results["unbacked"]
+    assert document["verdict"] == "passed"
 
 
 def test_a_crash_in_the_replay_is_reported_not_fatal(make_corpus, tmp_path):

@@ -96,3 +96,19 @@ def test_samples_past_the_replays_own_limit_are_past_productions_too():
                                  production_limits(None, {}, DEFAULTS))
     assert section["failed_samples"] == [8, 9, 10]
     assert section["frames"][0]["graphs_needed"] == 10 and section["frames"][0]["reached_at"] == {"sample": 8}
+
+
+def test_decode_steps_after_an_eager_step_are_named_as_carrying_eager_cache_layouts():
+    """The same traffic as generation requests that carry a KV cache: r1's step 2 (sample 8) runs
+    its resume frame eagerly, so r1's later steps (9, 10, 11) get a cache eager code extended. r0
+    lost nothing. Calls without state are never named."""
+    graphs = [compiled(0, 0, 0)] + [compiled(1, i, i) for i in range(10)]
+    topologies = [(("0/0", f"1/{i}"), (i,) + ((10 + i,) if i >= 8 else ())) for i in range(10)]
+    runs = RequestRuns([["r0", 0, 0, 6], ["r1", 6, 0, 6], ["r2", 12, 0, 8]])
+    limits = production_limits(None, {}, DEFAULTS)
+    stateful = production_section(catalog(graphs, topologies, samples=20, fullgraph=False), limits, runs, True)
+    assert stateful["eager_state_samples"] == [9, 10, 11, 19]  # r2's step 6 (sample 18) ran eagerly too
+    assert production_lines(stateful)[-1].startswith(
+        "4 decode steps follow an eager step of their request: their KV caches were extended by eager code")
+    plain = production_section(catalog(graphs, topologies, samples=20, fullgraph=False), limits, runs)
+    assert plain["eager_state_samples"] == [] and not production_lines(plain)[-1].startswith("4 decode")

@@ -7,6 +7,7 @@ from typing import Any
 from ... import __version__, torch_compat
 from ...options import PRODUCTION_FIELDS, compile_arguments, production_graph_limit, production_options
 from ...store import bundle_files
+from ..plan import check_identifier
 
 
 def base_context(catalog: dict[str, Any], graphs: int | None = None) -> dict[str, Any]:
@@ -25,9 +26,13 @@ def base_context(catalog: dict[str, Any], graphs: int | None = None) -> dict[str
             note = (f"It compiles {graphs} graphs, more than production's recompile limit of {limit}: warmup() "
                     f"raises torch._dynamo.config.recompile_limit to {graphs}, a global setting of the process "
                     "(torch 2.13's per-call torch.compile(recompile_limit=N) avoids that).")
+    method = catalog.get("method")
     return {
         "version": __version__,
         "model": catalog["model"],
+        # A corpus of a module's method (generate() traffic: forward) compiles that method in place,
+        # as generate() calls it; the usage line says so.
+        "method": check_identifier(method, "method name") if method else None,
         "compile_call": call,
         "limit_note": note,
         "compile_options": {key: compile_options.get(key) for key in PRODUCTION_FIELDS},

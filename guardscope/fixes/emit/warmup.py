@@ -12,18 +12,24 @@ from .common import base_context, bundle_file, topology_words
 def render_warmup(catalog: dict[str, Any], plan: WarmupPlan) -> str:
     steps = []
     for step in plan.steps:
-        probed = catalog["topologies"][step.topology].get("probed")
+        known = step.topology >= 0
+        probed = catalog["topologies"][step.topology].get("probed") if known else None
         label = f"T{step.topology} (probed {probed}, from probe/corpus)" if probed else f"T{step.topology}"
-        describe = f"{label}: {topology_words(catalog, step.topology)}"
+        describe = f"{label}: {topology_words(catalog, step.topology)}" if known else "a call no graph served"
+        if step.hands_on:
+            describe += f" | step {step.step} of its request, run for the KV cache it hands on"
+        elif step.step:
+            describe += f" | step {step.step} of its request, on the KV cache the steps before extended"
         if step.covers:
             describe += " | also serves " + ", ".join(f"T{c}" for c in step.covers)
-        steps.append({"sample": step.sample, "topology": step.topology, "compile_id": step.compile_id,
-                      "describe": describe})
+        steps.append({"sample": step.sample, "topology": step.topology if known else None,
+                      "compile_id": step.compile_id, "describe": describe})
     return render(
         "warmup.py.j2",
         **base_context(catalog, plan.graphs),
         bundle_file=bundle_file("warmup"),
         steps=steps,
+        handing_on=sum(1 for step in plan.steps if step.hands_on),
         graphs=plan.graphs,
         one_per_topology=plan.one_per_topology,
         topologies=plan.topologies,
