@@ -234,7 +234,7 @@ def stage_strategy(strategy: str, corpus_dir: pathlib.Path, work: pathlib.Path, 
         from guardscope.options import production_options
 
         catalog = store.read_catalog(work / "plan")
-        options = production_options(catalog, backend=backend, device=device, inference_mode=True)
+        options = production_options(catalog, backend=backend, device=device, grad_mode="inference_mode")
         from guardscope import torch_compat
 
         # The article set Dynamo's cache_size_limit to 64; torch 2.13 names it recompile_limit.

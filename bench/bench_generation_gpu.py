@@ -7,6 +7,8 @@ request.
     python -m bench.bench_generation_gpu --device cpu --size tiny --json /tmp/g.json     # logic check on a CPU
     ... --strategies eager,bundle --reuse     # serve again from the corpus, analysis and bundle in --work
     ... --cache static --strategies eager,compile [--mode reduce-overhead]   # no analysis needed
+    ... --size small --train 16 --record-compiled --serve-recorded --strategies compile,warmup
+        # production records itself through inductor under torch's limit (docs/benchmarks.md, section 12)
 
 Steps, each strategy in a fresh process with empty compile caches:
 
@@ -66,6 +68,9 @@ SIZES = {
     # A Qwen2-0.5B-like Llama: 24 layers, hidden 896, 14 heads (2 key/value heads), 151,936 tokens.
     "0.5b": {"num_hidden_layers": 24, "hidden_size": 896, "intermediate_size": 4864, "num_attention_heads": 14,
              "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 4096},
+    # The same shape at 4 layers, hidden 512 (8 heads, 2 key/value heads), 32,000 tokens: minutes, not tens.
+    "small": {"num_hidden_layers": 4, "hidden_size": 512, "intermediate_size": 2048, "num_attention_heads": 8,
+              "num_key_value_heads": 2, "vocab_size": 32000, "max_position_embeddings": 4096},
     "tiny": {"num_hidden_layers": 2, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2,
              "num_key_value_heads": 1, "vocab_size": 100, "max_position_embeddings": 1024},
 }
@@ -125,17 +130,30 @@ def record(options) -> None:
 
     import guardscope.runtime
 
+    from guardscope.catalog.frames import hit_recompile_limit
+    from guardscope.replay.capture import TraceCapture
+    from guardscope.replay.events import events_from_records
+
     model = build(options.size, options.device)
     traffic = guardscope.runtime.TrafficRecorder(options.work / "corpus", model=f"{pathlib.Path(__file__).resolve()}:build_forward",
                                                  compile={"dynamic": None}, overwrite=True)
-    model.forward = traffic.wrap(model.forward)
-    with torch.no_grad():
+    # --record-compiled: production itself, its forward compiled (torch's recompile limit): the
+    # recorded caches are laid out by what served each call, compiled graph or eager fallback.
+    forward = torch.compile(model.forward, backend=options.backend, dynamic=None) if options.record_compiled \
+        else model.forward
+    model.forward = traffic.wrap(forward)
+    with TraceCapture() as capture, torch.no_grad():
         for position, (shape, new) in enumerate(requests(options.train, 0, model.config.vocab_size, options.batches)):
+            capture.set_sample(position)
             ids = _ids(shape, options.device, model.config.vocab_size)
             with traffic.request(f"req-{position}"):  # guardscope bench: TTFT, TPOT per request
                 model.generate(ids, attention_mask=torch.ones_like(ids), **_generate_kwargs(options, new))
     traffic.close()
-    print(json.dumps(traffic.counts()))
+    events = events_from_records(capture.records).events
+    hits = sorted(e.sample for e in events if e.sample is not None and e.fail_type is not None and hit_recompile_limit(e))
+    print("RECORDED " + json.dumps({**traffic.counts(), "compiled": options.record_compiled,
+                                    "graphs": sum(1 for e in events if e.fail_type is None),
+                                    "limit_hits": len(hits), "first_limit_hit_request": hits[0] if hits else None}))
 
 
 def serve(options) -> dict:
@@ -165,7 +183,7 @@ def serve(options) -> dict:
 
         out = options.work / "analysis"
         plan_options = production_options(store.read_catalog(out), backend=options.backend, device=options.device,
-                                          inference_mode=False, mode=options.mode)
+                                          grad_mode="no_grad", mode=options.mode)
         _, runner, _, load = set_up_plan("warmup", out, model.forward, plan_options,
                                          use_bundle=options.strategy == "bundle")
         forward = runner.compiled
@@ -259,7 +277,7 @@ def make_bundle(options) -> dict:
     from guardscope.options import production_options
     from guardscope.proving import bundling
 
-    served = functools.partial(production_options, inference_mode=False)
+    served = functools.partial(production_options, grad_mode="no_grad")
     with mock.patch.object(bundling, "production_options", served):
         return bundling._make_in_child(options.work / "analysis", "warmup", options.backend, options.device)
 
@@ -274,6 +292,8 @@ def _child(options, *arguments: str, env: dict | None = None) -> subprocess.Comp
                "--batches", options.batches, "--prefill", options.prefill]
     if options.serve_recorded:
         command.append("--serve-recorded")
+    if options.record_compiled:
+        command.append("--record-compiled")
     if options.recompile_limit is not None:
         command += ["--recompile-limit", str(options.recompile_limit)]
     if options.mode:
@@ -302,8 +322,11 @@ def _caches() -> tuple:
 def _analyse(options, results: dict) -> None:
     """Record, ``guardscope analyze`` and ``emit-warmup`` into ``--work``."""
     begun = time.perf_counter()
-    _child(options, "record")
+    done = _child(options, "record")
     results["record_seconds"] = round(time.perf_counter() - begun, 1)
+    results["record"] = json.loads(next(line for line in done.stdout.splitlines()
+                                        if line.startswith("RECORDED "))[len("RECORDED "):])
+    print(f"recorded    {results['record']}", flush=True)
     cli = [sys.executable, "-m", "guardscope.cli"]
     env = {**os.environ, "GUARDSCOPE_BENCH_SIZE": options.size, "GUARDSCOPE_BENCH_DEVICE": options.device,
            "PYTHONPATH": str(ROOT)}
@@ -361,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reuse", action="store_true", help="keep the corpus, analysis and bundle already in --work")
     parser.add_argument("--prepare", action="store_true",
                         help="make what --strategies need (corpus, analysis, bundle) and serve nothing")
+    parser.add_argument("--record-compiled", action="store_true",
+                        help="record through the forward compiled with --backend under torch's recompile limit (production "
+                        "itself), not the eager one: the recording's own limit hits are reported")
     parser.add_argument("--serve-recorded", action="store_true",
                         help="serve the recorded (--train) requests instead of --test new ones: where plain "
                         "torch.compile reaches the recompile limit, against the analysis's production section")
