@@ -41,6 +41,10 @@ class Analysis:
     timings_path: Path
     replay_seconds: float
     warnings: tuple[str, ...] = ()
+    # What torch logged to the terminal while the corpus was replayed (its graph-break warnings):
+    # one entry per cause, (level, cause, records); the lines themselves went to torch_log_file.
+    torch_log: tuple[tuple[str, str, int], ...] = ()
+    torch_log_file: Path | None = None
 
 
 def _render(out: Path) -> Path:
@@ -129,10 +133,18 @@ def analyze(
     state = store.begin_analysis(out, printed, resume=resume)
 
     builder = CatalogBuilder.from_state(state["builder"]) if state else CatalogBuilder(track_shapes=cudagraphs is not None)
-    replayed = replay_corpus(corpus, user_model, options, out, builder=builder, fingerprint=printed, state=state,
-                             replay_mode=replay_mode, checkpoint_every=checkpoint_every,
-                             skip_bad_shards=skip_bad_shards, track_lookup=cudagraphs is not None, progress=progress,
-                             notice=notice)
+    # torch's own terminal lines (a graph break's W-level warning with its source) belong in a log
+    # file beside the trace, not between the progress lines: one line per cause is said at the end.
+    with torch_compat.torch_logs_captured() as logged:
+        try:
+            replayed = replay_corpus(corpus, user_model, options, out, builder=builder, fingerprint=printed,
+                                     state=state, replay_mode=replay_mode, checkpoint_every=checkpoint_every,
+                                     skip_bad_shards=skip_bad_shards, track_lookup=cudagraphs is not None,
+                                     progress=progress, notice=notice)
+        finally:
+            log_file = store.write_torch_log(out, store.ANALYZE_LOG, logged.text)
+    causes = tuple(sorted(((level, cause, count) for (level, cause), count in logged.causes.items()),
+                          key=lambda item: (-item[2], item[0], item[1])))
     result = replayed.result
     catalog = builder.build(
         events=result.events,
@@ -182,7 +194,8 @@ def analyze(
         )
     return Analysis(catalog=catalog, corpus_dir=Path(corpus_dir), out_dir=out, catalog_path=catalog_path,
                     trace_path=out / store.TRACE_DIR / store.TRACE_FILE, timings_path=timings_path,
-                    replay_seconds=replayed.seconds, warnings=tuple(warnings))
+                    replay_seconds=replayed.seconds, warnings=tuple(warnings), torch_log=causes,
+                    torch_log_file=log_file)
 
 
 # --- the commands that read an analysis ---------------------------------------------------------

@@ -47,6 +47,7 @@ BUNDLE_SUFFIX = ".compile-cache.bin"
 BUNDLE_MANIFEST_SUFFIX = ".compile-cache.json"
 REPORT = "report.html"
 EMIT_LOG = "emit-warmup.log"  # what torch logged while emit-warmup tried its plans (absent when it logged nothing)
+ANALYZE_LOG = "analyze.log"  # what torch logged while analyze replayed the corpus (absent when it logged nothing)
 FIDELITY = "fidelity.json"
 FIDELITY_DIR = "fidelity"  # the production-backend analysis guardscope fidelity compares with
 PROBE = f"{PROBE_DIR}/{PROBE_FILE}"
@@ -80,7 +81,7 @@ REMAKE = {
     FIDELITY: "run 'guardscope fidelity {out}'",
     WHATIF: "run 'guardscope whatif {out} --transform SPEC'",
 }
-ANALYSIS_FILES = (CATALOG, TIMINGS, REPORT, f"{TRACE_DIR}/{TRACE_FILE}", f"{TRACE_DIR}/{CUDAGRAPH_LOG}")
+ANALYSIS_FILES = (CATALOG, TIMINGS, REPORT, ANALYZE_LOG, f"{TRACE_DIR}/{TRACE_FILE}", f"{TRACE_DIR}/{CUDAGRAPH_LOG}")
 
 
 def prepare_output_dir(directory: str | Path, *, force: bool = False, resume: bool = False) -> Path:
@@ -269,7 +270,7 @@ def write_json(path: str | Path, data: Any) -> Path:
 
 
 def write_torch_log(directory: str | Path, name: str, text: str) -> Path | None:
-    """torch's own log lines of a command (``name``: :data:`EMIT_LOG`) in the analysis folder,
+    """torch's own log lines of a command (``name``: :data:`EMIT_LOG`, :data:`ANALYZE_LOG`) in the analysis folder,
     with the ownership rules of :func:`write_bytes`; when torch logged nothing, no file, and an
     earlier run's is removed so the folder does not keep a stale log."""
     if not text:

@@ -13,7 +13,7 @@ import click
 from .. import store
 from ..model import GRAD_MODES
 from ..terminal import ReplayProgress, format_summary
-from ..text import error_line
+from ..text import error_line, torch_log_lines
 from .common import analysis_dir, backend_option, device_option, friendly_errors, mode_option
 
 
@@ -160,6 +160,8 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
         for warning in analysis.warnings:
             click.secho(f"warning: {warning}", fg="yellow", err=True)
         click.echo(format_summary(analysis))
+        for line in torch_log_lines(analysis.torch_log, analysis.torch_log_file, "the corpus was replayed"):
+            click.secho(f"torch       {line}", fg="yellow")
     except KeyboardInterrupt:
         progress.close()
         click.secho(f"interrupted: {_kept(out_dir, corpus)}", fg="yellow", err=True)

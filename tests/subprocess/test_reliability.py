@@ -179,3 +179,20 @@ def test_a_crash_in_the_replay_is_reported_not_fatal(make_corpus, tmp_path):
                                capture_output=True, text=True, timeout=300)
     assert completed.returncode == 3, completed.stderr[-2000:]
     assert "crashed (SIGSEGV)" in completed.stderr and "--backend eager" in completed.stderr
+
+
+def test_torchs_graph_break_warnings_go_to_the_analysis_log_not_the_terminal(make_corpus, tmp_path):
+    """Issue 36, item 8: the analysis printed torch's W-level graph-break warnings (each with its
+    source lines) between its own lines. They go to DIR/analyze.log; the terminal gets one line per
+    cause. (A child process: torch warns about ``.item()`` once per process.)"""
+    corpus = make_corpus("DataBranch", [((torch.randn(n, 3),), {}) for n in (2, 3, 4)],
+                         compile_options={"dynamic": None, "fullgraph": False})
+    out = tmp_path / "out"
+    completed = subprocess.run(_analyze_command(corpus, out), capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert "Graph break from `Tensor.item()`" not in completed.stderr
+    log = (out / "analyze.log").read_text()
+    assert "Graph break from `Tensor.item()`" in log and "y.sum().item()" in log
+    line = next(line for line in completed.stdout.splitlines() if line.startswith("torch "))
+    assert line == ("torch       logged 1 warning while the corpus was replayed: Graph break from `Tensor.item()`, "
+                    f"consider setting: (full log: {out / 'analyze.log'})"), line
