@@ -45,15 +45,24 @@ class BundleWarning(RuntimeWarning):
 
 def plan_hash(plan: dict[str, Any], warmup_dir: str | Path) -> str:
     """sha256 of a generated module's ``PLAN`` (samples, marks, compile options, model) and of its
-    warmup corpus's shard checksums: it changes whenever the plan would compile other graphs."""
+    warmup corpus's shard checksums and request tags (which decode steps run on the KV cache an
+    earlier one extended: :mod:`guardscope.corpus.chains`): it changes whenever the plan would
+    compile other graphs."""
     from .corpus.format import read_manifest
+    from .corpus.requests import read_requests
     from .errors import GuardscopeError
 
+    requests = None
     try:
-        samples: list[str] | None = [shard.sha256 for shard in read_manifest(warmup_dir).shards]
+        manifest = read_manifest(warmup_dir)
+        samples: list[str] | None = [shard.sha256 for shard in manifest.shards]
+        requests = read_requests(Path(warmup_dir), manifest.samples)
     except GuardscopeError:
         samples = None  # the warmup itself will say what is wrong with the folder
-    text = json.dumps({"plan": plan, "samples": samples}, sort_keys=True, separators=(",", ":"))
+    hashed: dict[str, Any] = {"plan": plan, "samples": samples}
+    if requests is not None:  # (a warmup without tags hashes as it always did)
+        hashed["requests"] = requests.runs
+    text = json.dumps(hashed, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

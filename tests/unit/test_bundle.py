@@ -66,6 +66,12 @@ def test_plan_hash_follows_samples_marks_and_options(tmp_path):
         {**plan, "compile": {**plan["compile"], "mode": "max-autotune"}},
     ]
     assert len({plan_hash(p, first) for p in [plan, *changed]}) == 4
+    # Request tags decide which decode steps run on a carried KV cache: other tags, another plan.
+    untagged = plan_hash(plan, first)
+    (first / "requests.json").write_text('{"format": "guardscope-requests", "runs": [["r", 0, 0, 2]]}\n')
+    tagged = plan_hash(plan, first)
+    (first / "requests.json").write_text('{"format": "guardscope-requests", "runs": [["r", 0, 0, 1], ["s", 1, 0, 1]]}\n')
+    assert len({untagged, tagged, plan_hash(plan, first)}) == 3
 
 
 def test_bundle_context_rows():
