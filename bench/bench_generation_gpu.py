@@ -150,7 +150,7 @@ def record(options) -> None:
                 model.generate(ids, attention_mask=torch.ones_like(ids), **_generate_kwargs(options, new))
     traffic.close()
     events = events_from_records(capture.records).events
-    hits = sorted(e.sample for e in events if e.sample is not None and e.fail_type is not None and hit_recompile_limit(e))
+    hits = sorted(e.sample for e in events if e.sample is not None and hit_recompile_limit(e))
     print("RECORDED " + json.dumps({**traffic.counts(), "compiled": options.record_compiled,
                                     "graphs": sum(1 for e in events if e.fail_type is None),
                                     "limit_hits": len(hits), "first_limit_hit_request": hits[0] if hits else None}))
@@ -240,7 +240,7 @@ def serve(options) -> dict:
             walls.append(time.perf_counter() - begun)
             progress()
     hits = sorted(e.sample for e in events_from_records(capture.records).events
-                  if e.sample is not None and e.fail_type is not None and hit_recompile_limit(e))
+                  if e.sample is not None and hit_recompile_limit(e))
     first = [seconds for _, call, seconds, compiled in calls if call == 0 and not compiled]
     later = [seconds for _, call, seconds, compiled in calls if call > 0 and not compiled]
     compiling = [seconds for *_, seconds, compiled in calls if compiled]

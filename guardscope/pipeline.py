@@ -101,7 +101,7 @@ def analyze(
     :class:`guardscope.torch_compat.LookupOrder`) and inductor's settings at call time
     (``cudagraph_skip_dynamic_graphs``, graph partitioning: :func:`torch_compat.cudagraph_config`).
     """
-    from .corpus.chains import state_arguments
+    from .corpus.chains import carries_state
     from .replay.resumable import fingerprint, replay_corpus
     from .replay.runner import check_marks
 
@@ -143,8 +143,7 @@ def analyze(
                                      progress=progress, notice=notice)
         finally:
             log_file = store.write_torch_log(out, store.ANALYZE_LOG, logged.text)
-    causes = tuple(sorted(((level, cause, count) for (level, cause), count in logged.causes.items()),
-                          key=lambda item: (-item[2], item[0], item[1])))
+    causes = logged.ranked_causes()
     result = replayed.result
     catalog = builder.build(
         events=result.events,
@@ -170,9 +169,8 @@ def analyze(
     if corpus.requests is not None:
         catalog = replace(catalog, requests=request_summary(corpus.requests, catalog))
     limits = production_limits(corpus.manifest.dynamo_config, corpus.manifest.compile, torch_compat.dynamo_defaults())
-    first = corpus.sample(0) if len(corpus) else None
-    carries_state = first is not None and bool(state_arguments(first.args, first.kwargs))
-    catalog = replace(catalog, production=production_section(catalog, limits, corpus.requests, carries_state))
+    catalog = replace(catalog, production=production_section(catalog, limits, corpus.requests,
+                                                              carries_state(corpus)))
     recording_times = builder.cudagraph_tally.recording_times() if options.uses_cudagraphs else None
     catalog_path, timings_path = store.write_analysis(out, catalog.to_json(), corpus=corpus.path.resolve(), timings={
         "replay_seconds": round(replayed.seconds, 6),
@@ -222,8 +220,7 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: boo
         finally:
             log_file = store.write_torch_log(out, store.EMIT_LOG, logged.text)
     report = _render(out)
-    causes = tuple(sorted(((level, cause, count) for (level, cause), count in logged.causes.items()),
-                          key=lambda item: (-item[2], item[0], item[1])))
+    causes = logged.ranked_causes()
     return replace(fixes, files=(*fixes.files, *([log_file] if log_file else []), report),
                    torch_log=causes, torch_log_file=log_file)
 

@@ -50,6 +50,14 @@ class Chains:
     calls: int
 
 
+def carries_state(corpus: Any) -> bool:
+    """Whether a corpus's calls carry model state (its first call has a state argument)."""
+    if not len(corpus):
+        return False
+    first = corpus.sample(0)
+    return bool(state_arguments(first.args, first.kwargs))
+
+
 def state_arguments(args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The call's arguments that are model state (``"args[1]"`` or a keyword's name -> value)."""
     found = {f"args[{i}]": value for i, value in enumerate(args) if is_model_state(value)}
@@ -96,6 +104,11 @@ class CarriedState:
         self.carried = 0  # state arguments replaced by the live object
         self.kept = 0  # state arguments that held state yet kept the recorded object
         self._live: dict[Any, dict[str, Any]] = {}  # the previous step's state, by request
+
+    @classmethod
+    def for_requests(cls, requests: RequestRuns | None) -> CarriedState:
+        """Carrying by a corpus's tags (``corpus.requests``), or in recorded order without them."""
+        return cls(requests.of if requests is not None else None)
 
     def _keys(self, index: int) -> tuple[Any, Any]:
         """(where this call's predecessor left its state, where this call leaves it)."""

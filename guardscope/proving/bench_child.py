@@ -147,7 +147,7 @@ def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: An
         for _ in range(repeat):
             # A decode step gets the KV cache its request's previous step extended, as generate()
             # hands it on: laid out by the strategy's own compiled forward (corpus.chains).
-            carried = CarriedState(corpus.requests.of if corpus.requests is not None else None)
+            carried = CarriedState.for_requests(corpus.requests)
             for sample in corpus:
                 # Moved to the device outside inference mode, as a request's tensors arrive.
                 args, kwargs, *_ = runner.prepare(sample, mark=False)

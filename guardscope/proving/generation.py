@@ -141,6 +141,6 @@ def check_generate(out_dir: str | Path, requests: list[tuple[Any, dict[str, Any]
         del owner.forward  # the module's own forward again
     # A call past the recompile limit starts no compile: the structured trace records it failed.
     limited = sorted({event.sample for event in events_from_records(capture.records).events
-                      if event.sample is not None and event.fail_type is not None and hit_recompile_limit(event)})
+                      if event.sample is not None and hit_recompile_limit(event)})
     return GenerateCheck(plan, len(requests), position["calls"], tuple(seen), setup_graphs, seconds, options.backend,
                          limit_hits=tuple(calls[number] for number in limited))

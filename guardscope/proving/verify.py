@@ -286,7 +286,7 @@ def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout:
     ``{"use_bundle": bool}``) adds the cache counters, the bundle load and whether the cache
     folders were empty at start to the result."""
     from .. import torch_compat
-    from ..corpus.chains import CarriedState, state_arguments
+    from ..corpus.chains import CarriedState, carries_state
     from ..replay.capture import TraceCapture
     from ..replay.events import events_from_records
 
@@ -294,10 +294,8 @@ def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout:
     # A decode step runs on the KV cache its request's previous step extended through the
     # compiled model, as generate() hands it on (corpus.chains): its layout is then production's
     # backend's, not the recording's. Such calls all run: a skipped one would extend nothing.
-    first = corpus.sample(0) if len(corpus) else None
-    stateful = first is not None and bool(state_arguments(first.args, first.kwargs))
-    requests = corpus.requests
-    carried = CarriedState(requests.of if requests is not None else None) if stateful else None
+    stateful = carries_state(corpus)
+    carried = CarriedState.for_requests(corpus.requests) if stateful else None
     if setup is not None:
         measured["cache_dirs_empty"] = cache_dirs_empty()
     # Dynamo's own recompile limit stays as in production: an artifact that needs more graphs
@@ -358,8 +356,8 @@ def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout:
                   and not (e.fail_type is not None and e.sample in raised_before and not hit_recompile_limit(e))]
     # Calls past Dynamo's recompile limit start no compile; the trace records them as failed ones.
     # In the set-up they are warmup calls left without their graph (production runs them eagerly).
-    setup_limited = [e for e in setup_events if e.fail_type is not None and hit_recompile_limit(e)]
-    limited = [e for e in recompiles if e.fail_type is not None and hit_recompile_limit(e)]
+    setup_limited = [e for e in setup_events if hit_recompile_limit(e)]
+    limited = [e for e in recompiles if hit_recompile_limit(e)]
     failures = [
         {"sample": e.sample, "compile_id": e.compile_id, "frame": e.frame_id,
          "reasons": [f"{f.kind.value}: {f.raw}" for f in classify_reasons(e.reasons)]}

@@ -56,6 +56,11 @@ class TorchLog:
     def text(self) -> str:
         return "".join(line + "\n" for line in self.lines)
 
+    def ranked_causes(self) -> tuple[tuple[str, str, int], ...]:
+        """``(level, cause, records)`` per distinct cause, most frequent first."""
+        return tuple(sorted(((level, cause, count) for (level, cause), count in self.causes.items()),
+                            key=lambda item: (-item[2], item[0], item[1])))
+
 
 def log_cause(record: logging.LogRecord) -> str:
     """One line naming why a torch record was logged: the exception it carries (its type, then
