@@ -21,8 +21,11 @@ DEFAULT_RECOMPILE_LIMIT = 4096
 PRODUCTION_FIELDS = ("dynamic", "fullgraph", "mode")
 ANALYSED_FIELDS = PRODUCTION_FIELDS + ("backend", "device", "grad_mode", "dynamo_config")
 # Manifest compile options that are not replayed as they are: the backend (an analysis picks its
-# own) and torch 2.13's per-call recompile limit (modelled, catalog.limits).
-MODELLED_FIELDS = ("backend", "recompile_limit")
+# own), torch 2.13's per-call recompile limit (modelled, catalog.limits), and two recorded for the
+# record (catalog.json's production section): inductor's options= beyond its mode's, which change
+# code generation, not guards; torch 2.13's isolate_recompiles, which gives this torch.compile call
+# its own recompile count (guardscope models one compiled callable: the same limits).
+MODELLED_FIELDS = ("backend", "recompile_limit", "inductor_options", "isolate_recompiles")
 # Accepted in a manifest's compile for the grad mode it names (true: inference_mode, false: no_grad).
 GRAD_MODE_ALIAS = "inference_mode"
 
@@ -73,6 +76,9 @@ class ReplayOptions:
     # article's Option 3), "all" marks every sample (what a serving wrapper would do).
     mark_unbacked: tuple[tuple[str, int], ...] = ()
     mark_samples: str = "all"
+    # (argument path, dim, rank) made unbacked through torch 2.13's torch.compile(shapes_spec=...)
+    # (torch_compat.shapes_spec_of), compiled without dynamic=: every dim it does not name is static.
+    shapes_spec: tuple[tuple[str, int, int], ...] = ()
     recompile_limit: int = DEFAULT_RECOMPILE_LIMIT
     # Production's Dynamo settings that differ from torch's defaults (a corpus manifest's
     # dynamo_config), as sorted (name, value) pairs: the replay runs under those that change
@@ -134,6 +140,7 @@ class ReplayOptions:
             "mark_samples": self.mark_samples if self.mark_unbacked else None,
             "recompile_limit": self.recompile_limit,
             **({"dynamo_config": dict(self.dynamo_config)} if self.dynamo_config else {}),
+            **({"shapes_spec": [f"{path}:{dim}" for path, dim, _ in self.shapes_spec]} if self.shapes_spec else {}),
         }
 
 

@@ -32,6 +32,12 @@ PLANS: tuple[Plan, ...] = (
          bench_title="torch.export + AOTInductor, eager fallback"),
 )
 
+# The unbacked plan's declarative form (torch 2.13's shapes_spec, inside unbacked.py): its own
+# residual warmup corpus, and its own artifact in verification.json (not a plan of its own: it
+# has no module, bundle or bench strategy).
+SHAPES_SPEC = "shapes_spec"
+SPEC_WARMUP_DIR = "unbacked_spec_warmup"
+
 BY_NAME = {plan.name: plan for plan in PLANS}
 NAMES = tuple(plan.name for plan in PLANS)  # also the order ties between fixes are broken in
 WARMUP, UNBACKED, EXPORT = NAMES  # for code that handles one plan in particular

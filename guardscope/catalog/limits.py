@@ -41,6 +41,10 @@ class ProductionLimits:
     source: str  # TORCH_DEFAULT or RECORDED
     backend: str = DEFAULT_BACKEND  # the backend production compiles with
     backend_source: str = ASSUMED  # RECORDED or ASSUMED
+    # Recorded off production's torch.compile, for the record: inductor's options= beyond its
+    # mode's, torch 2.13's isolate_recompiles (the manifest's compile).
+    inductor_options: dict[str, Any] | None = None
+    isolate_recompiles: bool = False
 
     @property
     def per_frame(self) -> int:
@@ -62,7 +66,9 @@ def production_limits(dynamo_config: dict[str, Any] | None, compile_options: dic
     return ProductionLimits(int(value["recompile_limit"]), int(value["accumulated_recompile_limit"]),
                             bool(value.get("fail_on_recompile_limit_hit", False)), source,
                             backend=str(backend) if backend else DEFAULT_BACKEND,
-                            backend_source=RECORDED if backend else ASSUMED)
+                            backend_source=RECORDED if backend else ASSUMED,
+                            inductor_options=dict(compile_options.get("inductor_options") or {}) or None,
+                            isolate_recompiles=bool(compile_options.get("isolate_recompiles")))
 
 
 def production_section(catalog: Catalog, limits: ProductionLimits, runs: RequestRuns | None = None,
@@ -153,6 +159,8 @@ def production_section(catalog: Catalog, limits: ProductionLimits, runs: Request
         "frames": frames,
         "backend": limits.backend,
         "backend_source": limits.backend_source,
+        **({"inductor_options": limits.inductor_options} if limits.inductor_options else {}),
+        **({"isolate_recompiles": True} if limits.isolate_recompiles else {}),
     }
 
 

@@ -85,6 +85,12 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool, make_bundles:
                    f"({unbacked.graphs} graphs" + (f" in {unbacked.frames} frames" if unbacked.frames > 1 else "") + ")")
         for added in unbacked.added_breaks:
             click.secho(f"            the marks add a graph break: {added}", fg="yellow")
+        spec = fixes.spec
+        if spec is not None and spec.status == "ok":
+            click.echo(f"shapes_spec the same dims as torch.compile(shapes_spec=unbacked.shapes_spec()), every other "
+                       f"dim static: residual warmup {list(spec.residual)} ({spec.graphs} graphs)")
+        elif spec is not None:
+            click.echo(f"shapes_spec not written: {first_line(spec.reason)}")
     else:
         click.secho(f"unbacked    NOT POSSIBLE on this model, unbacked.py not written: {first_line(unbacked.reason)} "
                     "(the whole reason is in fixes.json and the report)", fg="yellow")
@@ -93,12 +99,13 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool, make_bundles:
     export = fixes.export
     if export.feasible:
         click.echo(f"export      {sum(d.kind == 'dim' for d in export.dims)} Dims: "
-                   + ", ".join(d.describe() for d in export.dims)
+                   + (", ".join(d.describe() for d in export.dims) or "every dim static")
                    + (f"; outside them: {', '.join(f'T{o.topology}' for o in export.outside)} "
                       f"({sum(o.samples for o in export.outside)} samples, see fixes.json)" if export.outside else ""))
     else:
-        click.secho(f"export      NOT POSSIBLE on this model, export_dims.py not written: {first_line(export.reason)} "
-                    "(torch's whole message is in fixes.json and the report)", fg="yellow")
+        click.secho(f"export      NOT POSSIBLE on this model, export_dims.py not written: {first_line(export.reason)}"
+                    + (" (torch's whole message is in fixes.json and the report)" if export.torch_message else ""),
+                    fg="yellow")
     for line in torch_log_lines(fixes.torch_log, fixes.torch_log_file, "emit-warmup tried its plans"):
         click.secho(f"torch       {line}", fg="yellow")
     click.echo("wrote       " + ", ".join(str(p) for p in fixes.files))

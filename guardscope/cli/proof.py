@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from .. import store
-from ..plans import NAMES, STRATEGIES
+from ..plans import NAMES, SHAPES_SPEC, STRATEGIES
 from ..terminal import format_bundle_setup
 from ..text import first_line
 from .common import (
@@ -28,9 +28,10 @@ from .common import (
 
 @click.command()
 @analysis_dir
-@artifact_option((*NAMES, "canonical"),
-                 help="Verify only these artifacts (repeatable); default all three, and canonicalise.py "
-                 "(canonical) when emit-warmup --transform wrote it.")
+@artifact_option((*NAMES, SHAPES_SPEC, "canonical"),
+                 help="Verify only these artifacts (repeatable); default all three, unbacked.py's shapes_spec form "
+                 "(shapes_spec, torch 2.13) when emit-warmup made one, and canonicalise.py (canonical) when "
+                 "emit-warmup --transform wrote it.")
 @click.option("--holdout", type=float, default=None,
               help="Replay only the last FRACTION of the corpus (e.g. 0.3), to test on samples the plan did not see first.")
 @timeout_option(3600.0, help="Seconds allowed per artifact.")
@@ -45,7 +46,8 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
            corpus: str | None, backend: str | None) -> None:
     """Prove the fixes in DIR on the corpus, each in a fresh subprocess.
 
-    Each artifact is applied as its docstring says (warmup; configure + mark + warmup; export),
+    Each artifact is applied as its docstring says (warmup; configure + mark + warmup; export;
+    shapes_spec: configure + torch.compile(shapes_spec=) + warmup(spec=True)),
     then the corpus is replayed with every compile counted as a failure. Writes
     DIR/verification.json and refreshes DIR/report.html. The verdict is PASSED, PARTIAL (nothing
     failed, but a fix serves only part of the corpus: an export with topologies outside its Dims)
@@ -86,6 +88,8 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
             click.echo(f"          {first_line(result['reason'])}{more}")
         if result.get("bundle"):
             click.echo(f"          {format_bundle_setup(result['bundle'])}")
+        if result.get("same_as_unbacked"):
+            click.echo("          the same verdict as the mark_unbacked module")
         if result.get("outputs"):
             outputs = result["outputs"]
             differing = [f"T{t['topology']}" for t in outputs["topologies"] if not t["equal"]]

@@ -45,7 +45,9 @@ builds a model of other weights says so (:mod:`guardscope.corpus.weights`). An o
 
 The analysis models the recompile limits (``recompile_limit``, ``accumulated_recompile_limit``,
 ``fail_on_recompile_limit_hit``; ``compile`` may also hold ``recompile_limit``, torch 2.13's
-per-call ``torch.compile(recompile_limit=N)``) and replays under the settings that change guards
+per-call ``torch.compile(recompile_limit=N)``; the recorder's ``wrap()`` also writes
+``inductor_options``, the ``options=`` beyond the mode's, and ``isolate_recompiles: true``, both
+kept for the record in the catalog's ``production``) and replays under the settings that change guards
 (:data:`guardscope.torch_compat.DYNAMO_SETTINGS`). An optional ``grad_mode`` says which autograd
 mode production served the calls under (``"inference_mode"``, ``"no_grad"`` or ``"grad"``: grad
 enabled), read by the traffic recorders on the serving thread; Dynamo guards on it, so the analysis

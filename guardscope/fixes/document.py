@@ -29,6 +29,7 @@ from .emit.export_dims import render_export_dims
 from .emit.unbacked import render_unbacked
 from .emit.warmup import render_warmup
 from .exporting import plan_export
+from .spec_plan import plan_spec
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class Fixes:
     warmup: Any
     unbacked: Any
     export: Any
+    spec: Any = None  # the unbacked plan's shapes_spec form (spec_plan.SpecPlan), None when not tried
     # What torch logged while the plans were tried (pipeline.emit_warmup fills these): each
     # distinct cause of its warnings and errors as (level, cause, records), and the file of its lines.
     torch_log: tuple[tuple[str, str, int], ...] = ()
@@ -63,8 +65,9 @@ def with_probed(catalog: dict[str, Any], document: dict[str, Any], first_index: 
     return extended
 
 
-def unbacked_summary(plan: Any, warmup_graphs: int) -> str:
-    """One line on the unbacked plan for fixes.json, the report and the terminal."""
+def unbacked_summary(plan: Any, warmup_graphs: int, spec: Any = None) -> str:
+    """One line on the unbacked plan for fixes.json, the report and the terminal (with its
+    shapes_spec form, ``spec``, where one was tried)."""
     if plan.status != "ok":
         return f"not possible on this model: {first_line(plan.reason) or 'no reason given'}"
     line = (f"{len(plan.dims)} dims unbacked, duck sizing {'on' if plan.duck_shape else 'off'}; "
@@ -75,6 +78,11 @@ def unbacked_summary(plan: Any, warmup_graphs: int) -> str:
         line += f", the marks add {len(plan.added_breaks)} graph break(s)"
     if plan.skipped:
         line += f"; {len(plan.skipped)} dim(s) not markable"
+    if spec is not None and spec.status == "ok":
+        line += (f"; as a shapes_spec (every other dim static): {len(spec.residual)} residual warmup samples, "
+                 f"{spec.graphs} graphs")
+    elif spec is not None and spec.status == "infeasible":
+        line += f"; as a shapes_spec not possible: {first_line(spec.reason)}"
     return line
 
 
@@ -112,6 +120,10 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
     export_plan = plan_export(model, catalog, sample_at, margin,
                               records=itertools.chain(corpus.iter_records(), probed))
     unbacked_ok = unbacked_plan.status == "ok"
+    # The same dims as torch 2.13's shapes_spec: its own replay (every other dim static).
+    spec_plan = plan_spec(model, itertools.chain(corpus.iter_records(), probed), unbacked_plan, options, catalog) \
+        if unbacked_ok else None
+    spec_ok = spec_plan is not None and spec_plan.status == "ok"
 
     # Each warmup corpus is tagged with requests and steps, so that its decode steps run on the
     # state their earlier steps extended (the generated warmup() carries it: corpus.chains).
@@ -123,6 +135,11 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
                         list(chained_order(unbacked_plan.residual, chains.requests, holds_state, chains.calls))))
     else:
         store.remove_corpus(out / plans.BY_NAME["unbacked"].warmup_dir)
+    if spec_ok:
+        folders.append((plans.SPEC_WARMUP_DIR,
+                        list(chained_order(spec_plan.residual, chains.requests, holds_state, chains.calls))))
+    else:
+        store.remove_corpus(out / plans.SPEC_WARMUP_DIR)
     for folder, calls in folders:
         target = out / folder
         spec = respec(catalog["model"], corpus.path, target)
@@ -139,7 +156,7 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
         plans.WARMUP: render_warmup(catalog, warmup_plan),
         plans.UNBACKED: render_unbacked(
             catalog, unbacked_plan, plain_graphs=warmup_plan.graphs,
-            supports_unbacked_sources=torch_compat.supports_unbacked_sources(),
+            supports_unbacked_sources=torch_compat.supports_unbacked_sources(), spec=spec_plan,
         ) if unbacked_ok else None,
         plans.EXPORT: render_export_dims(catalog, export_plan) if export_plan.feasible else None,
     }
@@ -179,7 +196,7 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
                 "title": plans.BY_NAME["unbacked"].title,
                 "status": unbacked_plan.status,
                 "reason": unbacked_plan.reason,
-                "summary": unbacked_summary(unbacked_plan, warmup_plan.graphs),
+                "summary": unbacked_summary(unbacked_plan, warmup_plan.graphs, spec_plan),
                 "code": codes["unbacked"],
                 "details": {
                     "dims": [f"{d.argument}:{d.axis}" for d in unbacked_plan.dims],
@@ -190,6 +207,7 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
                     "added_graph_breaks": list(unbacked_plan.added_breaks),
                     "not_marked": {dim: why for dim, why in unbacked_plan.skipped},
                     "failed_samples": [{"sample": i, "error": e} for i, e in unbacked_plan.failed[:20]],
+                    **({plans.SHAPES_SPEC: spec_plan.to_json()} if spec_plan is not None else {}),
                 },
             },
             {
@@ -224,7 +242,8 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
         ],
     }
     written.append(store.write_document(out, store.FIXES, fixes))
-    return Fixes(out_dir=out, files=tuple(written), warmup=warmup_plan, unbacked=unbacked_plan, export=export_plan)
+    return Fixes(out_dir=out, files=tuple(written), warmup=warmup_plan, unbacked=unbacked_plan, export=export_plan,
+                 spec=spec_plan)
 
 
 def emit_canonical(out: Path, catalog: dict[str, Any], corpus: Any, model: Any,

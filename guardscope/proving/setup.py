@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
 from .. import plans
+from ..errors import GuardscopeError
 from .isolation import import_file
 
 CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
@@ -63,14 +66,31 @@ def set_up_plan(name: str, out_dir: Path, model: Any, options: Any, *, use_bundl
     from .. import torch_compat
     from ..replay.runner import Runner
 
-    module = import_file(out_dir / plans.MODULES[name])
-    if name == "unbacked":
+    spec = name == plans.SHAPES_SPEC  # unbacked.py's dims through torch.compile(shapes_spec=...)
+    module = import_file(out_dir / plans.MODULES[plans.UNBACKED if spec else name])
+    if name in (plans.UNBACKED, plans.SHAPES_SPEC):
         module.configure()
+    if spec:
+        options = replace(options, shapes_spec=tuple(tuple(d) for d in module.SPEC_DIMS), dynamic=None)
+        check_spec(module.shapes_spec(), options.shapes_spec)
     runner = Runner(model, options)
     if warm_sample is not None:
         runner.warm_device(warm_sample)
     started = time.perf_counter()
     load = module.load_bundle(runner.compiled, options.device).to_json() if use_bundle else None
-    module.warmup(runner.compiled, device=options.device, grad_mode=options.grad_mode, bundle=False)
+    module.warmup(runner.compiled, device=options.device, grad_mode=options.grad_mode, bundle=False,
+                  **({"spec": True} if spec else {}))
     torch_compat.synchronize(runner.device)
     return module, runner, time.perf_counter() - started, load
+
+
+def check_spec(made: Any, dims: tuple[tuple[str, int, int], ...]) -> None:
+    """The module's own shapes_spec() must be the spec guardscope replays with (the proof
+    compiles with the latter): the same tree, the same unbacked dims (each ShapeVar's id aside)."""
+    from .. import torch_compat
+
+    def text(spec: Any) -> str:
+        return re.sub(r"#\d+", "", repr(spec))
+
+    if text(made) != text(torch_compat.shapes_spec_of(dims)):
+        raise GuardscopeError(f"unbacked.py's shapes_spec() differs from its SPEC_DIMS:\n{text(made)}")

@@ -45,7 +45,10 @@ OK_STATUSES = ("passed", "skipped", "infeasible")
 PARTIAL = "partial"
 # The input canonicalisation emit-warmup --transform writes: verified beside the plans, not one.
 CANONICAL = "canonical"
-ARTIFACTS = (*plans.NAMES, CANONICAL)
+# The unbacked plan's shapes_spec form (unbacked.py's shapes_spec(), torch 2.13): verified
+# beside the plans when emit-warmup made one, and compared with the marks' verdict.
+SHAPES_SPEC = plans.SHAPES_SPEC
+ARTIFACTS = (*plans.NAMES, SHAPES_SPEC, CANONICAL)
 
 
 def verdict(results: list[dict[str, Any]]) -> str:
@@ -84,7 +87,8 @@ def verify_fixes(
     """
     if holdout is not None and not 0.0 < holdout < 1.0:
         raise CompileOptionsError(f"--holdout {holdout} must be a fraction between 0 and 1")
-    chosen = artifacts or (*plans.NAMES, *([CANONICAL] if (out / store.CANONICALISE).is_file() else []))
+    chosen = artifacts or (*plans.NAMES, *([SHAPES_SPEC] if spec_entry(out) is not None else []),
+                           *([CANONICAL] if (out / store.CANONICALISE).is_file() else []))
     unknown = sorted(set(chosen) - set(ARTIFACTS))
     if unknown:
         raise CompileOptionsError(f"unknown artifacts {unknown}; choose from {', '.join(ARTIFACTS)}")
@@ -100,6 +104,7 @@ def verify_fixes(
     if previous is not None:
         kept = [r for r in previous.get("artifacts", []) if r.get("name") not in chosen]
         results = sorted(kept + results, key=lambda r: ARTIFACTS.index(r["name"]))
+    compare_spec(results)
     small = None if forward_skipped(catalog.get("skipped_frames", [])) else small_corpus_warning(catalog.get("risk") or {})
     found = verdict(results)
     document = {
@@ -114,6 +119,27 @@ def verify_fixes(
     }
     store.write_document(out, store.VERIFICATION, document)
     return document
+
+
+def spec_entry(out_dir: Path) -> dict[str, Any] | None:
+    """fixes.json's word on the unbacked plan's shapes_spec form, None where it was not tried or
+    this torch has none (then there is nothing to verify)."""
+    entry = store.fix_entry(out_dir, plans.UNBACKED)
+    spec = ((entry or {}).get("details") or {}).get(SHAPES_SPEC)
+    return spec if spec and spec.get("status") in ("ok", "infeasible") else None
+
+
+def compare_spec(results: list[dict[str, Any]]) -> None:
+    """Say on the shapes_spec result whether it holds as the marks do (``same_as_unbacked``), and
+    where not, why (its own reason: the dims it leaves static)."""
+    by_name = {r["name"]: r for r in results}
+    spec, marks = by_name.get(SHAPES_SPEC), by_name.get(plans.UNBACKED)
+    if spec is None or marks is None or spec["status"] in ("skipped", "infeasible"):
+        return
+    spec["unbacked_status"] = marks["status"]
+    spec["same_as_unbacked"] = spec["status"] == marks["status"]
+    if not spec["same_as_unbacked"] and spec["status"] == "passed":
+        spec["reason"] = f"passed where the mark_unbacked module {marks['status']}: {marks.get('reason') or ''}".rstrip(": ")
 
 
 def _result(name: str, status: str, reason: str | None = None, **fields: Any) -> dict[str, Any]:
@@ -162,11 +188,19 @@ def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: fl
         options = (["--holdout", str(holdout)] if holdout is not None else []) + (
             ["--corpus", str(Path(corpus).resolve())] if corpus is not None else []) + ["--prove-backend", backend]
         return _run_child(out_dir, name, name, options, timeout=timeout)
-    planned = planned_status(out_dir, name)
+    if name == SHAPES_SPEC:
+        spec = spec_entry(out_dir)
+        if spec is None or not (out_dir / plans.MODULES[plans.UNBACKED]).is_file():
+            return _result(name, "skipped", f"no shapes_spec form in {plans.MODULES[plans.UNBACKED]}: run 'guardscope "
+                                            f"emit-warmup {out_dir}' with torch 2.13 or later")
+        if spec["status"] != "ok":
+            return _result(name, "infeasible", spec.get("reason"))
+    planned = planned_status(out_dir, plans.UNBACKED if name == SHAPES_SPEC else name)
     if planned is not None:
         return _result(name, "infeasible", planned)
-    if not (out_dir / plans.MODULES[name]).is_file():
-        return _result(name, "skipped", f"{plans.MODULES[name]} not found: run 'guardscope emit-warmup {out_dir}'")
+    module = plans.MODULES[plans.UNBACKED if name == SHAPES_SPEC else name]
+    if not (out_dir / module).is_file():
+        return _result(name, "skipped", f"{module} not found: run 'guardscope emit-warmup {out_dir}'")
     split = ["--holdout", str(holdout)] if holdout is not None else []
     if corpus is not None:
         split += ["--corpus", str(Path(corpus).resolve())]

@@ -554,6 +554,10 @@ class TrafficRecorder(FallbackRecorder):
                     self.compile.setdefault("recompile_limit", settings["recompile_limit"])
                 if settings.get("mode") not in (None, "default"):  # mode= (its cudagraphs change the analysis)
                     self.compile.setdefault("mode", settings["mode"])
+                if settings.get("beyond_mode"):  # options= beyond the mode's: recorded, reported
+                    self.compile.setdefault("inductor_options", settings["beyond_mode"])
+                if settings.get("isolate_recompiles"):  # torch 2.13: this call's own recompile count
+                    self.compile.setdefault("isolate_recompiles", True)
         printed = model_print(function) if self.recorded_model is None else None  # None: no module behind it
         if printed is not None:
             with self._lock:

@@ -17,7 +17,8 @@ docstring names the private APIs it uses, and why):
 * ``cudagraphs``: CUDA Graph Trees' loggers, skip count and settings;
 * ``export``: whether an exported program accepts a call, constraint violations, AOTInductor;
 * ``compile_cache``: compile-cache artifacts saved and loaded, cache counters, compiled settings;
-* ``measurements``: device synchronisation, graphs compiled, the device's name (bench).
+* ``measurements``: device synchronisation, graphs compiled, the device's name (bench);
+* ``shapes_specs``: torch 2.13's declarative ``shapes_spec`` built from argument paths.
 """
 
 from .versions import (check_supported_version, supports_eager_on_recompile, supports_per_call_recompile_limit,
@@ -38,6 +39,7 @@ from .export import aoti_compile_and_load, export_input_checker, is_constraint_v
 from .compile_cache import (cache_device_name, compile_cache_counters, compiled_settings, load_compile_cache,
                             save_compile_cache)
 from .measurements import device_name, graphs_compiled, synchronize
+from .shapes_specs import shapes_spec_of, supports_shapes_spec
 
 __all__ = [
     "check_supported_version", "supports_eager_on_recompile", "supports_per_call_recompile_limit",
@@ -57,4 +59,5 @@ __all__ = [
     "aoti_compile_and_load", "export_input_checker", "is_constraint_violation",
     "cache_device_name", "compile_cache_counters", "compiled_settings", "load_compile_cache", "save_compile_cache",
     "device_name", "graphs_compiled", "synchronize",
+    "shapes_spec_of", "supports_shapes_spec",
 ]

@@ -78,12 +78,14 @@ def _plain(value: Any) -> Any:
 
 
 def compiled_settings(compiled: Any) -> dict[str, Any] | None:
-    """``{"backend", "dynamic", "options", "mode", "recompile_limit"}`` of a ``torch.compile``d module or
+    """``{"backend", "dynamic", "options", "mode", "beyond_mode", "recompile_limit",
+    "isolate_recompiles"}`` of a ``torch.compile``d module or
     function (a compiled function keeps its context in its closure), as far as torch exposes them
     (``options``: inductor's config changes from ``mode=``/``options=``, ``mode`` the mode they hold
-    (:func:`_inductor_mode`; None for another backend); ``recompile_limit``: torch
-    2.13's per-call limit, on the frame converter, None when not given); None for an object
-    torch does not describe."""
+    (:func:`_inductor_mode`; None for another backend), ``beyond_mode`` the changes that mode does
+    not make; ``recompile_limit``: torch 2.13's per-call limit, on the frame converter, None when
+    not given; ``isolate_recompiles``: 2.13's ``isolate_recompiles=True``, an id on the context);
+    None for an object torch does not describe."""
     context = getattr(compiled, "dynamo_ctx", None)
     if context is None and getattr(compiled, "_torchdynamo_orig_callable", None) is not None:
         for cell in getattr(compiled, "__closure__", None) or ():
@@ -108,9 +110,25 @@ def compiled_settings(compiled: Any) -> dict[str, Any] | None:
     if options is None:
         options = getattr(backend, "kwargs", {})
     plain = _plain(options)
+    mode = _inductor_mode(plain) if name == "inductor" else None
+    isolated = getattr(context, "_isolate_recompiles_id", -1)
     return {"backend": name, "dynamic": getattr(backend, "dynamic", None), "options": plain,
-            "mode": _inductor_mode(plain) if name == "inductor" else None,
-            "recompile_limit": per_call if isinstance(per_call, int) else None}
+            "mode": mode, "beyond_mode": _beyond_mode(plain, mode) if name == "inductor" else {},
+            "recompile_limit": per_call if isinstance(per_call, int) else None,
+            "isolate_recompiles": isinstance(isolated, int) and isolated >= 0}
+
+
+def _beyond_mode(options: Any, mode: str | None) -> dict[str, Any]:
+    """Inductor's config changes that ``mode`` does not make: what ``options=`` added."""
+    if not isinstance(options, dict):
+        return {}
+    try:
+        from torch._inductor import list_mode_options
+
+        made = list_mode_options().get(mode or "default") or {}
+    except Exception:  # pragma: no cover - a torch without the listing
+        made = {}
+    return {key: value for key, value in sorted(options.items()) if made.get(key, object()) != value}
 
 
 def _inductor_mode(options: Any) -> str | None:

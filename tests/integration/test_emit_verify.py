@@ -6,8 +6,14 @@ tests/unit/test_emit_verify.py, tests/subprocess/test_emit_verify.py.
 
 from __future__ import annotations
 
-from guardscope import pipeline
+import json
+
+import pytest
+
+from guardscope import pipeline, store, torch_compat
 from guardscope.corpus.reader import load_corpus
+from guardscope.proving.isolation import import_file
+from guardscope.proving.setup import check_spec
 
 from ..sessions import copy_analysis
 
@@ -34,6 +40,23 @@ def test_unbacked_plan(seed_fixes):
     assert plan.duck_shape is False and plan.residual == (0,) and plan.graphs == 1
     code = (out / "unbacked.py").read_text()
     assert "DUCK_SHAPE = False" in code and "def mark(*args, **kwargs):" in code
+
+
+@pytest.mark.skipif(not torch_compat.supports_shapes_spec(), reason="torch without dynamic_spec")
+def test_the_unbacked_plan_has_a_shapes_spec_form_replayed_on_its_own(seed_fixes):
+    """Issue 35: the same dims as torch 2.13's shapes_spec, with its own residual (every other dim
+    static under a spec; the seed's other dims never vary, so the residual is the marks')."""
+    out, _ = seed_fixes
+    unbacked = next(a for a in json.loads((out / store.FIXES).read_text())["artifacts"] if a["name"] == "unbacked")
+    spec = unbacked["details"]["shapes_spec"]
+    assert spec == {"status": "ok", "reason": None, "dims": [f"{a}:{d}" for a, d in MARKS],
+                    "residual_samples": [0], "graphs": 1}
+    assert "as a shapes_spec (every other dim static): 1 residual warmup samples, 1 graphs" in unbacked["summary"]
+    module = import_file(out / "unbacked.py")
+    assert module.SPEC_DIMS == tuple((a, d, 2) for a, d in MARKS) and module.SPEC_RESIDUAL == [0]
+    check_spec(module.shapes_spec(), module.SPEC_DIMS)  # the module's own builder: the spec replayed
+    assert len(load_corpus(out / "unbacked_spec_warmup")) == 1
+    assert "shapes_spec=unbacked.shapes_spec()" in module.__doc__ + (out / "unbacked.py").read_text()
 
 
 def test_export_dims_share_equal_dims(seed_fixes):

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 import guardscope
 from guardscope import CorpusWriter
-from guardscope import pipeline
+from guardscope import pipeline, torch_compat
 from guardscope.cli import main
 from guardscope.corpus.format import read_manifest
 from guardscope.errors import CorpusError
@@ -160,3 +160,25 @@ def test_wrap_records_the_mode_of_the_wrapped_torch_compile(tmp_path, options, r
     traffic.offer((torch.randn(3, 4),), {})
     traffic.close()
     assert read_manifest(tmp_path / "t").compile.get("mode") == recorded
+
+
+@pytest.mark.skipif(not torch_compat.supports_per_call_recompile_limit(), reason="torch without per-call limits")
+def test_wrap_records_options_beyond_the_mode_and_isolate_recompiles(tmp_path):
+    """Issue 35: what production's torch.compile call was given is in corpus.json (inductor's
+    options= beyond the mode's, torch 2.13's recompile_limit and isolate_recompiles) and in the
+    catalog's production section; the per-call limit is the one the analysis models."""
+    model = torch.nn.Linear(4, 4)
+    traffic = TrafficRecorder(tmp_path / "t", model=model_spec("CountsCalls"))
+    traffic.wrap(torch.compile(model.forward, options={"max_autotune": True, "epilogue_fusion": False},
+                               recompile_limit=5, isolate_recompiles=True))
+    for rows in (3, 5):
+        traffic.offer((torch.randn(rows, 4),), {})
+    traffic.close()
+    recorded = read_manifest(tmp_path / "t").compile
+    assert recorded["inductor_options"] == {"epilogue_fusion": False, "max_autotune": True}
+    assert recorded["isolate_recompiles"] is True and recorded["recompile_limit"] == 5
+    guardscope.analyze(tmp_path / "t", tmp_path / "out")
+    production = json.loads((tmp_path / "out" / "catalog.json").read_text())["production"]
+    assert production["inductor_options"] == {"epilogue_fusion": False, "max_autotune": True}
+    assert production["isolate_recompiles"] is True
+    assert (production["recompile_limit"], production["source"]) == (5, "recorded")

@@ -108,6 +108,18 @@ def test_artifacts_work_from_a_plain_script(seed_fixes, tmp_path):
                 compiled(*s.args, **s.kwargs)
         print("unbacked", graphs, counters["stats"]["unique_graphs"] - graphs)
 
+        if unbacked.SPEC_DIMS is not None:  # torch 2.13's shapes_spec form, as its comment says
+            torch._dynamo.reset(); counters.clear()
+            corpus = list(load_corpus({str(SEED_CORPUS)!r}))  # unmarked: mark() above changed those in place
+            unbacked.configure()
+            compiled = torch.compile(model, backend="eager", fullgraph=True, shapes_spec=unbacked.shapes_spec())
+            unbacked.warmup(compiled, spec=True)
+            graphs = counters["stats"]["unique_graphs"]
+            with torch.inference_mode():
+                for s in corpus:
+                    compiled(*s.args, **s.kwargs)
+            print("shapes_spec", graphs, counters["stats"]["unique_graphs"] - graphs)
+
         program = export_dims.export(model, **corpus[1].kwargs)
         ok = all(torch.allclose(program.module()(**corpus[i].kwargs), model(**corpus[i].kwargs), atol=1e-4)
                  for i in (0, 4, 180))
@@ -117,6 +129,34 @@ def test_artifacts_work_from_a_plain_script(seed_fixes, tmp_path):
     assert completed.returncode == 0, completed.stderr[-3000:]
     lines = completed.stdout.split("\n")
     assert "warmup 10 0" in lines and "unbacked 1 0" in lines and "export True" in lines
+    assert ("shapes_spec 1 0" in lines) == guardscope.torch_compat.supports_shapes_spec()
+
+
+@pytest.mark.skipif(not guardscope.torch_compat.supports_shapes_spec(), reason="torch without dynamic_spec")
+def test_the_shapes_spec_form_is_verified_beside_the_marks_on_a_text_classifier(tmp_path):
+    """Issue 35: a model other than the seed (tests.models.TextClassifier, dynamic=None, a graph
+    break in its encoder), batch and length 1 among others. Under the spec every dim it does not
+    name is static and no automatic dynamic applies, so it needs more graphs than the marks: each
+    is measured, written, and proven on its own; verify says the verdicts agree."""
+    torch.manual_seed(0)
+    calls = [(2, 8), (2, 8), (1, 8), (3, 9), (1, 5), (4, 1), (5, 7), (2, 3), (6, 1), (1, 1), (3, 4)]
+    with CorpusWriter(tmp_path / "corpus", model=model_spec("TextClassifier"), compile={"dynamic": None}) as writer:
+        for batch, length in calls:
+            writer.add(torch.randint(0, 100, (batch, length)), torch.zeros(batch, length, dtype=torch.bool))
+    out = tmp_path / "out"
+    guardscope.analyze(tmp_path / "corpus", out)
+    pipeline.emit_warmup(out)
+    unbacked = next(a for a in json.loads((out / store.FIXES).read_text())["artifacts"] if a["name"] == "unbacked")
+    spec = unbacked["details"]["shapes_spec"]
+    assert spec["status"] == "ok" and spec["dims"] == unbacked["details"]["dims"]
+    assert spec["graphs"] > unbacked["details"]["graphs"]  # the unnamed dims are static under a spec
+    document = pipeline.verify(out, backend="eager", bundle=False)
+    results = {r["name"]: r for r in document["artifacts"]}
+    assert document["passed"], results
+    assert results["shapes_spec"]["setup_graphs"] == spec["graphs"] and results["shapes_spec"]["replay_recompiles"] == 0
+    assert results["shapes_spec"]["same_as_unbacked"] is True and results["shapes_spec"]["unbacked_status"] == "passed"
+    assert results["unbacked"]["setup_graphs"] == unbacked["details"]["graphs"]
+    assert "shapes_spec" in (out / "report.html").read_text()
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ from typing import Any
 import jinja2
 
 from ...resources import templates_dir
+from ...text import first_line
 
 TEMPLATES = templates_dir() / "code"
 
@@ -38,6 +39,7 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["py"] = repr
     env.filters["comment"] = _comment
+    env.filters["first_line"] = first_line
     return env
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ... import plans
 from ..plan import UnbackedPlan, check_identifier
 from . import render
 from .common import base_context, bundle_file
@@ -19,8 +20,13 @@ def environment_form(plan: UnbackedPlan, supports_unbacked_sources: bool) -> dic
 
 
 def render_unbacked(
-    catalog: dict[str, Any], plan: UnbackedPlan, *, plain_graphs: int, supports_unbacked_sources: bool
+    catalog: dict[str, Any], plan: UnbackedPlan, *, plain_graphs: int, supports_unbacked_sources: bool,
+    spec: Any = None,
 ) -> str:
+    """``spec``: the plan's shapes_spec form (:class:`~guardscope.fixes.spec_plan.SpecPlan`), or None
+    when it was not tried; its usage line compiles without ``dynamic=`` (torch takes none with it)."""
+    without_dynamic = {**catalog, "compile": {**catalog["compile"], "dynamic": None}}
+    spec_call = base_context(without_dynamic, spec.graphs if spec is not None else None)["compile_call"]
     return render(
         "unbacked.py.j2",
         **base_context(catalog, plan.graphs),
@@ -36,4 +42,7 @@ def render_unbacked(
         graphs=plan.graphs,
         plain_graphs=plain_graphs,
         environment=environment_form(plan, supports_unbacked_sources),
+        spec=spec,
+        spec_call=spec_call,
+        spec_dir=plans.SPEC_WARMUP_DIR,
     )

@@ -1,0 +1,80 @@
+"""The unbacked plan in torch 2.13's declarative form: ``torch.compile(model,
+shapes_spec=...)`` naming the same dims (:mod:`guardscope.torch_compat.shapes_specs`).
+
+It is not the ``mark_unbacked`` plan spelled differently. Torch's rule for a spec is that every
+dim it does not name is static, and ``dynamic=`` cannot be given beside it: where production
+relies on ``dynamic=True`` or on automatic dynamic shapes for the other dims, the spec compiles a
+graph for each of their sizes. So it is replayed on the corpus like the mark_unbacked plan (the
+samples that still compile form its own residual warmup), and verified on its own
+(``verify``'s ``shapes_spec`` artifact); the report shows its graphs beside the marks'.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Iterable
+
+from .. import torch_compat
+from ..replay.session import SIGNATURE_CACHE, ReplayOptions, replay
+from .plan import UnbackedPlan
+
+OK, INFEASIBLE, UNSUPPORTED = "ok", "infeasible", "unsupported"
+
+
+@dataclass(frozen=True)
+class SpecPlan:
+    dims: tuple[tuple[str, int, int], ...]  # (argument path, dim, the tensor's rank)
+    residual: tuple[int, ...] = ()  # corpus samples that still compile under the spec
+    graphs: int = 0  # graphs it compiles over the corpus, every frame counted
+    status: str = OK  # INFEASIBLE: the spec breaks the model; UNSUPPORTED: this torch has none
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status, "reason": self.reason,
+                "dims": [f"{path}:{dim}" for path, dim, _ in self.dims],
+                "residual_samples": list(self.residual), "graphs": self.graphs}
+
+
+def spec_dims(catalog: dict[str, Any], plan: UnbackedPlan) -> tuple[tuple[str, int, int], ...]:
+    """The plan's dims with the rank of the tensor each is in (a ``TensorSpec`` lists every dim):
+    one more than the largest axis the catalog's dimension table has for that input."""
+    ranks: dict[str, int] = {}
+    for entry in catalog.get("dimensions", []):
+        ranks[entry["input"]] = max(ranks.get(entry["input"], 0), int(entry["axis"]) + 1)
+    return tuple((d.argument, d.axis, max(ranks.get(d.argument, 0), d.axis + 1)) for d in plan.dims)
+
+
+def plan_spec(model: Any, records: Iterable[Any], plan: UnbackedPlan, options: ReplayOptions,
+              catalog: dict[str, Any]) -> SpecPlan:
+    """Replay the corpus compiled with the plan's dims as a ``shapes_spec`` (no marks, duck
+    sizing as the plan sets it, no ``dynamic=``): the samples that still compile are its residual
+    warmup. Infeasible when a sample that ran in the analysis raises under it (torch's message
+    kept); unsupported on a torch without ``dynamic_spec``."""
+    dims = spec_dims(catalog, plan)
+    if not torch_compat.supports_shapes_spec():
+        return SpecPlan(dims, status=UNSUPPORTED, reason=(
+            f"torch {torch_compat.torch_version()} has no torch.fx.experimental.dynamic_spec (torch 2.13 adds "
+            "torch.compile(shapes_spec=...))"))
+    if plan.status != OK or not dims:
+        return SpecPlan(dims, status=INFEASIBLE, reason=plan.reason or "the unbacked plan marks no dim")
+    spec_options = replace(options, shapes_spec=dims, dynamic=None, mark_unbacked=(), duck_shape=plan.duck_shape)
+    failed_before = {f["sample"] for f in catalog.get("failed_samples", [])}
+    raised: set[int] = set(failed_before)
+    errors: list[tuple[int, str]] = []
+
+    def collect(meta: Any) -> None:
+        if meta.error is not None:
+            raised.add(meta.index)
+            if meta.index not in failed_before:
+                errors.append((meta.index, meta.error))
+
+    result = replay(model, records, spec_options, on_sample=collect, guard_only=True,
+                    signature_cache=SIGNATURE_CACHE)
+    compiled = tuple(sorted({e.sample for e in result.events if e.sample is not None and e.sample not in raised}))
+    graphs = sum(1 for e in result.events if e.fail_type is None)
+    if errors:
+        sample, error = errors[0]
+        return SpecPlan(dims, compiled, graphs, INFEASIBLE, (
+            f"{len(errors)} of {result.samples} replayed samples raise compiled with this shapes_spec "
+            f"(first, sample {sample}): {error}"))
+    return SpecPlan(dims, compiled, graphs)

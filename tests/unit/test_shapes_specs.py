@@ -1,0 +1,59 @@
+"""torch 2.13's shapes_spec built from guardscope's argument paths (torch_compat.shapes_specs) and
+the ranks the spec plan takes from a catalog's dimension table (fixes.spec_plan). No compile."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from guardscope import torch_compat
+from guardscope.fixes.plan import UnbackedDim, UnbackedPlan
+from guardscope.fixes.spec_plan import spec_dims
+from guardscope.torch_compat.shapes_specs import path_steps
+
+needs_spec = pytest.mark.skipif(not torch_compat.supports_shapes_spec(), reason="torch without dynamic_spec")
+
+
+def plain(spec):
+    return re.sub(r"#\d+", "", repr(spec))
+
+
+def test_a_path_is_read_as_attributes_positions_and_keys():
+    assert path_steps("cache.layers[0].keys") == ("cache", (("attribute", "layers"), ("index", 0),
+                                                            ("attribute", "keys")))
+    assert path_steps("batch['x']") == ("batch", (("key", "x"),))
+    with pytest.raises(ValueError, match="not an argument path"):
+        path_steps("x + 1")
+
+
+@needs_spec
+def test_nested_dims_become_one_tree_with_every_other_dim_static():
+    from torch.fx.experimental.dynamic_spec import ObjectSpec, SeqSpec, ShapeVar, TensorSpec
+
+    spec = torch_compat.shapes_spec_of([("input_ids", 1, 2), ("input_ids", 0, 2), ("cache.layers[1].keys", 2, 4)])
+    params = spec._params._named_args
+    ids = params["input_ids"]
+    assert isinstance(ids, TensorSpec) and all(isinstance(d, ShapeVar) for d in ids)
+    layers = params["cache"]._fields["layers"]
+    assert isinstance(params["cache"], ObjectSpec) and isinstance(layers, SeqSpec)
+    assert "[0]: None" in plain(layers)  # a position the plan does not name stays unspecified (static)
+    keys = [d for d in layers._entries[1]._fields["keys"]]
+    assert [d is None for d in keys] == [True, True, False, True]
+    assert keys[2].name == "cache.layers[1].keys.size()[2]" and keys[2].min == 0
+
+
+@needs_spec
+def test_a_path_reached_two_ways_or_a_dim_outside_its_rank_is_refused():
+    with pytest.raises(ValueError, match="both by attribute and by index"):
+        torch_compat.shapes_spec_of([("cache.layers[0]", 0, 1), ("cache[0]", 0, 1)])
+    with pytest.raises(ValueError, match="outside its 2 dims"):
+        torch_compat.shapes_spec_of([("x", 2, 2)])
+
+
+def test_the_spec_plan_takes_each_tensors_rank_from_the_dimension_table():
+    catalog = {"dimensions": [{"input": "x", "axis": a} for a in range(3)]
+               + [{"input": "cache.layers[0].keys", "axis": a} for a in range(4)]}
+    plan = UnbackedPlan(dims=(UnbackedDim("x", 0, ""), UnbackedDim("cache.layers[0].keys", 2, "")),
+                        duck_shape=True, duck_reason=None)
+    assert spec_dims(catalog, plan) == (("x", 0, 3), ("cache.layers[0].keys", 2, 4))
