@@ -323,3 +323,84 @@ def production_lines(production: dict[str, Any]) -> list[str]:
 
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
+# --- a guard expression read in words (operator guards: torch printed only the expression) ---
+
+_ATOM = r"(?:ceil\([^()]*\)|[\w.'\[\]]+(?: (?:dim|stride) \d+)?)"
+_TIDY: tuple[tuple[re.Pattern[str], Any], ...] = (
+    (re.compile(r"L\['(\w+)'\]"), r"\1"),
+    (re.compile(r"([\w.'\[\]]+)\.(size|stride)\(\)\[(\d+)\]"), lambda m: f"{m[1]} {'dim' if m[2] == 'size' else 'stride'} {m[3]}"),
+    (re.compile(r"\(\(-(\d+)\) \+ ([^()]+)\)"), r"(\2 - \1)"),  # ((-1) + x) -> (x - 1)
+    (re.compile(r"1 \+ \(\(([^()]+) - 1\) // (\d+)\)"), r"ceil(\1 / \2)"),  # 1 + (x - 1) // s
+    (re.compile(rf"\(({_ATOM})\)"), r"\1"),  # (atom) -> atom
+)
+_COMPARISONS = (" <= ", " >= ", " == ", " != ", " < ", " > ")
+
+
+def _split_top(text: str, operators: tuple[str, ...]) -> list[tuple[str, str]]:
+    """``text`` cut at each of ``operators`` outside parentheses: [(piece, operator after it)...]."""
+    pieces, depth, start, position = [], 0, 0, 0
+    while position < len(text):
+        char = text[position]
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        found = next((op for op in operators if depth == 0 and text.startswith(op, position)), None)
+        if found:
+            pieces.append((text[start:position].strip(), found.strip()))
+            position += len(found)
+            start = position
+            continue
+        position += 1
+    pieces.append((text[start:].strip(), ""))
+    return pieces
+
+
+def _read_comparison(text: str) -> str | None:
+    parts = _split_top(text, _COMPARISONS)
+    if len(parts) == 3 and parts[0][1] == parts[1][1] == "<=" and parts[0][0].lstrip("-").isdigit():
+        return f"{_unwrapped(parts[1][0])} is between {parts[0][0]} and {parts[2][0]}"
+    if len(parts) != 2:
+        return None
+    (left, operator), (right, _) = parts
+    left, right = _unwrapped(left), _unwrapped(right)
+    modulo = _split_top(left, (" % ",))
+    if len(modulo) == 2 and right == "0" and operator in ("==", "!="):
+        value, divisor = _unwrapped(modulo[0][0]), _unwrapped(modulo[1][0])
+        return f"{value} is {'not ' if operator == '!=' else ''}a multiple of {divisor}"
+    if left.lstrip("-").isdigit() and not right.lstrip("-").isdigit():  # 1 <= x -> x >= 1
+        left, right = right, left
+        operator = {"<=": ">=", ">=": "<=", "<": ">", ">": "<"}.get(operator, operator)
+    words = {"<=": "is at most", ">=": "is at least", "<": "is less than", ">": "is more than",
+             "==": "equals", "!=": "differs from"}[operator]
+    return f"{left} {words} {right}"
+
+
+def _unwrapped(text: str) -> str:
+    """``(a + b)`` -> ``a + b`` when the parentheses enclose the whole text."""
+    while text.startswith("(") and text.endswith(")"):
+        depth = 0
+        for position, char in enumerate(text):
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            if depth == 0 and position < len(text) - 1:
+                return text
+        text = text[1:-1].strip()
+    return text
+
+
+def guard_reading(guard: str | None) -> str | None:
+    """A guard expression as Dynamo prints it (``((1 + (((-1) + L['sample'].size()[2]) // 2)) % 4)
+    != 0``) read in words: ``ceil(sample dim 2 / 2) is not a multiple of 4``. Sizes become their
+    dims, ``1 + (x - 1) // s`` (the size after a stride-``s`` step) ``ceil(x / s)``; None when the
+    expression has no comparison this reads."""
+    if not guard:
+        return None
+    text = _unwrapped(" ".join(guard.split()))
+    for _ in range(8):  # nested forms unwrap one level a pass
+        before = text
+        for pattern, replacement in _TIDY:
+            text = pattern.sub(replacement, text)
+        if text == before:
+            break
+    if _split_top(text, (" and ", " or "))[1:]:
+        return None  # a compound condition: no single reading
+    return _read_comparison(text)

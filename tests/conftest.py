@@ -91,12 +91,16 @@ def small_corpus(tmp_path):
 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
-    # Emitted warmup modules raise the recompile limit for the process, as documented: no test
-    # may leave it raised for the next.
-    limit = torch._dynamo.config.recompile_limit
+    # Emitted warmup modules raise the recompile limit, and unbacked.configure() turns duck sizing
+    # off, for the thread that runs them, as documented: no test may leave either for the next (a
+    # warmup planned without duck sizing needs other graphs than production compiles).
+    import torch.fx.experimental._config as fx_config
+
+    limit, duck = torch._dynamo.config.recompile_limit, fx_config.use_duck_shape
     torch._dynamo.reset()
     yield
     torch._dynamo.config.recompile_limit = limit
+    fx_config.use_duck_shape = duck
     torch._dynamo.reset()
 
 

@@ -47,8 +47,8 @@ class CompileChange:
     new_fail_type: str | None
     removed_failures: tuple[dict, ...]   # catalog failure dicts plus "against_sample", "against_topology"
     added_failures: tuple[dict, ...]
-    # "changed" with the same outcome and the same failure kinds against the same graphs: only the
-    # failures' other fields (their guard text...) differ
+    # "changed" with the same outcome, failing against the same graphs: only the failures' other
+    # fields (their guard text, the kind it reads as...) differ
     wording_only: bool = False
 
 

@@ -5,8 +5,8 @@ A compile is identified by :func:`guardscope.catalog.matching.compiles_by_key` (
 and rank). A failure is compared on its fields, less the ignored ones, naming the graph it failed
 against by the topology that graph serves when that topology is in both analyses, else by the
 sample whose compile made it; an ignored field is masked in the guard and reason texts that spell
-it too. A compile whose failures have the same kinds against the same graphs, and the same
-outcome, differs in wording only.
+it too. A compile whose failures fail against the same graphs, with the same outcome, differs in
+wording only, whatever kinds its guard texts read as.
 """
 
 from __future__ import annotations
@@ -125,9 +125,11 @@ def _kinds(compile_: dict | None) -> dict[str, int]:
 
 def _same_in_production(a: dict, b: dict, old_graphs: dict[str, tuple], new_graphs: dict[str, tuple],
                         fields: tuple[str, ...]) -> bool:
-    """Whether one compile's two versions end alike and fail the same kinds of guard against the
-    same graphs (their guard texts and other fields may differ: wording)."""
-    core = tuple(name for name in ("kind", "against") if name in fields)
+    """Whether one compile's two versions end alike and fail against the same graphs. Their guard
+    texts, and the kinds guardscope reads out of them, may differ: that is wording (inductor
+    printing ``0<=num_nodes<=1`` where eager printed ``num_nodes==1`` makes an operator guard of a
+    0/1 specialization: the same compile, against the same graph, for the same samples)."""
+    core = tuple(name for name in ("against",) if name in fields)
     return a.get("fail_type") == b.get("fail_type") and (
         Counter(_failure_signature(f, old_graphs, core) for f in a.get("failures", []))
         == Counter(_failure_signature(f, new_graphs, core) for f in b.get("failures", [])))

@@ -121,7 +121,27 @@ def plan_export(model: Any, catalog: dict[str, Any], sample_at: Callable[[int], 
     reasons.update(refused_members(model, claimed, accepts, sample_at, records))
     outside = tuple(OutsideTopology(t["id"], t["first_sample"], t["count"], reasons[t["id"]])
                     for t in topologies if t["id"] in reasons)
-    return replace(plan, outside=outside)
+    plan = replace(plan, outside=outside)
+    if len(outside) == len(topologies):  # a program that serves nothing is no fix
+        return replace(plan, status="infeasible", reason=serves_nothing(example, reasons[example["id"]],
+                                                                       sum(t["count"] for t in topologies)))
+    return plan
+
+
+_SPECIALISED_INPUT = re.compile(r"Expected input at (\S+) to be equal to")
+
+
+def serves_nothing(example: dict[str, Any], reason: str, samples: int) -> str:
+    """Why an export plan whose program takes none of the corpus's samples is not possible: the
+    program's own example topology refused too, with what to do where torch said why."""
+    text = (f"the program exported from sample {example['first_sample']} takes none of the {samples} samples, "
+            f"not even all of its own topology T{example['id']}: {reason}")
+    found = _SPECIALISED_INPUT.search(reason)
+    if found:
+        name = re.findall(r"\w+", found.group(1))[-1]
+        text += (f" (torch.export fixes a Python number to the example's value: pass {name} as a "
+                 "0-d tensor to make it an input, or export one program per value)")
+    return text
 
 
 def refused_members(model: Any, topologies: list[dict[str, Any]], accepts: Callable[[tuple, dict], str | None],

@@ -3,6 +3,8 @@ failure kind, and small formatters (also jinja filters)."""
 
 from __future__ import annotations
 
+import re
+
 from typing import Any
 
 LIST_SHOWN = 200             # rows of long tables (compiles, failed samples)
@@ -39,8 +41,9 @@ KIND_EXPLANATIONS: dict[str, tuple[str, str]] = {
     "stride_mismatch": (
         "Stride mismatch",
         "The input's memory layout (strides: a transpose, a slice, an expanded or size-0/1 view) "
-        "differs from the one the graph was compiled for. Making inputs contiguous before the call "
-        "removes it.",
+        "differs from the one the graph was compiled for. Copying inputs to a fresh contiguous layout "
+        "before the call removes it (x.clone(memory_format=torch.contiguous_format): .contiguous() "
+        "leaves a view whose odd strides sit on size-0/1 dims as it is).",
     ),
     "dtype_mismatch": (
         "Dtype mismatch",
@@ -160,6 +163,11 @@ def compile_seconds(timings: dict | None) -> dict[str, float]:
 
 def topology_of_compile(catalog: dict) -> dict[str, int]:
     return {t["compile_id"]: t["id"] for t in catalog["topologies"] if t.get("compile_id") is not None}
+
+
+def torch_version_tuple(catalog: dict) -> tuple[int, ...]:
+    """(major, minor) of the torch the analysis ran with (the catalog's ``torch_version``)."""
+    return tuple(int(part) for part in re.findall(r"\d+", str(catalog.get("torch_version", "")))[:2])
 
 
 def verification_by_name(verification: dict | None) -> dict[str, dict]:

@@ -9,7 +9,7 @@ from typing import Any
 from .. import plans
 from ..options import compile_arguments, production_graph_limit
 from ..text import format_seconds
-from .common import count_text, verification_by_name
+from .common import count_text, torch_version_tuple, verification_by_name
 from .sections import bench_context
 
 # --- the recommendation box ------------------------------------------------------------------
@@ -166,6 +166,9 @@ def recommendation_context(catalog: dict, fixes: dict | None, verification: dict
         code=code,
         compile_call=call + ")",
         beyond_limit=beyond,
+        limit=limit,
+        # torch 2.13 keeps a Dynamo setting made in code per thread (configure(), the limit)
+        per_thread=torch_version_tuple(catalog) >= (2, 13),
         stale_options="torch.compile(" in code and call + ")" not in code and call + ", recompile_limit=" not in code,
     )
     return context

@@ -9,6 +9,7 @@ from .. import plans, store
 from ..catalog.diff import diff_catalogs
 from ..corpus.spec import model_label
 from ..text import (
+    guard_reading,
     compile_failure_cause,
     format_duration,
     format_ms,
@@ -29,6 +30,7 @@ from .common import (
     count_text,
     option_text,
     percent_text,
+    torch_version_tuple,
     verification_by_name,
 )
 from .diff_page import diff_context
@@ -75,7 +77,7 @@ def production_context(catalog: dict, timings: dict | None = None) -> dict | Non
     if reaching:
         needed = max(frame["graphs_needed"] for frame in reaching)
         seconds = compile_seconds(timings)
-        version = tuple(int(part) for part in re.findall(r"\d+", str(catalog.get("torch_version", "")))[:2])
+        version = torch_version_tuple(catalog)
         context["raise_limit"] = {
             "graphs": needed,
             "compiles": sum(1 for c in catalog.get("compiles", []) if c.get("fail_type") is None),
@@ -178,6 +180,10 @@ def failures_context(catalog: dict) -> list[dict]:
                 "guard": failure.get("guard"),
                 "user_source": failure.get("user_source"),
                 "hint": failure.get("hint"),
+                # An operator's own guard is an expression torch derived inside the operator: it
+                # gets a reading in words and the operator that made it.
+                "operator": failure.get("operator") if kind == "operator_guard" else None,
+                "reading": guard_reading(failure.get("guard")) if kind == "operator_guard" else None,
                 "also": [k for k in failure.get("causes", []) if k != kind],
                 "count": 0,
                 "against": Counter(),
@@ -305,6 +311,10 @@ def bundle_context(manifest: dict | None, measured: dict | None) -> dict | None:
     return context
 
 
+# Verified artifacts that are no plan of their own (fixes.json has no entry for them).
+TITLES = {plans.SHAPES_SPEC: "shapes_spec form of the mark_unbacked configuration (torch 2.13, in unbacked.py)"}
+
+
 def fixes_context(fixes: dict | None, verification: dict | None, bundles: dict | None = None) -> list[dict]:
     """One entry per artifact in fixes.json, then any verified artifact fixes.json lacks."""
     verified = verification_by_name(verification)
@@ -316,7 +326,7 @@ def fixes_context(fixes: dict | None, verification: dict | None, bundles: dict |
         check = verified.get(artifact["name"])
         result.append({
             "name": artifact["name"],
-            "title": artifact.get("title") or artifact["name"],
+            "title": artifact.get("title") or TITLES.get(artifact["name"], artifact["name"]),
             "file": artifact.get("file"),
             "summary": artifact.get("summary"),
             "code": artifact.get("code"),

@@ -56,9 +56,9 @@ def choose_plan(
     """The plan to apply and a warning (or None), from ``fixes.json`` and ``verification.json``.
 
     ``"auto"`` takes the first of ``warmup``, ``unbacked`` that ``guardscope verify`` passed:
-    the warmup set changes no process-wide setting and needs no per-call marks, and its graphs
-    keep every specialization; the ``mark_unbacked`` plan compiles fewer graphs but turns duck
-    sizing off for the whole process and marks every call. Without ``verification.json`` it takes
+    the warmup set needs no per-call marks and its graphs keep every specialization; the
+    ``mark_unbacked`` plan compiles fewer graphs but turns duck sizing off (for the process before
+    torch 2.13, on each compiling thread on 2.13) and marks every call. Without ``verification.json`` it takes
     ``warmup`` and warns that the plan is unproven. An explicit plan is taken as asked, with a
     warning when verification failed it.
     """
@@ -154,7 +154,8 @@ def serve(
     ``catalog.json``, ``fixes.json``, ``verification.json`` when there is one, and the plan's
     module with its warmup corpus are read: the analysed corpus need not be deployed).
     ``plan``: ``"warmup"`` runs ``warmup.py``'s samples, ``"unbacked"`` calls ``unbacked.py``'s
-    ``configure()`` (process-wide: duck sizing), its residual ``warmup()`` and ``mark()`` on
+    ``configure()`` (duck sizing: process-wide before torch 2.13, per thread on 2.13, so it is
+    called on each thread that compiles), its residual ``warmup()`` and ``mark()`` on
     every call; ``"auto"`` picks one as :func:`choose_plan` says.
 
     Compile options are the analysed ones (``catalog.json`` ``compile``: dynamic, fullgraph,

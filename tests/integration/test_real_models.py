@@ -155,3 +155,43 @@ def test_the_same_requests_recorded_by_signature_give_the_same_catalog(analyses,
                 [(t["compile_id"], t["samples"]) for t in catalog["topologies"]])
 
     assert shape(got) == shape(expected)
+
+
+def test_fidelity_calls_a_failure_kind_read_another_way_wording_not_different(analyses):
+    """Issue 36 item 8: PyG on the H200 printed a guard as ``0<=num_nodes<=1`` (an operator guard)
+    where the CPU analysis read ``num_nodes==1`` (a 0/1 specialization): the same compile, against
+    the same graph, the same members everywhere. That is wording, not a difference production
+    would feel (before: DIFFERENT)."""
+    import copy
+
+    from guardscope.proving.fidelity import compare
+
+    _, _, catalog = analyses("gcn", None)
+    checked = copy.deepcopy(catalog)
+    failure = next(f for c in checked["compiles"] for f in c["failures"] if f["kind"] == "operator_guard")
+    failure.update(kind="zero_one_specialization", causes=["zero_one_specialization"],
+                   guard=failure["guard"].replace("<=", "=="))
+    kinds = checked["summary"]["failures_by_kind"]
+    kinds["operator_guard"] -= 1
+    kinds["zero_one_specialization"] = kinds.get("zero_one_specialization", 0) + 1
+    document = compare(catalog, checked, backend="inductor", device="cuda", mode=None)
+    assert (document["verdict"], document["same_in_production"]) == ("wording", True), document["summary"]
+    assert any(line.startswith("  ≈ sample") and "operator_guard 1 → 0" in line for line in document["summary"])
+    # a failure against another graph is still a difference
+    failure["against"] = next(c["compile_id"] for c in checked["compiles"] if c["compile_id"] != failure["against"])
+    assert compare(catalog, checked, backend="inductor", device="cuda", mode=None)["verdict"] == "different"
+
+
+def test_an_operator_guard_is_read_in_words_with_its_operator_and_model_line(analyses):
+    """Issue 36 item 9: an operator's own guard is an expression torch derived inside the operator
+    (PyG's scatter: ``1 <= ___stack0`` from ``is_contiguous``, called from ``src.view(size)``). The
+    report reads it in words and names the operator and the model line, not the expression alone."""
+    from guardscope.report.sections import failures_context
+
+    corpus, _, catalog = analyses("gcn", None)
+    (kind,) = [k for k in failures_context(catalog) if k["kind"] == "operator_guard"]
+    (guard,) = kind["guards"]
+    assert guard["reading"] == "___stack0 is at least 1"
+    assert guard["operator"].startswith("is_contiguous (") and "in broadcast" in guard["user_source"]
+    page = (corpus.parent / "out" / "report.html").read_text()
+    assert "reads: ___stack0 is at least 1" in page and "derived inside torch's <code>is_contiguous" in page

@@ -70,3 +70,26 @@ def test_emit_warmup_keeps_torchs_tracebacks_in_a_file(classifier_analysis, monk
     unbacked = next(a for a in json.loads((classifier_analysis / store.FIXES).read_text())["artifacts"]
                     if a["name"] == "unbacked")
     assert not any("marked as skipped" in added for added in unbacked["details"]["added_graph_breaks"])
+
+
+def test_an_export_that_serves_no_sample_is_not_possible_with_the_reason(tmp_path):
+    """Issue 36 item 6: every call has its own temperature (a Python float: Dynamo makes it any
+    float after the second value, torch.export fixes it to the example's). The program then takes
+    none of the samples, its own topology's included: that is no fix (before: "export 0 Dims: ;"
+    and verify's PARTIAL, "0 of their 8 samples (0%) ... as planned")."""
+    torch.manual_seed(0)
+    with CorpusWriter(tmp_path / "corpus", model=model_spec("TextClassifier"), compile={"dynamic": None}) as writer:
+        for temperature in (0.5, 0.7, 0.9, 1.1, 1.3, 0.6, 0.8, 1.0):
+            writer.add(torch.randint(0, 100, (2, 8)), torch.zeros(2, 8, dtype=torch.bool), temperature=temperature)
+    out = tmp_path / "out"
+    guardscope.analyze(tmp_path / "corpus", out)
+    result = CliRunner().invoke(cli.main, ["emit-warmup", str(out)])
+    assert result.exit_code == 0, result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("export")]
+    assert line.startswith("export      NOT POSSIBLE on this model, export_dims.py not written: the program exported "
+                           "from sample 1 takes none of the 8 samples, not even all of its own topology T1")
+    assert "pass temperature as a 0-d tensor" in line and "torch's whole message" not in line
+    assert not (out / "export_dims.py").exists()
+    export = next(a for a in json.loads((out / store.FIXES).read_text())["artifacts"] if a["name"] == "export")
+    assert export["status"] == "infeasible"
+    assert {o["topology"] for o in export["details"]["outside"]} == {0, 1}  # each with its own reason, kept

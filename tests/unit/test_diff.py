@@ -187,8 +187,10 @@ def test_failure_kind_changed_in_one_compile(golden):
     assert [f["kind"] for f in change.added_failures] == ["shape_relation"]
     assert [(k, o, n) for k, o, n in result.failures_by_kind if o != n] == [("duck_sizing", 6, 5), ("shape_relation", 0, 1)]
     assert all(t.status == "unchanged" for t in result.topologies) and result.moves == ()
+    # the same compile against the same graph, for the same samples: the kind is guardscope's word
+    assert change.wording_only and result.verdict == WORDING and not result.production_different
     lines = result.summary_lines()
-    assert "  ~ sample 12 (0/3): duck_sizing 1 → 0, shape_relation 0 → 1" in lines
+    assert "  ≈ sample 12 (0/3): duck_sizing 1 → 0, shape_relation 0 → 1" in lines
     assert ("      - duck_sizing against T0 (graph 0/0): cross_edge_index.size()[1] == local_edge_index.size()[1]"
             in lines)
 
