@@ -82,8 +82,18 @@ def encode_shard(samples: list[dict[str, Any]], version: int = FORMAT_VERSION) -
             return ["o", value.name, encode(value.state)]
         return value  # None, bool, int, float, str: JSON values
 
+    # A shard's signature records repeat a few signatures (a recorder hands the writer one object
+    # per distinct call): each is converted to JSON once, by identity.
+    as_json: dict[int, list] = {}
+
+    def signature_json(sig: tuple) -> list:
+        converted = as_json.get(id(sig))
+        if converted is None:
+            converted = as_json[id(sig)] = signature_to_json(sig)
+        return converted
+
     encoded = [
-        {"signature": signature_to_json(s["signature"]), "repeat": s["repeat"], "full": s["full"]}
+        {"signature": signature_json(s["signature"]), "repeat": s["repeat"], "full": s["full"]}
         if "signature" in s
         else [encode(s["args"]), encode(s["kwargs"])]
         for s in samples

@@ -94,6 +94,48 @@ def signature(args: tuple, kwargs: dict[str, Any], *, inference: bool = True) ->
     return ("call", walk(tuple(args)), walk(dict(kwargs)))
 
 
+_SCALARS = (type(None), bool, int, str)
+
+
+def call_key(args: tuple, kwargs: dict[str, Any]) -> tuple | None:
+    """A key of the call, cheap enough for a serving thread, that determines its
+    ``signature(args, kwargs, inference=False)``: two calls with equal keys have equal signatures.
+    Only for flat calls (each argument a plain strided tensor, None, a bool, int, str or float);
+    None for any other call (a list, a cache object, a tensor subclass...), whose signature is
+    taken in full.
+
+    It keeps the signature's fields as torch gives them (the ``torch.Size``, the dtype and device
+    objects) and finds storage sharing from each tensor's data pointer less its offset, which is
+    its storage's pointer, so nothing is converted to text or walked."""
+    parts: list[Any] = []
+    bases: dict[tuple, int] = {}
+    position = 0
+    for value in (*args, *kwargs.values()):
+        kind = type(value)
+        if kind is torch.Tensor:
+            if value.layout is not torch.strided or value.is_meta:
+                return None
+            if value.numel():
+                base = value.data_ptr() - value.storage_offset() * value.element_size()
+            else:  # an empty view may still hold storage, as signature() reads it
+                storage = value.untyped_storage()
+                base = storage.data_ptr() if storage.nbytes() else 0
+            alias = None
+            if base:
+                alias = bases.setdefault((value.device, base), position)
+                alias = None if alias == position else alias
+            position += 1
+            parts.append((value.shape, value.stride(), value.storage_offset(), value.dtype, value.device,
+                          value.requires_grad, alias))
+        elif kind in _SCALARS:
+            parts.append((kind, value))
+        elif kind is float:
+            parts.append((kind, repr(value)))  # repr: -0.0 is not 0.0, nan is nan
+        else:
+            return None
+    return (len(args), tuple(kwargs), tuple(parts))
+
+
 def holds_objects(sig: tuple) -> bool:
     """Whether a signature holds an object a codec stores (a ``("value", name, state)`` node)."""
     return any(type(item) is tuple and (item[:1] == ("value",) or holds_objects(item)) for item in sig)

@@ -46,6 +46,8 @@ from .weights import as_model_print
 # signature would otherwise be kept almost whole: a million seed requests took 5.7 GB unbounded,
 # 95 MB within this bound (docs/benchmarks.md, sections 7 and 9).
 DEFAULT_MAX_FULL_BYTES = 64 * 2**20
+# Distinct signatures add_signature() remembers as checked (then it forgets them all and checks again).
+CHECKED_SIGNATURES = 1 << 16
 
 
 class CorpusWriter:
@@ -157,6 +159,7 @@ class CorpusWriter:
         # refused a full sample by max_full_bytes], for at most max_signatures signatures (later
         # new ones are not remembered: each of their calls counts as the first of its signature).
         self._signatures: dict[str, list] = {}
+        self._checked: dict[tuple, tuple[str, bool]] = {}  # signature -> (digest, holds objects)
         self._records = 0  # the signature records written so far
         self._pending: list[dict[str, Any]] = []
         self._shards: list[ShardInfo] = []
@@ -257,14 +260,22 @@ class CorpusWriter:
         if self.keep != "signatures":
             raise CorpusError('add_signature() records signatures: open the CorpusWriter with keep="signatures"')
         self._read_settings()
-        try:
-            materialise(sig, device="meta")  # the check loading makes, without allocating
-        except (ValueError, RuntimeError, TypeError) as exc:
-            raise SampleError(f"not a call signature this corpus format can store: {message_line(exc)}") from None
-        if not self._structured:
-            self._structured = holds_objects(sig)
-        self._add_signature_record(sig, signature_digest(sig))
-        return self._advance(set(devices), request)
+        # A busy replica repeats a few signatures: each distinct one is checked (built on the meta
+        # device, as loading will) and digested once, then recognised by equality.
+        checked = self._checked.get(sig)
+        if checked is None:
+            try:
+                materialise(sig, device="meta")  # the check loading makes, without allocating
+            except (ValueError, RuntimeError, TypeError) as exc:
+                raise SampleError(f"not a call signature this corpus format can store: {message_line(exc)}") from None
+            checked = (signature_digest(sig), holds_objects(sig))
+            if len(self._checked) >= CHECKED_SIGNATURES:
+                self._checked.clear()  # bounded: a long tail of new signatures is checked again later
+            self._checked[sig] = checked
+        digest, structured = checked
+        self._structured = self._structured or structured
+        self._add_signature_record(sig, digest)
+        return self._advance(devices, request)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -311,7 +322,7 @@ class CorpusWriter:
         self._pending.append({"args": args, "kwargs": kwargs})
         return self._advance(devices, request)
 
-    def _advance(self, devices: set[str], request: tuple[str | int, int] | None = None) -> int:
+    def _advance(self, devices: set[str] | frozenset[str], request: tuple[str | int, int] | None = None) -> int:
         """Count the sample just recorded (tagged with ``(request, step)``); write the shard when
         it is full. Returns its index."""
         self._devices |= devices

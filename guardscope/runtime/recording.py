@@ -24,7 +24,7 @@ import torch
 from .. import torch_compat
 from ..corpus.format import MANIFEST_NAME, check_grad_mode, check_method_name, check_model_spec
 from ..corpus.requests import check_request
-from ..corpus.signature import signature
+from ..corpus.signature import call_key, signature
 from ..corpus.values import check_sample, snapshot, storage_bytes
 from ..corpus.weights import as_model_print, model_print
 from ..corpus.writer import CorpusWriter
@@ -45,6 +45,8 @@ CLOSED = "closed"  # the call came after close()
 # Recording errors are logged this many times in full, then every LOG_EVERY-th.
 _LOG_FIRST = 10
 _LOG_EVERY = 1000
+# Distinct cheap call keys a TrafficRecorder remembers the signature of (then it forgets them all).
+KNOWN_CALLS = 1 << 16
 
 # --- input signatures (pure) ---------------------------------------------------------------------
 
@@ -391,8 +393,10 @@ class TrafficRecorder(FallbackRecorder):
     signature with their tensors, every other call as its signature only (sizes, strides,
     dtypes, aliasing, scalars: no tensor data), consecutive calls of one signature as one record.
 
-    On the serving thread a call costs its signature (tens of microseconds for a few tensors)
-    and, for a call recorded in full, a copy of its arguments; the background thread writes.
+    On the serving thread a call of a layout seen before costs its cheap key
+    (:func:`~guardscope.corpus.signature.call_key`: the seed's six tensors, about 11 us at the
+    median; ``bench/bench_recorder.py``), a new one its signature and check, and a call recorded
+    in full a copy of its arguments; the background thread writes.
     Bounded: at most ``max_bytes`` bytes of tensor storage are recorded in full (after that,
     new signatures are recorded as signatures only), ``max_signatures`` signatures are counted
     towards ``full_per_signature`` (later new ones are recorded as signatures only), and at most
@@ -434,6 +438,8 @@ class TrafficRecorder(FallbackRecorder):
         self.full_per_signature = full_per_signature
         self._full_counts: dict[int, int] = {}  # hash of a signature -> calls recorded in full
         self._full = 0
+        self._known: dict[tuple, tuple] = {}  # call_key -> (signature, devices, its hash)
+        self._once: set[int] = set()  # hashes of the call keys seen once
         self._local = threading.local()  # .request: [tag, next step] of this thread's request
         super().__init__(directory, model=model, compile=compile, max_samples=0, max_bytes=max_bytes,
                          repeat_rate=1.0, max_pending=max_pending, max_signatures=max_signatures,
@@ -471,14 +477,31 @@ class TrafficRecorder(FallbackRecorder):
         if current is not None:  # a dropped call is a step of its request all the same
             tag = (current[0], current[1])
             current[1] += 1
-        try:
-            devices = check_sample(args, kwargs)
-        except SampleError as exc:
-            logger.debug("call not recorded: %s", exc)
-            with self._lock:
-                return self._drop(UNSTORABLE)
-        sig = signature(args, kwargs, inference=False)
-        key = hash(sig)
+        # A flat call's cheap key finds its signature, checked once (corpus.signature.call_key).
+        cheap = call_key(args, kwargs)
+        known = self._known.get(cheap) if cheap is not None else None
+        if known is None:
+            try:
+                devices = check_sample(args, kwargs)
+            except SampleError as exc:
+                logger.debug("call not recorded: %s", exc)
+                with self._lock:
+                    return self._drop(UNSTORABLE)
+            sig = signature(args, kwargs, inference=False)
+            known = (sig, devices, hash(sig))
+            if cheap is not None:
+                # Kept from a layout's second call on: a flood of layouts seen once fills no table
+                # (a large one costs every later garbage collection its walk).
+                seen = hash(cheap)
+                if seen not in self._once:
+                    if len(self._once) >= KNOWN_CALLS:
+                        self._once.clear()
+                    self._once.add(seen)
+                else:
+                    if len(self._known) >= KNOWN_CALLS:
+                        self._known.clear()  # bounded: a long tail of new keys is taken again later
+                    self._known[cheap] = known
+        sig, devices, key = known
         with self._lock:
             if self._closed:
                 return self._drop(CLOSED)

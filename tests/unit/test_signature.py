@@ -87,3 +87,45 @@ def test_nan_equals_nan_and_objects_count_by_type():
     assert sig(Batch(torch.ones(2), 1)) == sig(Batch(torch.zeros(2), 1))
     assert sig(Batch(torch.ones(2), 1)) != sig(Batch(torch.ones(2), 2))
     assert sig(object()) == sig(object()) != sig(Batch(torch.ones(2), 1))
+
+
+# --- the serving thread's cheap key (issue 37) ----------------------------------------------------
+
+FLAT_CALLS = [
+    (torch.ones(4, 6),), (torch.ones(4, 7),), (torch.ones(6, 4).t(),), (torch.ones(1, 6).expand(4, 6),),
+    (base[1:3],), (torch.ones(2, 6),), (torch.ones(4, 6, dtype=torch.float16),),
+    (torch.ones(4, 6, requires_grad=True),), (base, base), (torch.ones(4, 6), torch.ones(4, 6)),
+    (base, base[0]), (base, torch.ones(6)), (base[0], base), (torch.ones(2), None), (torch.ones(2),),
+    (1,), (2,), (1.0,), (True,), (0.0,), (-0.0,), (float("nan"),), ("mean",), ("sum",),
+    (torch.ones(0, 3),), (base[:0],), (base[:0], base),  # empty: a view of a storage, or none
+    (torch.ones(2, 3).t().contiguous().t(),), (torch.ones(3, 2).t(),),
+]
+
+
+def test_the_cheap_key_determines_the_signature_and_tells_apart_what_it_tells_apart():
+    """Issue 37: a TrafficRecorder finds a call's signature by its call_key: equal keys must mean
+    equal signatures (else a wrong signature is recorded), and calls whose signatures differ must
+    get different keys."""
+    from guardscope.corpus.signature import call_key
+
+    calls = [(args, {}) for args in FLAT_CALLS] + [((torch.ones(2),), {"y": torch.ones(3), "z": 1}),
+                                                   ((torch.ones(2),), {"z": 1, "y": torch.ones(3)})]
+    for left_args, left_kwargs in calls:
+        left_key = call_key(left_args, left_kwargs)
+        assert left_key is not None
+        for right_args, right_kwargs in calls:
+            same_key = left_key == call_key(right_args, right_kwargs)
+            same_signature = (signature(left_args, left_kwargs, inference=False)
+                              == signature(right_args, right_kwargs, inference=False))
+            assert same_key == same_signature, (left_args, right_args)
+    # new tensors of the same layout: the same key (it never holds a pointer)
+    assert call_key((torch.ones(4, 6), torch.ones(4, 6)), {}) == call_key((torch.zeros(4, 6), torch.zeros(4, 6)), {})
+
+
+@pytest.mark.parametrize("call", [([torch.ones(2)],), ({"a": torch.ones(2)},), (torch.ones(2).to_sparse(),),
+                                  (torch.nn.Parameter(torch.ones(2)),), (torch.ones(2, device="meta"),),
+                                  (torch.float32,)])
+def test_a_call_that_is_not_flat_has_no_cheap_key(call):
+    from guardscope.corpus.signature import call_key
+
+    assert call_key(call, {}) is None

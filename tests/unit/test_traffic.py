@@ -120,3 +120,20 @@ def test_the_grad_mode_is_read_where_the_call_is_offered_or_given(tmp_path):
     with pytest.raises(ServeError, match='grad_mode is "train"; use one of inference_mode, no_grad, grad'):
         TrafficRecorder(tmp_path / "bad", model=MODEL, grad_mode="train")
 
+
+
+def test_calls_known_by_their_cheap_key_are_recorded_with_their_own_signature(tmp_path):
+    """Issue 37: after its first call, a layout is found by its cheap key (no signature walk on the
+    serving thread); a call of the same shapes that aliases differently, or whose view sits
+    elsewhere in its storage, still gets its own signature, in recorded order."""
+    base = torch.randn(6, 4)
+    calls = [((base, base[1:]), {"k": 1}), ((torch.randn(6, 4), torch.randn(5, 4)), {"k": 1}),
+             ((base, base[1:]), {"k": 1}), ((base[1:], base[:5]), {"k": 1}), ((base, base[1:]), {"k": 1.0}),
+             ((base, base[1:]), {"k": 1})]
+    recorder = recorded(tmp_path / "t", calls, full_per_signature=0)
+    assert recorder.counts()["recorded"] == len(calls)
+    samples = list(load_corpus(tmp_path / "t"))
+    assert len(samples) == len(calls)
+    for sample, (args, kwargs) in zip(samples, calls):
+        assert signature(sample.args, sample.kwargs) == signature(args, kwargs, inference=False)
+    assert len({signature(s.args, s.kwargs) for s in samples}) == 4
