@@ -89,7 +89,7 @@ def _set_up(strategy: str, module: Any, runner: Any, out_dir: Path, catalog: dic
         module.warmup(runner.compiled, device=options.device, grad_mode=options.grad_mode, bundle=False)
         return (compiled if strategy == "warmup" else marked), 0, load
     # export: torch.export with the emitted Dims, AOTInductor, one call of the example.
-    from .verify import module_example
+    from .verify_export import module_example
 
     args, kwargs, *_ = runner.prepare(corpus.sample(module_example(out_dir, catalog)), mark=False)
     program = module.export(runner.model, *args, **kwargs)

@@ -35,14 +35,10 @@ from ..catalog.frames import hit_recompile_limit
 from ..errors import CompileOptionsError, GuardscopeError
 from ..options import production_backend, production_options
 from .isolation import child_environment, import_file, run_module
+from .results import OK_STATUSES, PARTIAL, result as _result
 from .setup import cache_dirs_empty, isolated_caches, set_up_plan
+from .verify_export import verify_export
 
-# A fix that cannot work on this model (emit-warmup said why) is "infeasible": not a failure of
-# the fixes that can.
-OK_STATUSES = ("passed", "skipped", "infeasible")
-# An export that ran every topology it was planned for but leaves others outside its Dims
-# serves only part of the corpus: not a failure, and not a pass either.
-PARTIAL = "partial"
 # The input canonicalisation emit-warmup --transform writes: verified beside the plans, not one.
 CANONICAL = "canonical"
 # The unbacked plan's shapes_spec form (unbacked.py's shapes_spec(), torch 2.13): verified
@@ -140,26 +136,6 @@ def compare_spec(results: list[dict[str, Any]]) -> None:
     spec["same_as_unbacked"] = spec["status"] == marks["status"]
     if not spec["same_as_unbacked"] and spec["status"] == "passed":
         spec["reason"] = f"passed where the mark_unbacked module {marks['status']}: {marks.get('reason') or ''}".rstrip(": ")
-
-
-def _result(name: str, status: str, reason: str | None = None, **fields: Any) -> dict[str, Any]:
-    result = {
-        "name": name,
-        "status": status,
-        "reason": reason,
-        "setup_graphs": None,
-        "setup_frames": None,
-        "setup_seconds": None,
-        "replay_recompiles": None,
-        "recompile_samples": [],
-        "failures": [],
-        "samples_replayed": None,
-        "probed_replayed": 0,
-        "topologies": [],
-        "bundle": None,
-    }
-    result.update(fields)
-    return result
 
 
 def _run_child(out_dir: Path, name: str, tag: str, options: list[str], *, timeout: float,
@@ -522,101 +498,6 @@ def _verify_canonical(out_dir: Path, catalog: dict, corpus: Any, model: Any, hol
     )
 
 
-def _verify_export(out_dir: Path, catalog: dict, corpus: Any, model: Any) -> dict:
-    """Export with the module on the plan's example, then run every topology the plan covers
-    through the program and compare it with eager; the topologies the plan lists as outside the
-    Dims (fixes.json) are reported as such, not run."""
-    import torch
-
-    from .. import torch_compat
-    from ..fixes.exporting import explain_failure, torch_error
-
-    module = import_file(out_dir / plans.MODULES["export"])
-    model = (torch_compat.forward_owner(model) or model).eval()
-    example = corpus.sample(module_example(out_dir, catalog))
-    started = time.perf_counter()
-    try:
-        program = module.export(model, *example.args, **example.kwargs)
-    except Exception as exc:
-        return _result("export", "failed", f"torch.export failed: {explain_failure(exc)}\n{torch_error(exc)}")
-    setup_seconds = time.perf_counter() - started
-    exported = program.module()
-    planned = (store.fix_entry(out_dir, "export") or {}).get("details", {})
-    outside = {item["topology"]: item["reason"] for item in planned.get("outside", [])}
-    topologies = []
-    document, probed = store.probed_samples(out_dir, len(corpus))
-    if document is not None:
-        from ..fixes.document import with_probed
-
-        catalog = with_probed(catalog, document, len(corpus))
-    by_index = {sample.index: sample for sample in probed}
-    for topology in catalog["topologies"]:
-        entry = {"id": topology["id"], "probed": topology.get("probed")}
-        if topology["id"] in outside:
-            # "passed" stays a bool for readers that count it; the error says it was not run.
-            topologies.append({**entry, "status": "outside", "passed": False,
-                               "error": f"outside the Dims: {outside[topology['id']]}"})
-            continue
-        sample = by_index.get(topology["first_sample"]) or corpus.sample(topology["first_sample"])
-        try:
-            with torch.no_grad():
-                got = exported(*sample.args, **sample.kwargs)
-                want = model(*sample.args, **sample.kwargs)
-            same = all(
-                torch.allclose(a, b, rtol=1e-4, atol=1e-4)
-                for a, b in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(want))
-                if isinstance(a, torch.Tensor)
-            )
-            error = None if same else "output differs from eager beyond rtol=atol=1e-4"
-        except Exception as exc:
-            error = torch_error(exc)
-        topologies.append({**entry, "status": "passed" if error is None else "failed",
-                           "passed": error is None, "error": error})
-    return _export_result(topologies, counts={t["id"]: t["count"] for t in catalog["topologies"]},
-                          setup_seconds=setup_seconds)
-
-
-def _export_result(topologies: list[dict[str, Any]], *, counts: dict[int, int], setup_seconds: float) -> dict:
-    """The export's result from each topology's outcome (pure): ``failed`` when the program
-    rejects one it was planned for; ``partial`` when it runs all of those but the plan leaves
-    others outside its Dims (an export that serves part of the traffic is not a pass);
-    ``served_samples`` and ``topology_samples``: the samples of the topologies it ran, of all."""
-    failed = [t for t in topologies if t["status"] == "failed"]
-    left_out = [t for t in topologies if t["status"] == "outside"]
-    served = sum(counts[t["id"]] for t in topologies if t["status"] == "passed")
-    total = sum(counts[t["id"]] for t in topologies)
-    if failed:
-        status, reason = "failed", "the exported program rejects " + ", ".join(
-            f"T{t['id']} ({(t['error'].splitlines() or [''])[0][:400]})" for t in failed)
-    elif left_out:
-        status, reason = PARTIAL, (
-            f"serves {len(topologies) - len(left_out)} of {len(topologies)} topologies, {served} of their {total} "
-            f"samples ({served / total:.0%}): " + ", ".join(f"T{t['id']}" for t in left_out)
-            + " are outside the Dims, as planned")
-    else:
-        status, reason = "passed", None
-    return _result(
-        "export",
-        status,
-        reason,
-        setup_graphs=1,
-        setup_seconds=round(setup_seconds, 3),
-        samples_replayed=len(topologies) - len(left_out),
-        topologies=topologies,
-        served_samples=served,
-        topology_samples=total,
-    )
-
-
-def module_example(out_dir: Path, catalog: dict) -> int:
-    """The sample ``emit-warmup`` exported with (fixes.json), else the largest topology's first."""
-    entry = store.fix_entry(out_dir, "export")
-    if entry is not None:
-        return int(entry.get("details", {}).get("example_sample", 0))
-    largest = max(catalog["topologies"], key=lambda t: t["count"])
-    return int(largest["first_sample"])
-
-
 def child_main(argv: list[str]) -> int:
     import argparse
 
@@ -634,7 +515,7 @@ def child_main(argv: list[str]) -> int:
     arguments = parser.parse_args(argv)
     out, catalog, corpus, model = store.load_inputs(arguments.out_dir, arguments.corpus)
     if arguments.artifact == "export":
-        result = _verify_export(out, catalog, corpus, model)
+        result = verify_export(out, catalog, corpus, model)
     elif arguments.artifact == CANONICAL:
         result = _verify_canonical(out, catalog, corpus, model, arguments.holdout,
                                    production_options(catalog, backend=arguments.prove_backend))

@@ -18,6 +18,7 @@ from guardscope.catalog.caveats import caveats, small_corpus_warning
 from guardscope.fixes.plan import choose_cover, choose_export_dims
 from guardscope.model import Catalog, CompileEvent, SampleMeta, TensorMeta
 from guardscope.proving import verify
+from guardscope.proving.verify_export import export_result
 from guardscope.report.page import write_report
 
 from ..builders import FIXES, write_sized_corpus
@@ -51,11 +52,11 @@ def export_topologies(ran: int, outside: int) -> list[dict]:
 
 def test_an_export_that_leaves_topologies_outside_its_dims_is_partial_with_the_share_it_serves():
     counts = {t: 30 if t < 4 else 22 for t in range(12)}  # 120 of 296 samples in the 4 it runs
-    result = verify._export_result(export_topologies(4, 8), counts=counts, setup_seconds=1.0)
+    result = export_result(export_topologies(4, 8), counts=counts, setup_seconds=1.0)
     assert result["status"] == "partial"
     assert (result["served_samples"], result["topology_samples"]) == (120, 296)
     assert result["reason"].startswith("serves 4 of 12 topologies, 120 of their 296 samples (41%): T4, T5")
-    assert verify._export_result(export_topologies(12, 0), counts=counts, setup_seconds=1.0)["status"] == "passed"
+    assert export_result(export_topologies(12, 0), counts=counts, setup_seconds=1.0)["status"] == "passed"
 
 
 @pytest.mark.parametrize(("statuses", "expected"), [
@@ -114,7 +115,7 @@ def test_verify_of_a_one_request_corpus_warns_that_its_passes_prove_little(tmp_p
                                                    replay_recompiles=0, samples_replayed=1),
                 unbacked=verify._result("unbacked", "passed", setup_graphs=1, setup_seconds=0.1,
                                         replay_recompiles=0, samples_replayed=1),
-                export=verify._export_result(export_topologies(1, 0), counts={0: 1}, setup_seconds=0.1))
+                export=export_result(export_topologies(1, 0), counts={0: 1}, setup_seconds=0.1))
     result = CliRunner().invoke(cli.main, ["verify", str(out)])
     assert result.exit_code == 0, result.output
     # one_request_catalog() has no production section: the proof is under torch.compile's default backend
@@ -127,7 +128,7 @@ def test_verify_of_a_one_request_corpus_warns_that_its_passes_prove_little(tmp_p
 
 def test_verify_says_partial_when_the_export_serves_a_third_of_the_topologies(tmp_path, monkeypatch):
     out = one_request_analysis(tmp_path)
-    export = verify._export_result(export_topologies(4, 8), counts={t: 25 for t in range(12)}, setup_seconds=1.0)
+    export = export_result(export_topologies(4, 8), counts={t: 25 for t in range(12)}, setup_seconds=1.0)
     verified_as(monkeypatch, warmup=verify._result("warmup", "failed", "2 compile(s) during the replay"),
                 unbacked=verify._result("unbacked", "infeasible", "no dimension to mark"), export=export)
     result = CliRunner().invoke(cli.main, ["verify", str(out)])
