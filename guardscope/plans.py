@@ -44,6 +44,8 @@ WARMUP, UNBACKED, EXPORT = NAMES  # for code that handles one plan in particular
 BUNDLED = tuple(plan.name for plan in PLANS if plan.bundleable)
 SERVED = tuple(plan.name for plan in PLANS if plan.served)
 MODULES = {plan.name: plan.module for plan in PLANS}
+# The plan each verified artifact is made from (the shapes_spec form is unbacked.py's).
+SOURCE_PLAN = {**{name: name for name in NAMES}, SHAPES_SPEC: UNBACKED}
 
 # What guardscope bench measures: the two baselines, then every plan.
 BASELINES = ("eager", "compile")

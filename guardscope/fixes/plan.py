@@ -307,14 +307,12 @@ def residual_samples(
     return replace(retried, skipped=tuple(sorted(skipped.items(), key=lambda item: _dim_order(catalog)(item[0]))))
 
 
-def _replay_marked(model: Any, records: Iterable[Any], plan: UnbackedPlan, options: ReplayOptions,
-                   catalog: dict[str, Any]) -> UnbackedPlan:
-    marked = replace(
-        options,
-        duck_shape=plan.duck_shape,
-        mark_unbacked=tuple((d.argument, d.axis) for d in plan.dims),
-        mark_samples="all",
-    )
+def replay_for_residual(model: Any, records: Iterable[Any], options: ReplayOptions,
+                        catalog: dict[str, Any]) -> tuple[Any, list[int], list[tuple[int, str]]]:
+    """Replay the corpus guard-only under a plan's ``options`` (each signature of a corpus recorded
+    by signature checked once): the replay's result, the samples that compiled (its residual
+    warmup: a sample that raises in the model is none, warmup() would raise with it), and the
+    samples that ran in the analysis but raise under the plan, with the error."""
     errors: list[tuple[int, str]] = []
     failed_before = {f["sample"] for f in catalog.get("failed_samples", [])}
     raised: set[int] = set(failed_before)
@@ -325,10 +323,20 @@ def _replay_marked(model: Any, records: Iterable[Any], plan: UnbackedPlan, optio
             if meta.index not in failed_before:
                 errors.append((meta.index, meta.error))
 
-    # Each signature of a corpus recorded by signature is checked once (its records as read).
-    result = replay(model, records, marked, on_sample=collect, guard_only=True, signature_cache=SIGNATURE_CACHE)
-    # A sample that raises in the model (as recorded) is no warmup: warmup() would raise with it.
+    result = replay(model, records, options, on_sample=collect, guard_only=True, signature_cache=SIGNATURE_CACHE)
     compiled = sorted({e.sample for e in result.events if e.sample is not None and e.sample not in raised})
+    return result, compiled, errors
+
+
+def _replay_marked(model: Any, records: Iterable[Any], plan: UnbackedPlan, options: ReplayOptions,
+                   catalog: dict[str, Any]) -> UnbackedPlan:
+    marked = replace(
+        options,
+        duck_shape=plan.duck_shape,
+        mark_unbacked=tuple((d.argument, d.axis) for d in plan.dims),
+        mark_samples="all",
+    )
+    result, compiled, errors = replay_for_residual(model, records, marked, catalog)
     known = {(b.get("location"), b.get("reason")) for b in catalog.get("graph_breaks", [])}
     added = sorted({f"{b.location or '?'}: {b.reason}" for b in result.graph_breaks if (b.location, b.reason) not in known})
     plan = replace(plan, residual=tuple(compiled), graphs=sum(1 for e in result.events if e.fail_type is None),

@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from .. import torch_compat
-from ..replay.session import SIGNATURE_CACHE, ReplayOptions, replay
-from .plan import UnbackedPlan
+from ..replay.session import ReplayOptions
+from .plan import UnbackedPlan, replay_for_residual
 
 OK, INFEASIBLE, UNSUPPORTED = "ok", "infeasible", "unsupported"
 
@@ -58,19 +58,8 @@ def plan_spec(model: Any, records: Iterable[Any], plan: UnbackedPlan, options: R
     if plan.status != OK or not dims:
         return SpecPlan(dims, status=INFEASIBLE, reason=plan.reason or "the unbacked plan marks no dim")
     spec_options = replace(options, shapes_spec=dims, dynamic=None, mark_unbacked=(), duck_shape=plan.duck_shape)
-    failed_before = {f["sample"] for f in catalog.get("failed_samples", [])}
-    raised: set[int] = set(failed_before)
-    errors: list[tuple[int, str]] = []
-
-    def collect(meta: Any) -> None:
-        if meta.error is not None:
-            raised.add(meta.index)
-            if meta.index not in failed_before:
-                errors.append((meta.index, meta.error))
-
-    result = replay(model, records, spec_options, on_sample=collect, guard_only=True,
-                    signature_cache=SIGNATURE_CACHE)
-    compiled = tuple(sorted({e.sample for e in result.events if e.sample is not None and e.sample not in raised}))
+    result, residual, errors = replay_for_residual(model, records, spec_options, catalog)
+    compiled = tuple(residual)
     graphs = sum(1 for e in result.events if e.fail_type is None)
     if errors:
         sample, error = errors[0]

@@ -67,7 +67,7 @@ def set_up_plan(name: str, out_dir: Path, model: Any, options: Any, *, use_bundl
     from ..replay.runner import Runner
 
     spec = name == plans.SHAPES_SPEC  # unbacked.py's dims through torch.compile(shapes_spec=...)
-    module = import_file(out_dir / plans.MODULES[plans.UNBACKED if spec else name])
+    module = import_file(out_dir / plans.MODULES[plans.SOURCE_PLAN[name]])
     if name in (plans.UNBACKED, plans.SHAPES_SPEC):
         module.configure()
     if spec:

@@ -171,10 +171,10 @@ def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: fl
                                             f"emit-warmup {out_dir}' with torch 2.13 or later")
         if spec["status"] != "ok":
             return _result(name, "infeasible", spec.get("reason"))
-    planned = planned_status(out_dir, plans.UNBACKED if name == SHAPES_SPEC else name)
+    planned = planned_status(out_dir, plans.SOURCE_PLAN[name])
     if planned is not None:
         return _result(name, "infeasible", planned)
-    module = plans.MODULES[plans.UNBACKED if name == SHAPES_SPEC else name]
+    module = plans.MODULES[plans.SOURCE_PLAN[name]]
     if not (out_dir / module).is_file():
         return _result(name, "skipped", f"{module} not found: run 'guardscope emit-warmup {out_dir}'")
     split = ["--holdout", str(holdout)] if holdout is not None else []
