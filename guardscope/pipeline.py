@@ -45,6 +45,9 @@ class Analysis:
     # one entry per cause, (level, cause, records); the lines themselves went to torch_log_file.
     torch_log: tuple[tuple[str, str, int], ...] = ()
     torch_log_file: Path | None = None
+    # Signature records checked over columns and one by one (guardscope.replay.column_check's
+    # ColumnStats as JSON); None when no record was checked over columns.
+    column_checks: dict[str, Any] | None = None
 
 
 def _render(out: Path) -> Path:
@@ -179,6 +182,7 @@ def analyze(
             for e in sorted(result.events, key=lambda e: (e.frame_id, e.frame_compile_id))
         ],
         **({"cudagraph_recordings": recording_times} if recording_times is not None else {}),
+        **({"column_checks": result.column_checks.to_json()} if result.column_checks is not None else {}),
     })
     _render(out)
     warnings += [*replayed.warnings, *caveats(catalog, recompile_limit=options.recompile_limit,
@@ -193,7 +197,8 @@ def analyze(
     return Analysis(catalog=catalog, corpus_dir=Path(corpus_dir), out_dir=out, catalog_path=catalog_path,
                     trace_path=out / store.TRACE_DIR / store.TRACE_FILE, timings_path=timings_path,
                     replay_seconds=replayed.seconds, warnings=tuple(warnings), torch_log=causes,
-                    torch_log_file=log_file)
+                    torch_log_file=log_file,
+                    column_checks=result.column_checks.to_json() if result.column_checks is not None else None)
 
 
 # --- the commands that read an analysis ---------------------------------------------------------

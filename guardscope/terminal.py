@@ -216,6 +216,15 @@ def format_summary(analysis: Any) -> str:
     lines.append(f"replay      {analysis.replay_seconds:.1f} s ({catalog.replay_mode} replay{forced}; "
                  f"under {catalog.compile.get('grad_mode', 'inference_mode')}; "
                  f"Dynamo's recompile limit raised to {catalog.compile.get('recompile_limit')}{seen})")
+    checks = getattr(analysis, "column_checks", None)
+    if checks:
+        line = (f"guards      {checks['samples']:,} signature samples found their graph over columns; "
+                f"{checks['calls']:,} checks made one by one with Dynamo's check")
+        if checks["reasons"]:
+            compile_id, reason = next(iter(checks["reasons"].items()))
+            line += (f" ({len(checks['reasons'])} graphs' guards not translatable, e.g. graph {compile_id}: "
+                     f"{reason[:80]})")
+        lines.append(line)
     lines.append(f"wrote       {analysis.catalog_path}, {analysis.timings_path}, "
                  f"{analysis.out_dir / store.REPORT}, {analysis.trace_path}")
     return "\n".join(lines)

@@ -3,7 +3,7 @@ prints a summary. A :class:`GuardscopeError` becomes a one-paragraph message and
 
 One module per group of commands, in the pipeline's order: ``analysis`` (analyze, report),
 ``fixes`` (emit-warmup, bundle), ``exploring`` (probe, whatif), ``proof`` (verify, bench,
-fidelity), ``compare`` (diff); ``common`` holds what they share (the error decorator, the options
+fidelity), ``compare`` (diff), ``corpora`` (convert); ``common`` holds what they share (the error decorator, the options
 several commands declare). Torch-heavy modules are imported inside the command bodies, so
 ``guardscope --help`` imports no torch. ``python -m guardscope.cli`` runs ``__main__``.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import click
 
-from . import analysis, compare, exploring, fixes, proof
+from . import analysis, compare, corpora, exploring, fixes, proof
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -30,9 +30,10 @@ def main() -> None:
       guardscope report out/                             # re-renders report.html
       guardscope diff before/ after/                     # what changed between two analyses
       guardscope whatif out/ --transform cast:x:float32  # what an input transform would save
+      guardscope convert corpus/ traffic/                # a corpus as Parquet traffic logs
     """
 
 
 for command in (analysis.analyze, analysis.report, fixes.emit_warmup, fixes.bundle, proof.verify, exploring.probe,
-                exploring.whatif, compare.diff, proof.fidelity, proof.bench):
+                exploring.whatif, compare.diff, proof.fidelity, proof.bench, corpora.convert):
     main.add_command(command)

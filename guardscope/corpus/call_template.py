@@ -167,6 +167,54 @@ class CallTemplate:
                 key.append(None)  # a constant: one part per argument all the same
         return tuple(key)
 
+    def column_key(self, sizes: list, strides: list, offsets: list, ints: list) -> tuple:
+        """The key of the signature whose tensors have these sizes, strides and offsets and whose
+        int arguments these values, in walk order (a traffic log's columns,
+        :mod:`guardscope.corpus.traffic_log`); ``ValueError`` when they do not fit this template."""
+        tensors = iter(zip(sizes, strides, offsets))
+        values = iter(ints)
+        key: list[Any] = []
+        try:
+            for slot in self.slots:
+                if slot[0] == _TENSOR:
+                    shape, stride, offset = next(tensors)
+                    if len(shape) != slot[1] or len(stride) != slot[1]:
+                        raise ValueError(f"a tensor of {len(shape)} sizes and {len(stride)} strides where the "
+                                         f"call template has {slot[1]} dims")
+                    numbers = (*shape, *stride, offset)
+                    _check_numbers(numbers)
+                    key.append(numbers)
+                elif slot[0] == _INT:
+                    value = next(values)
+                    if type(value) is not int:
+                        raise ValueError(f"an int argument of {value!r}")
+                    key.append(value)
+                else:
+                    key.append(None)
+        except StopIteration:
+            raise ValueError("fewer tensors or ints than the call template has") from None
+        if next(tensors, None) is not None or next(values, None) is not None:
+            raise ValueError("more tensors or ints than the call template has")
+        return tuple(key)
+
+    def signature_of(self, key: tuple) -> tuple:
+        """The signature this template's ``key`` stands for (:meth:`match`'s inverse)."""
+        parts = iter(key[position] for position, slot in enumerate(self.slots) if slot[0] != _CONSTANT)
+
+        def fill(node: Any) -> Any:
+            if type(node) is not tuple:
+                return node
+            kind = node[0] if node else None
+            if kind == "tensor" and len(node) == 11:
+                numbers, ndim = next(parts), len(node[2])
+                return ("tensor", node[1], tuple(numbers[:ndim]), tuple(numbers[ndim:2 * ndim]), numbers[-1],
+                        *node[5:])
+            if kind == "int" and len(node) == 2:
+                return ("int", next(parts))
+            return tuple(fill(item) for item in node)
+
+        return fill(self._sig)
+
     def match_text(self, text: str, position: int) -> tuple[tuple, int] | None:
         """:meth:`match` of the signature whose compact JSON text (as the corpus writer spells
         it: ``json.dumps(..., separators=(",", ":"))``) starts at ``text[position]``, without

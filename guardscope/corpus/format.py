@@ -183,8 +183,12 @@ SIGNATURE_FORMAT_VERSION = 3
 # Written when a call held an object a codec stores (corpus.structured): format 3 plus the "o"
 # tag, so that an older guardscope refuses the corpus by its version instead of a shard's tag.
 STRUCTURED_FORMAT_VERSION = 4
+# Written when signature records go to Parquet traffic logs (CorpusWriter(log="parquet"), the
+# TrafficRecorder's default; corpus.traffic_log): format 4's values, each flush a shard-NNNNN.parquet
+# of every call it holds and, for the calls kept in full, a shard-NNNNN.pt data shard beside it.
+TRAFFIC_FORMAT_VERSION = 5
 # The versions this guardscope reads.
-READ_VERSIONS = (1, 2, 3, 4)
+READ_VERSIONS = (1, 2, 3, 4, 5)
 KEEP_CHOICES = ("all", "signatures")
 MANIFEST_NAME = "corpus.json"
 
@@ -194,6 +198,7 @@ _CORPUS_LAYOUT = (
     "as written by guardscope.CorpusWriter"
 )
 SHARD_NAME = re.compile(r"shard-\d{5,}\.pt")
+LOG_NAME = re.compile(r"shard-\d{5,}\.parquet")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -205,6 +210,9 @@ class ShardInfo:
     first: int
     samples: int
     sha256: str
+    # Format 5: a traffic log's data shard (the tensors of its calls kept in full), as
+    # (file, sha256); None when the flush kept none in full.
+    data: tuple[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -212,6 +220,7 @@ class ShardInfo:
             "first": self.first,
             "samples": self.samples,
             "sha256": self.sha256,
+            **({"data": {"file": self.data[0], "sha256": self.data[1]}} if self.data is not None else {}),
         }
 
 
@@ -422,16 +431,28 @@ def _parse_manifest(path: pathlib.Path, raw: Any) -> Manifest:
         where = f"shards[{position}]."
         if not isinstance(entry, dict):
             raise ManifestError(f"{path}: field 'shards[{position}]' must be a JSON object")
+        data = None
+        if entry.get("data") is not None:
+            raw_data = _field(path, entry, "data", dict, where)
+            data = (_field(path, raw_data, "file", str, f"{where}data."),
+                    _field(path, raw_data, "sha256", str, f"{where}data."))
+            if not SHARD_NAME.fullmatch(data[0]) or not _SHA256.fullmatch(data[1]):
+                raise ManifestError(f"{path}: field '{where}data' must name a shard-NNNNN.pt file and its sha256")
         shard = ShardInfo(
             file=_field(path, entry, "file", str, where),
             first=_field(path, entry, "first", int, where),
             samples=_field(path, entry, "samples", int, where),
             sha256=_field(path, entry, "sha256", str, where),
+            data=data,
         )
-        if not SHARD_NAME.fullmatch(shard.file):
+        logs = version >= TRAFFIC_FORMAT_VERSION
+        if not (SHARD_NAME.fullmatch(shard.file) or (logs and LOG_NAME.fullmatch(shard.file))):
             raise ManifestError(
-                f"{path}: field '{where}file' is {shard.file!r}, not a shard-NNNNN.pt name"
+                f"{path}: field '{where}file' is {shard.file!r}, not a shard-NNNNN.pt"
+                + (" or shard-NNNNN.parquet" if logs else "") + " name"
             )
+        if data is not None and not LOG_NAME.fullmatch(shard.file):
+            raise ManifestError(f"{path}: field '{where}data' belongs to a traffic log (shard-NNNNN.parquet)")
         if shard.first != expected_first or shard.samples < 1:
             raise ManifestError(
                 f"{path}: field '{where}first'/'{where}samples' ({shard.first}, {shard.samples}) "

@@ -112,22 +112,7 @@ def read_shard(path: pathlib.Path, sha256: str, version: int, map_location: Any 
     """A shard file's content, its SHA-256 checked against the manifest's and loaded with
     ``torch.load(weights_only=True)``; format 2 and 3 shards decoded (:func:`decode_shard`).
     ``ShardError`` saying what is wrong and what to do."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ShardError(
-            f"shard {path} is missing (the manifest lists it); restore it or re-record "
-            "the corpus"
-        ) from None
-    except OSError as exc:
-        raise ShardError(f"shard {path} cannot be read: {exc.strerror}") from None
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != sha256:
-        raise ShardError(
-            f"shard {path} fails its checksum (sha256 {digest[:12]}..., manifest says "
-            f"{sha256[:12]}...; {len(data)} bytes): it was truncated or modified after "
-            "recording; restore it or re-record the corpus"
-        )
+    data = read_checked(path, sha256)
     if not zipfile.is_zipfile(io.BytesIO(data)):
         raise ShardError(f"shard {path} is not a torch.save archive (truncated or not a shard)")
     try:
@@ -148,6 +133,28 @@ def read_shard(path: pathlib.Path, sha256: str, version: int, map_location: Any 
     if version != 1:
         content = decode_shard(path, content, map_location, version, prematch)
     return content
+
+
+def read_checked(path: pathlib.Path, sha256: str) -> bytes:
+    """A shard file's bytes, its SHA-256 checked against the manifest's: ``ShardError`` saying
+    what is wrong and what to do."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ShardError(
+            f"shard {path} is missing (the manifest lists it); restore it or re-record "
+            "the corpus"
+        ) from None
+    except OSError as exc:
+        raise ShardError(f"shard {path} cannot be read: {exc.strerror}") from None
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sha256:
+        raise ShardError(
+            f"shard {path} fails its checksum (sha256 {digest[:12]}..., manifest says "
+            f"{sha256[:12]}...; {len(data)} bytes): it was truncated or modified after "
+            "recording; restore it or re-record the corpus"
+        )
+    return data
 
 
 def weights_only_reason(exc: BaseException) -> str:

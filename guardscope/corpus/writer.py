@@ -9,6 +9,8 @@ import json
 import os
 import contextlib
 import pathlib
+import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,10 +23,12 @@ from ..text import message_line
 from .format import (
     FORMAT_VERSION,
     KEEP_CHOICES,
+    LOG_NAME,
     MANIFEST_NAME,
     SHARD_NAME,
     SIGNATURE_FORMAT_VERSION,
     STRUCTURED_FORMAT_VERSION,
+    TRAFFIC_FORMAT_VERSION,
     Manifest,
     ShardInfo,
     check_dynamo_config,
@@ -32,12 +36,14 @@ from .format import (
     check_method_name,
     check_model_spec,
 )
+from .log_window import LogWindow
 from .materialising import materialise
 from .requests import REQUESTS_NAME, RequestRuns, check_request
 from .shards import encode_shard
 from .signature import holds_objects, signature, signature_digest
 from .spec import anchored
 from .structured import needs_lowering
+from .traffic_log import Layout, encode_log, signature_text, split_signature, template_digest
 from .values import _copy_call, check_sample, lowered, storage_bytes
 from .weights import as_model_print
 
@@ -48,6 +54,12 @@ from .weights import as_model_print
 DEFAULT_MAX_FULL_BYTES = 64 * 2**20
 # Distinct signatures add_signature() remembers as checked (then it forgets them all and checks again).
 CHECKED_SIGNATURES = 1 << 16
+LOG_CHOICES = ("shards", "parquet")
+
+
+def default_replica() -> str:
+    """The name a traffic log gives the recording process unless told: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class CorpusWriter:
@@ -75,7 +87,16 @@ class CorpusWriter:
     calls it keeps in full (``DEFAULT_MAX_FULL_BYTES``, 64 MiB, unless given; a call that would
     pass it is recorded as its signature; None: no bound), so a corpus of a million new
     signatures stays small. :meth:`summary` says what was kept, the bound, and how many
-    signatures got no full sample because of it. The
+    signatures got no full sample because of it.
+
+    ``log="parquet"`` (with ``keep="signatures"``; format 5, :mod:`guardscope.corpus.traffic_log`)
+    writes each shard as a Parquet traffic log that DuckDB, pandas or pyarrow read as it is, one
+    row per record with its count, ``first_seen``/``last_seen`` timestamps and ``replica`` (default
+    ``host:pid``), the tensors of the calls kept in full in a data shard beside it; with
+    ``aggregate`` (the default there) the repeats of a signature between two flushes are one row
+    (:mod:`guardscope.corpus.log_window`), so ``shard_size`` counts rows, not calls, and sample
+    indices are given when a shard is written (:meth:`add` and friends return None);
+    ``timestamps=False`` leaves the rows' times null (a converted corpus's). The
     directory is created if needed; one that already holds a corpus is refused unless
     ``overwrite=True``, which deletes that corpus's manifest and shard files (nothing else).
 
@@ -108,6 +129,10 @@ class CorpusWriter:
         recorded_from: Any = None,
         dynamo_config: dict[str, Any] | None = None,
         grad_mode: str | None = None,
+        log: str = "shards",
+        aggregate: bool = True,
+        replica: str | None = None,
+        timestamps: bool = True,
     ) -> None:
         self.directory = pathlib.Path(directory)
         # A relative file spec is stored relative to the corpus folder, where it is resolved first:
@@ -153,13 +178,30 @@ class CorpusWriter:
         # reached (each call of a signature past max_signatures counts on its own).
         self.bounded_signatures = 0
         self.keep = keep
+        if log not in LOG_CHOICES:
+            raise CorpusError(f"log must be one of {', '.join(map(repr, LOG_CHOICES))}, got {log!r}")
+        if log == "parquet" and keep != "signatures":
+            raise CorpusError('log="parquet" writes signature records: use it with keep="signatures"')
+        if replica is not None and (type(replica) is not str or not replica):
+            raise CorpusError(f"replica must be a non-empty str (the process's name in the log), got {replica!r}")
+        self.log = log
+        self._stamped = timestamps  # False: a log's rows carry no times (a converted corpus's)
+        self.replica = replica if replica is not None else default_replica()
+        # The rows of the traffic log's next shard (log="parquet"); the template of each signature
+        # layout they use, by digest.
+        self._window = LogWindow(self.replica, aggregate) if log == "parquet" else None
+        self._templates: dict[str, str] = {}
+        self._shapes: dict[tuple, tuple[str, bool]] = {}  # a template's shape -> (its digest, holds objects)
+        self._full_rows: list[tuple[list, dict]] = []  # (a signature's _seen entry, its pending full row)
         self.full_per_signature = full_per_signature
         self.max_signatures = max_signatures
         # keep="signatures": signature digest -> [first full sample's index, full samples kept,
         # refused a full sample by max_full_bytes], for at most max_signatures signatures (later
         # new ones are not remembered: each of their calls counts as the first of its signature).
         self._signatures: dict[str, list] = {}
-        self._checked: dict[tuple, tuple[str, bool]] = {}  # signature -> (digest, holds objects)
+        # signature -> (digest, holds objects, its log row layout or None)
+        self._checked: dict[tuple, tuple[str, bool, Layout | None]] = {}
+        self._by_id: dict[int, tuple[tuple, tuple]] = {}  # id(signature) -> (signature, as _checked)
         self._records = 0  # the signature records written so far
         self._pending: list[dict[str, Any]] = []
         self._shards: list[ShardInfo] = []
@@ -183,6 +225,7 @@ class CorpusWriter:
             path
             for path in self.directory.iterdir()
             if path.name in (MANIFEST_NAME, REQUESTS_NAME) or SHARD_NAME.fullmatch(path.name)
+            or LOG_NAME.fullmatch(path.name)
         )
         if previous and not overwrite:
             raise CorpusError(
@@ -238,22 +281,26 @@ class CorpusWriter:
             self._request = previous
 
     def add_snapshot(self, args: tuple, kwargs: dict, sig: tuple | None = None,
-                     request: tuple[str | int, int] | None = None) -> int:
+                     request: tuple[str | int, int] | None = None, when: int | None = None) -> int | None:
         """Record a call that :func:`snapshot` copied already (a recorder that copies on the
         serving thread and writes on another): as :meth:`add`, without copying it again.
         ``sig``: the call's ``signature(args, kwargs, inference=False)`` when the caller took
         it already (a copy has its original's signature), so that it is not taken again;
-        ``request``: its ``(request tag, step)``, taken where it was served."""
-        return self._add(tuple(args), dict(kwargs), copied=True, sig=sig, request=request)
+        ``request``: its ``(request tag, step)``, taken where it was served; ``when``: the time
+        it was served (ns since the epoch), for a traffic log."""
+        return self._add(tuple(args), dict(kwargs), copied=True, sig=sig, request=request, when=when)
 
     def add_signature(self, sig: tuple, devices: frozenset[str] | set[str] = frozenset(),
-                      request: tuple[str | int, int] | None = None) -> int:
+                      request: tuple[str | int, int] | None = None, when: int | None = None,
+                      count: int = 1) -> int | None:
         """Record one call known by its signature only (``signature(args, kwargs,
         inference=False)``, taken where the call was served); returns the sample's index.
 
         Only with ``keep="signatures"``. The record names the first full sample of that
         signature, when one was added. ``devices`` are the device types of its tensors (for the
-        manifest's ``device``). ``CorpusError`` when the writer is closed or keeps everything in
+        manifest's ``device``); ``when`` the time the call was served (ns since the epoch; None:
+        now), kept by a traffic log; ``count`` consecutive calls of that signature (a converted
+        corpus's record). ``CorpusError`` when the writer is closed or keeps everything in
         full, ``SampleError`` when ``sig`` is not a call signature this format can rebuild.
         """
         self._check_open()
@@ -261,28 +308,83 @@ class CorpusWriter:
             raise CorpusError('add_signature() records signatures: open the CorpusWriter with keep="signatures"')
         self._read_settings()
         # A busy replica repeats a few signatures: each distinct one is checked (built on the meta
-        # device, as loading will) and digested once, then recognised by equality.
-        checked = self._checked.get(sig)
+        # device, as loading will) and digested once, then recognised by identity (a recorder
+        # hands over one object per layout) or equality.
+        known = self._by_id.get(id(sig))
+        checked = known[1] if known is not None and known[0] is sig else self._checked.get(sig)
         if checked is None:
-            try:
-                materialise(sig, device="meta")  # the check loading makes, without allocating
-            except (ValueError, RuntimeError, TypeError) as exc:
-                raise SampleError(f"not a call signature this corpus format can store: {message_line(exc)}") from None
-            checked = (signature_digest(sig), holds_objects(sig))
+            digest = signature_digest(sig)
+            layout = self._layout(sig, digest, check=True)
+            if layout is None or layout.template is None:
+                _check_signature(sig)
+            structured = (self._shapes[layout.shape][1] if layout is not None and layout.template is not None
+                          else holds_objects(sig))
+            checked = (digest, structured, layout)
             if len(self._checked) >= CHECKED_SIGNATURES:
                 self._checked.clear()  # bounded: a long tail of new signatures is checked again later
             self._checked[sig] = checked
-        digest, structured = checked
+        if known is None or known[0] is not sig:
+            if len(self._by_id) >= CHECKED_SIGNATURES:
+                self._by_id.clear()
+            self._by_id[id(sig)] = (sig, checked)  # holding sig keeps its id its own
+        digest, structured, layout = checked
         self._structured = self._structured or structured
-        self._add_signature_record(sig, digest)
-        return self._advance(devices, request)
+        if type(count) is not int or count < 1:
+            raise CorpusError(f"count must be an int >= 1, got {count!r}")
+        if layout is not None:
+            if self._stamped:
+                when = time.time_ns() if when is None else when
+            self._window.signature(layout, self._seen(digest)[0], when if self._stamped else None,  # type: ignore[union-attr]
+                                   request, count)
+            self._records += count
+            return self._advance_window(devices, count)
+        for _ in range(count):
+            self._add_signature_record(sig, digest)
+            index = self._advance(devices, request)
+        return index
+
+    def _layout(self, sig: tuple, digest: str, check: bool = False) -> Layout | None:
+        """The traffic log's row layout of a signature (None: the writer keeps shards). Its call
+        template is named once (``_shapes``), its JSON noted for the shards' metadata; with
+        ``check``, a template's first signature is checked as loading will (on the meta device)
+        and every later one's numbers only (``SampleError``), which is all that differs."""
+        if self._window is None:
+            return None
+        shape, sizes, strides, offsets, dtypes, ints = split_signature(sig)
+        if shape is None:
+            return Layout(digest, None, None, sizes, strides, offsets, dtypes, ints, signature_text(sig))
+        known = self._shapes.get(shape)
+        if known is None:
+            if check:
+                _check_signature(sig)
+            known = (template_digest(shape), holds_objects(sig))
+            if len(self._shapes) >= CHECKED_SIGNATURES:
+                self._shapes.clear()
+            self._shapes[shape] = known
+            self._templates.setdefault(known[0], signature_text(sig))
+        elif check:
+            for numbers in (*sizes, *strides, offsets):
+                for number in numbers:
+                    if type(number) is not int or not 0 <= number < 2**62:
+                        raise SampleError(f"not a call signature this corpus format can store: sizes, strides and "
+                                          f"offsets must be ints in [0, 2**62), got {number!r}")
+        return Layout(digest, known[0], None, sizes, strides, offsets, dtypes, ints, None, shape)
+
+    def _advance_window(self, devices: set[str] | frozenset[str], count: int) -> None:
+        """Count calls added to the traffic log's window; write the shard when it holds
+        ``shard_size`` rows."""
+        if not devices <= self._devices:
+            self._devices |= devices
+        self._count += count
+        if len(self._window.rows) >= self.shard_size:  # type: ignore[union-attr]
+            self._flush()
 
     def _check_open(self) -> None:
         if self._closed:
             raise CorpusError(f"the writer for {self.directory} is closed; open a new CorpusWriter")
 
     def _add(self, args: tuple, kwargs: dict, *, copied: bool, sig: tuple | None = None,
-             request: tuple[str | int, int] | None = None) -> int:
+             request: tuple[str | int, int] | None = None, when: int | None = None) -> int | None:
         self._check_open()
         self._read_settings()
         if request is None and self._request is not None:
@@ -301,6 +403,11 @@ class CorpusWriter:
             if sig is None:
                 sig = signature(args, kwargs, inference=False)
             digest = signature_digest(sig)
+            layout = None
+            if self._window is not None:
+                when = (time.time_ns() if when is None else when) if self._stamped else None
+                checked = self._checked.get(sig)
+                layout = checked[2] if checked is not None else self._layout(sig, digest)
             seen = self._seen(digest)
             size = storage_bytes((args, kwargs)) if seen[1] < self.full_per_signature else 0
             if seen[1] >= self.full_per_signature or (
@@ -308,15 +415,28 @@ class CorpusWriter:
                 if seen[1] == 0 < self.full_per_signature and not seen[2]:
                     seen[2] = True  # the bound, not full_per_signature, leaves it without data
                     self.bounded_signatures += 1
+                if layout is not None:
+                    self._window.signature(layout, seen[0], when, request)  # type: ignore[union-attr]
+                    self._records += 1
+                    return self._advance_window(devices, 1)
                 self._add_signature_record(sig, digest)
                 return self._advance(devices, request)
-            if seen[1] == 0:
+            first_full = seen[1] == 0
+            if first_full:
                 seen[0] = self._count
                 if seen[2]:  # a smaller call of it fitted after all
                     seen[2] = False
                     self.bounded_signatures -= 1
             seen[1] += 1
             self.full_bytes += size
+            if layout is not None:
+                if not copied:
+                    args, kwargs = _copy_call(args, kwargs)
+                row = self._window.full(layout, args, kwargs, when, request)  # type: ignore[union-attr]
+                if first_full:  # its index is given when the window is written
+                    seen[0] = row
+                    self._full_rows.append((seen, row))
+                return self._advance_window(devices, 1)
         if not copied:
             args, kwargs = _copy_call(args, kwargs)
         self._pending.append({"args": args, "kwargs": kwargs})
@@ -357,7 +477,7 @@ class CorpusWriter:
         """What was recorded so far, in one line: samples in full and by signature, the tensor
         bytes kept in full against ``max_full_bytes``, and how many signatures got no full
         sample because of that bound (``keep="signatures"``)."""
-        shards = len(self._shards) + bool(self._pending)
+        shards = len(self._shards) + bool(self._pending or self._window)
         head = f"{_counted(self._count, 'sample')} in {_counted(shards, 'shard')}"
         if self.keep != "signatures":
             return f"{head}, every one in full (keep=\"all\")"
@@ -377,7 +497,7 @@ class CorpusWriter:
         """Write the samples added since the last shard as a shard of their own now, so they are
         on disk (and listed in the manifest) before ``shard_size`` samples have been added; a
         corpus's shards may differ in size. Does nothing when none are pending."""
-        if self._pending and not self._closed:
+        if (self._pending or self._window) and not self._closed:
             self._flush()
 
     def close(self) -> None:
@@ -385,10 +505,13 @@ class CorpusWriter:
         if self._closed:
             return
         self._closed = True
-        if self._pending:
+        if self._pending or self._window:
             self._flush()
 
     def _flush(self) -> None:
+        if self._window is not None:
+            self._flush_log()
+            return
         buffer = io.BytesIO()
         torch.save(encode_shard(self._pending, self._version), buffer)
         data = buffer.getvalue()
@@ -405,8 +528,38 @@ class CorpusWriter:
         if self.dynamo_config is None:
             self.dynamo_config = torch_compat.dynamo_settings()
 
+    def _flush_log(self) -> None:
+        """Write the window as the next traffic log shard (and its data shard), then the manifest."""
+        window = self._window
+        first = self._shards[-1].first + self._shards[-1].samples if self._shards else 0
+        rows = window.assign(first)  # type: ignore[union-attr]
+        for seen, row in self._full_rows:
+            seen[0] = row["first"]
+        self._full_rows = []
+        number = len(self._shards)
+        data = None
+        if window.data:  # type: ignore[union-attr]
+            version = STRUCTURED_FORMAT_VERSION if self._structured else FORMAT_VERSION
+            buffer = io.BytesIO()
+            torch.save(encode_shard(window.data, version), buffer)  # type: ignore[union-attr]
+            data_name = f"shard-{number:05d}.pt"
+            _atomic_write(self.directory / data_name, buffer.getvalue())
+            data = (data_name, hashlib.sha256(buffer.getvalue()).hexdigest())
+        used = {row["layout"].template for row in rows} - {None}
+        log = encode_log(rows, {name: self._templates[name] for name in used})
+        name = f"shard-{number:05d}.parquet"
+        _atomic_write(self.directory / name, log)
+        for row in rows:
+            if row["request"] is not None:
+                self._requests.add(row["first"], row["request"][0], row["request"][1])
+        self._shards.append(ShardInfo(name, first, window.samples, hashlib.sha256(log).hexdigest(), data))  # type: ignore[union-attr]
+        self._window = LogWindow(self.replica, window.aggregate)  # type: ignore[union-attr]
+        self._write_manifest()
+
     @property
     def _version(self) -> int:
+        if self._window is not None:
+            return TRAFFIC_FORMAT_VERSION
         if self._structured:
             return STRUCTURED_FORMAT_VERSION
         return SIGNATURE_FORMAT_VERSION if self.keep == "signatures" else FORMAT_VERSION
@@ -430,6 +583,14 @@ class CorpusWriter:
         if self._requests.runs:  # after the manifest: until it is written, the new samples are untagged
             tags = json.dumps(self._requests.to_json(manifest.samples), separators=(",", ":")) + "\n"
             _atomic_write(self.directory / REQUESTS_NAME, tags.encode())
+
+
+def _check_signature(sig: tuple) -> None:
+    """The check loading makes of a signature, without allocating: ``SampleError`` saying why."""
+    try:
+        materialise(sig, device="meta")
+    except (ValueError, RuntimeError, TypeError) as exc:
+        raise SampleError(f"not a call signature this corpus format can store: {message_line(exc)}") from None
 
 
 def _counted(count: int, noun: str) -> str:

@@ -28,6 +28,7 @@ from ..sources import FrameArguments
 from ..text import error_text
 from .arguments import describe
 from .capture import TraceCapture
+from .column_check import COLUMN_BATCH, ColumnChecks, ColumnStats
 from .compiling import replay_settings
 from .cudagraphs import CudagraphCapture
 from .events import events_from_records
@@ -40,6 +41,9 @@ from .runner import Runner
 SIGNATURE_CACHE = 16384
 # Call templates (signature structures) whose description plan and device check a replay keeps.
 PLANS_KEPT = 256
+# Whether a guard-only replay checks the signature records of a call template over columns
+# (guardscope.replay.column_check) rather than record by record; the catalog is the same.
+COLUMN_CHECKS = True
 
 
 @dataclass
@@ -56,6 +60,9 @@ class ReplayResult:
     dropped_records: int = 0
     unreadable_cudagraph_records: int = 0
     torch_version: str = field(default_factory=torch_compat.torch_version)
+    # Signature records checked over columns, and one by one where a graph's guards could not be
+    # translated (None: no record was checked over columns).
+    column_checks: ColumnStats | None = None
 
 
 class ReplaySession:
@@ -132,6 +139,10 @@ class ReplaySession:
         self._signature_cache = signature_cache
         self.signature_hits = 0
         self._plans: dict[Any, RecordPlan] = {}  # per call template of the signature records
+        # Signature records of a call template checked a batch at a time (same answers, same
+        # order of compiles): where the signature cache applies and nothing is marked.
+        self._columns_on = cacheable and COLUMN_CHECKS and not options.mark_unbacked
+        self._columns: ColumnChecks | None = None
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> ReplaySession:
@@ -142,6 +153,8 @@ class ReplaySession:
         self._stack.callback(torch_compat.reset_dynamo)
         self.runner = Runner(self.model, self.options)
         self._checking = self.runner.grad_context()
+        if self._columns_on:
+            self._columns = ColumnChecks(self.runner)
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -344,7 +357,17 @@ class ReplaySession:
     def _replayed(self, samples: Iterable[Sample | SignatureRecord], stop: int | None = None) -> Iterator[SampleMeta]:
         """Each sample's description, in order (those before sample ``stop``, when given); the
         one path of :meth:`replay` and :meth:`warm`."""
+        batch: list[SignatureRecord] = []
         for item in samples:
+            if self._columns is not None and type(item) is SignatureRecord and item.key is not None:
+                if batch and (item.call is not batch[0].call or len(batch) >= COLUMN_BATCH):
+                    yield from self._batched(batch, stop)
+                    batch = []
+                batch.append(item)
+                continue
+            if batch:
+                yield from self._batched(batch, stop)
+                batch = []
             if type(item) is SignatureRecord:
                 repeat = item.repeat if stop is None else min(item.repeat, stop - item.first)
                 for offset in range(repeat):
@@ -362,7 +385,59 @@ class ReplaySession:
             yield meta
             if self._safe_point is not None:
                 self._safe_point()
+        if batch:
+            yield from self._batched(batch, stop)
         self.current = None
+
+    def _batched(self, records: list[SignatureRecord], stop: int | None) -> Iterator[SampleMeta]:
+        """Consecutive signature records of one call template, each sample described in order:
+        the graphs' guards checked over the records' columns (:mod:`.column_check`); the first
+        record no graph accepts goes the record-by-record way (it runs and compiles), then the
+        graphs compiled since are tried on the records still unserved."""
+        if stop is not None:
+            records = [record for record in records if record.first < stop]
+        call = records[0].call
+        plan = self._plans.get(call)
+        start = 0
+        if plan is None:  # the first record makes the plan (and checks the device) the usual way
+            yield from self._one_by_one(records[:1], stop)
+            start, plan = 1, self._plans.get(call)
+        found = self._columns.batch(call, plan, [record.key for record in records]) if (  # type: ignore[union-attr]
+            plan is not None and start < len(records)) else None
+        if found is None:
+            yield from self._one_by_one(records[start:], stop)
+            return
+        while start < len(records):
+            found.find()
+            miss = found.first_unserved(start)
+            self._columns.stats.samples += sum(  # type: ignore[union-attr]
+                record.repeat if stop is None else min(record.repeat, stop - record.first)
+                for record in records[start:miss])
+            for row in range(start, miss):
+                record = records[row]
+                _, described = plan.frame(call, record.key)
+                meta = plan.described(described, record.first, found.serving[row])  # type: ignore[arg-type]
+                self._keep((call, record.key), meta)
+                repeat = record.repeat if stop is None else min(record.repeat, stop - record.first)
+                for offset in range(repeat):
+                    self.current = record.first + offset
+                    self.signature_hits += offset > 0
+                    yield meta if offset == 0 else meta.at(record.first + offset)
+                    if self._safe_point is not None:
+                        self._safe_point()
+            if miss == len(records):
+                return
+            yield from self._one_by_one(records[miss:miss + 1], stop)
+            start = miss + 1
+
+    def _one_by_one(self, records: list[SignatureRecord], stop: int | None) -> Iterator[SampleMeta]:
+        for record in records:
+            repeat = record.repeat if stop is None else min(record.repeat, stop - record.first)
+            for offset in range(repeat):
+                self.current = record.first + offset
+                yield self._record(record, offset)
+                if self._safe_point is not None:
+                    self._safe_point()
 
     def _done(self, meta: SampleMeta) -> None:
         self.on_sample(meta)
@@ -399,6 +474,8 @@ class ReplaySession:
             replay_mode="guards" if self.skip_served else "full",
             dropped_records=self.capture.dropped + (self.cudagraphs.dropped if self.cudagraphs else 0),
             unreadable_cudagraph_records=self.cudagraphs.unreadable if self.cudagraphs else 0,
+            column_checks=self._columns.stats if self._columns is not None and (
+                self._columns.stats.samples or self._columns.stats.calls) else None,
         )
 
 

@@ -27,7 +27,7 @@ from ..corpus.requests import check_request
 from ..corpus.signature import call_key, signature
 from ..corpus.values import check_sample, snapshot, storage_bytes
 from ..corpus.weights import as_model_print, model_print
-from ..corpus.writer import CorpusWriter
+from ..corpus.writer import LOG_CHOICES, CorpusWriter, default_replica
 from ..errors import CorpusError, ModelSpecError, SampleError, ServeError
 from ..replay.arguments import describe
 
@@ -388,10 +388,14 @@ _STOP = object()
 
 
 class TrafficRecorder(FallbackRecorder):
-    """Records every call it is offered into a corpus by signature (format 3,
-    ``CorpusWriter(keep="signatures")``): the first ``full_per_signature`` calls of each
-    signature with their tensors, every other call as its signature only (sizes, strides,
-    dtypes, aliasing, scalars: no tensor data), consecutive calls of one signature as one record.
+    """Records every call it is offered into a traffic log by signature (format 5,
+    ``CorpusWriter(keep="signatures", log="parquet")``; ``log="shards"``: format 3): the first
+    ``full_per_signature`` calls of each signature with their tensors, every other call as its
+    signature only (sizes, strides, dtypes, aliasing, scalars: no tensor data). The repeats of a
+    signature between two flushes (``flush_every`` seconds) are one row of the log, with their
+    count, the times of the first and last of them and ``replica`` (default ``host:pid``), so the
+    logs of several processes merge in a defined order; DuckDB, pandas or pyarrow read the log
+    as it is (:mod:`guardscope.corpus.traffic_log`).
 
     On the serving thread a call of a layout seen before costs its cheap key
     (:func:`~guardscope.corpus.signature.call_key`: the seed's six tensors, about 11 us at the
@@ -432,10 +436,18 @@ class TrafficRecorder(FallbackRecorder):
         method: str | None = None,
         recorded_from: Any = None,
         grad_mode: str | None = None,
+        replica: str | None = None,
+        log: str = "parquet",
     ) -> None:
         if type(full_per_signature) is not int or full_per_signature < 0:
             raise ServeError(f"full_per_signature must be an int >= 0, got {full_per_signature!r}")
         self.full_per_signature = full_per_signature
+        if replica is not None and (type(replica) is not str or not replica):
+            raise ServeError(f"replica must be a non-empty str naming this process in the log, got {replica!r}")
+        if log not in LOG_CHOICES:
+            raise ServeError(f"log must be one of {', '.join(map(repr, LOG_CHOICES))}, got {log!r}")
+        self.replica = replica if replica is not None else default_replica()
+        self.log = log
         self._full_counts: dict[int, int] = {}  # hash of a signature -> calls recorded in full
         self._full = 0
         self._known: dict[tuple, tuple] = {}  # call_key -> (signature, devices, its hash)
@@ -516,11 +528,12 @@ class TrafficRecorder(FallbackRecorder):
                 self._full_counts[key] = count + 1
                 self._reserved_bytes += size
             self._pending += 1
-        item: Any = ("signature", sig, devices, tag)
+        when = time.time_ns()
+        item: Any = ("signature", sig, devices, tag, when)
         if full:
             try:
                 # Copied on this thread: the caller may reuse its buffers once the call returns.
-                item = ("full", *snapshot(args, kwargs), sig, tag)
+                item = ("full", *snapshot(args, kwargs), sig, tag, when)
             except Exception as exc:
                 self.error("copying a call's arguments", exc)
         with self._lock:
@@ -606,16 +619,16 @@ class TrafficRecorder(FallbackRecorder):
                             method=self.method, recorded_from=self.recorded_model, keep="signatures",
                             dynamo_config=self.dynamo_config, grad_mode=self.grad_mode,
                             full_per_signature=self.full_per_signature,
-                            max_signatures=self.max_signatures,
+                            max_signatures=self.max_signatures, log=self.log, replica=self.replica,
                             # The bound this recorder applies before copying, so the writer's
                             # never refuses a call copied for it and its summary states this one.
                             max_full_bytes=self.max_bytes)
 
     def _write(self, writer: CorpusWriter, item: Any) -> None:
         if item[0] == "full":  # its signature taken on the serving thread
-            writer.add_snapshot(item[1], item[2], item[3], request=item[4])
+            writer.add_snapshot(item[1], item[2], item[3], request=item[4], when=item[5])
         else:
-            writer.add_signature(item[1], item[2], request=item[3])
+            writer.add_signature(item[1], item[2], request=item[3], when=item[4])
 
 
 __all__ = [

@@ -18,7 +18,9 @@ docstring names the private APIs it uses, and why):
 * ``export``: whether an exported program accepts a call, constraint violations, AOTInductor;
 * ``compile_cache``: compile-cache artifacts saved and loaded, cache counters, compiled settings;
 * ``measurements``: device synchronisation, graphs compiled, the device's name (bench);
-* ``shapes_specs``: torch 2.13's declarative ``shapes_spec`` built from argument paths.
+* ``shapes_specs``: torch 2.13's declarative ``shapes_spec`` built from argument paths;
+* ``guard_columns``: a cache entry's guards as a predicate over columns of recorded calls
+  (sizes, strides, offsets, ints), Dynamo's own check where a guard cannot be translated.
 """
 
 from .versions import (check_supported_version, supports_eager_on_recompile, supports_per_call_recompile_limit,
@@ -40,6 +42,7 @@ from .compile_cache import (cache_device_name, compile_cache_counters, compiled_
                             save_compile_cache)
 from .measurements import device_name, graphs_compiled, synchronize
 from .shapes_specs import shapes_spec_of, supports_shapes_spec
+from .guard_columns import ColumnGuards, ScalarColumn, TensorColumn, column_guards
 
 __all__ = [
     "check_supported_version", "supports_eager_on_recompile", "supports_per_call_recompile_limit",
@@ -60,4 +63,5 @@ __all__ = [
     "cache_device_name", "compile_cache_counters", "compiled_settings", "load_compile_cache", "save_compile_cache",
     "device_name", "graphs_compiled", "synchronize",
     "shapes_spec_of", "supports_shapes_spec",
+    "ColumnGuards", "ScalarColumn", "TensorColumn", "column_guards",
 ]

@@ -107,7 +107,7 @@ def test_traffic_recorder_wrap_records_every_generate_call_by_signature(tmp_path
     torch_compat.reset_dynamo()
     production = [index for index, (*_, compiled_now) in enumerate(calls) if compiled_now]
     corpus = load_corpus(tmp_path / "c")
-    assert len(corpus) == len(calls) and corpus.manifest.format_version == 4
+    assert len(corpus) == len(calls) and corpus.manifest.format_version == 5
     assert corpus.manifest.method == "forward"
     # and, through torch.compile's and functools.wraps' wrappers, the shape of the model's weights
     assert corpus.manifest.recorded_model == model_print(om.gpt2())

@@ -313,7 +313,7 @@ def test_traffic_dir_records_every_call_by_signature_for_an_audit(seed_plan, see
     assert (stats.calls, stats.traffic_recorded, stats.traffic_pending, stats.traffic_dropped) == (80, 80, 0, 0)
     assert stats.traffic_full == 60 and stats.to_json()["traffic"]["full"] == 60
     corpus = load_corpus(tmp_path / "traffic")
-    assert corpus.manifest.format_version == 3 and len(corpus) == 80
+    assert corpus.manifest.format_version == 5 and len(corpus) == 80
     assert [s.data_of for s in corpus][60:] == list(range(20))
     with CorpusWriter(tmp_path / "plain", model=f"{REPO / 'samples' / 'gnn' / 'model.py'}:small",
                       compile=corpus.manifest.compile) as writer:

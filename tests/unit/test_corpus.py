@@ -390,7 +390,7 @@ def test_manifest_missing_field(corpus_dir, field):
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda raw: raw.update(format_version=5), "'format_version' is 5.*upgrade guardscope"),
+        (lambda raw: raw.update(format_version=6), "'format_version' is 6.*upgrade guardscope"),
         (lambda raw: raw.update(format_version=0), "'format_version' is 0.*re-record"),
         (lambda raw: raw.update(format="other"), "'format' is 'other'"),
         (lambda raw: raw.update(samples="5"), "'samples' must be a JSON integer"),

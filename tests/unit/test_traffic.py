@@ -1,5 +1,5 @@
-"""guardscope.runtime.TrafficRecorder: every call recorded by signature (corpus format 3), bounded,
-off the caller's buffers; no compile."""
+"""guardscope.runtime.TrafficRecorder: every call recorded by signature (a Parquet traffic log,
+corpus format 5; ``log="shards"``: format 3), bounded, off the caller's buffers; no compile."""
 
 from __future__ import annotations
 
@@ -28,22 +28,32 @@ def recorded(directory, calls, **options):
     return recorder
 
 
-def test_every_call_is_recorded_and_only_the_first_of_each_signature_in_full(tmp_path):
+@pytest.mark.parametrize("log", ["parquet", "shards"])
+def test_every_call_is_recorded_and_only_the_first_of_each_signature_in_full(tmp_path, log):
     rows = [3, 3, 5, 3, 5, 5, 5, 7, 3, 3]
     calls = [call(n, seed) for seed, n in enumerate(rows)]
-    recorder = recorded(tmp_path / "t", calls)
+    recorder = recorded(tmp_path / "t", calls, log=log)
     counts = recorder.counts()
     assert (counts["recorded"], counts["pending"], counts["dropped"], counts["full"]) == (10, 0, 0, 3)
     assert counts["signatures"] == 3
-    assert read_manifest(tmp_path / "t").format_version == 3
+    assert read_manifest(tmp_path / "t").format_version == (5 if log == "parquet" else 3)
     samples = list(load_corpus(tmp_path / "t"))
-    assert [s.recorded for s in samples] == ["full", "signature", "full", "signature", "signature",
-                                             "signature", "signature", "full", "signature", "signature"]
-    assert [s.data_of for s in samples] == [None, 0, None, 0, 2, 2, 2, None, 0, 0]
-    for sample, (args, kwargs) in zip(samples, calls):
-        assert signature(sample.args, sample.kwargs) == signature(args, kwargs)
-    for sample in (samples[0], samples[2], samples[7]):  # full: the tensors themselves
-        assert torch.equal(sample.args[0], calls[sample.index][0][0])
+    if log == "parquet":
+        # One window (no flush between): a signature's signature-only calls are one row, placed
+        # at the first of them; the calls kept in full stay where they came.
+        order = [0, 1, 3, 8, 9, 2, 4, 5, 6, 7]
+        assert [s.recorded for s in samples] == ["full"] + ["signature"] * 4 + ["full"] + ["signature"] * 3 + ["full"]
+        assert [s.data_of for s in samples] == [None, 0, 0, 0, 0, None, 5, 5, 5, None]
+    else:  # format 3: in recorded order, consecutive repeats on one record
+        order = list(range(10))
+        assert [s.recorded for s in samples] == ["full", "signature", "full", "signature", "signature",
+                                                 "signature", "signature", "full", "signature", "signature"]
+        assert [s.data_of for s in samples] == [None, 0, None, 0, 2, 2, 2, None, 0, 0]
+    for sample, position in zip(samples, order):
+        assert signature(sample.args, sample.kwargs) == signature(*calls[position])
+    for sample in samples:
+        if sample.recorded == "full":  # full: the tensors themselves
+            assert torch.equal(sample.args[0], calls[order[sample.index]][0][0])
         assert sample.args[1].untyped_storage().data_ptr() == sample.args[0].untyped_storage().data_ptr()
 
 
@@ -134,6 +144,7 @@ def test_calls_known_by_their_cheap_key_are_recorded_with_their_own_signature(tm
     assert recorder.counts()["recorded"] == len(calls)
     samples = list(load_corpus(tmp_path / "t"))
     assert len(samples) == len(calls)
-    for sample, (args, kwargs) in zip(samples, calls):
+    # One window: each signature's calls are one row at its first call.
+    for sample, (args, kwargs) in zip(samples, [calls[i] for i in (0, 2, 5, 1, 3, 4)]):
         assert signature(sample.args, sample.kwargs) == signature(args, kwargs, inference=False)
     assert len({signature(s.args, s.kwargs) for s in samples}) == 4

@@ -1,0 +1,85 @@
+"""One flush of a traffic log being recorded (format 5, :mod:`guardscope.corpus.traffic_log`): the
+rows of the calls added since the last flush, repeats of a signature counted on one row.
+
+A busy replica repeats a few call layouts: with ``aggregate`` (the traffic recorder's way) every
+signature-only call of a signature already in the window adds to that signature's row (its count
+and ``last_seen``), so a flush holds one row per distinct signature, placed where the first of its
+calls came; a call kept in full, and a call tagged with a request, is a row of its own. Sample
+indices are given when the window is written: each row stands for ``count`` consecutive samples
+from its ``first``, so the corpus's order is the order of the rows. Equal signatures pass the same
+guards, and the graph that serves a signature cannot change once one does, so gathering a
+signature's calls at its first one changes no topology and no compile (the index of a later call
+is all that moves). Without ``aggregate`` (``guardscope convert``) only consecutive calls of one
+signature share a row, and the order is the recorded one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .traffic_log import Layout
+
+
+class LogWindow:
+    """The pending rows of a traffic log: :meth:`signature` and :meth:`full` add calls,
+    :meth:`assign` gives them sample indices once the window is written."""
+
+    def __init__(self, replica: str | None, aggregate: bool) -> None:
+        self.replica = replica
+        self.aggregate = aggregate
+        self.rows: list[dict[str, Any]] = []
+        self.data: list[dict[str, Any]] = []  # the calls kept in full, in data-shard order
+        self.samples = 0  # calls in the window
+        self._open: dict[str, dict[str, Any]] = {}  # digest -> its aggregated row in this window
+
+    def __bool__(self) -> bool:
+        return bool(self.rows)
+
+    def signature(self, layout: Layout, full: Any, when: int | None, request: tuple | None = None,
+                  count: int = 1) -> None:
+        """``count`` signature-only calls of ``layout``; ``full`` the index (or pending row) of
+        its sample kept in full, or None."""
+        self.samples += count
+        if request is None:
+            row = self._open.get(layout.digest) if self.aggregate else None
+            if row is None and not self.aggregate and self.rows:
+                last = self.rows[-1]
+                if last["layout"].digest == layout.digest and last["data"] is None and last["request"] is None:
+                    row = last
+            if row is not None:
+                row["count"] += count
+                if when is not None:
+                    row["last_seen"] = when
+                return
+        row = self._row(layout, full, when, request, count)
+        if request is None and self.aggregate:
+            self._open[layout.digest] = row
+
+    def full(self, layout: Layout, args: tuple, kwargs: dict, when: int | None,
+             request: tuple | None = None) -> dict[str, Any]:
+        """A call kept in full; returns its row (its index once :meth:`assign` ran)."""
+        self.samples += 1
+        row = self._row(layout, None, when, request, 1)
+        row["data"] = len(self.data)
+        self.data.append({"args": args, "kwargs": kwargs})
+        return row
+
+    def _row(self, layout: Layout, full: Any, when: int | None, request: tuple | None,
+             count: int) -> dict[str, Any]:
+        row = {"layout": layout, "count": count, "first_seen": when, "last_seen": when, "replica": self.replica,
+               "full": full, "data": None, "request": request, "first": None}
+        self.rows.append(row)
+        return row
+
+    def assign(self, first: int) -> list[dict[str, Any]]:
+        """Give every row its first sample's index from ``first`` on, and every reference to a
+        row kept in full its index; returns the rows."""
+        index = first
+        for row in self.rows:
+            row["first"] = index
+            index += row["count"]
+        for row in self.rows:
+            full = row["full"]
+            if type(full) is dict:
+                row["full"] = full["first"]
+        return self.rows

@@ -1,0 +1,175 @@
+"""Signature records checked against the compiled graphs' guards a column at a time.
+
+A guard-only replay of signature records asks, record after record, which compiled graph accepts
+it (``guard_manager.check`` on its frame locals, 5-15 us each). For the records of one flat call
+template (:class:`~guardscope.corpus.call_template.CallTemplate`), which differ only in their
+tensors' sizes, strides and offsets, each graph's guards are a predicate over those numbers
+(:func:`guardscope.torch_compat.column_guards`): one graph's acceptance of a batch of records is a
+few numpy comparisons. :class:`ColumnBatch` holds a batch's columns and the graph found for each
+record so far; the replay loop (:mod:`guardscope.replay.session`) keeps Dynamo's semantics exactly:
+graphs are tried earliest-compiled first, the first record no graph accepts is replayed through
+Dynamo (which compiles the next graph), and only the graphs compiled since are tried on the
+records still unserved. A graph whose guards cannot be translated is checked with Dynamo's own
+check record by record (:attr:`ColumnStats.calls`, with the reason), never guessed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import torch_compat
+from ..model import compile_order
+from .record_plan import RecordPlan
+from .runner import Runner
+
+# Records checked in one batch (their columns take 8 bytes a number).
+COLUMN_BATCH = 1 << 16
+
+
+@dataclass
+class ColumnStats:
+    """What a replay checked over columns: signature samples whose graph was found over columns,
+    checks made one by one with Dynamo's check (a graph not translatable: one per record it was
+    tried on), and why, per graph."""
+
+    samples: int = 0
+    calls: int = 0
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"samples": self.samples, "calls": self.calls, "reasons": dict(sorted(self.reasons.items()))}
+
+
+class ColumnChecks:
+    """The column predicates of one replay: per call template and graph, translated once."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self.stats = ColumnStats()
+        self._translated: dict[Any, dict[str, torch_compat.ColumnGuards]] = {}  # call -> compile id -> guards
+        self._layouts: dict[Any, tuple[dict, list[tuple[str, int, int]]] | None] = {}
+        # (call template, compile id) -> whether the guards its predicate leaves out (the same for
+        # every record: ColumnGuards.assumed) held on a record Dynamo's check was asked about.
+        self.assumed: dict[tuple[Any, str], bool] = {}
+
+    def layout(self, call: Any, plan: RecordPlan) -> tuple[dict, list[tuple[str, int, int]]] | None:
+        """The frame locals that vary across a call template's records, and for each its name,
+        its tensor position and its slot; None when the template's records cannot be checked
+        over columns (not framed, or a tensor that is an inference tensor)."""
+        if call in self._layouts:
+            return self._layouts[call]
+        found = None
+        if plan.framed and call.flat and not call.has_ints:
+            names = plan._names
+            varying: dict[str, torch_compat.TensorColumn] = {}
+            places: list[tuple[str, int, int]] = []
+            for at, position in plan._placed:
+                slot_index = call.tensor_parts[position]
+                _, ndim, _, dtype, device, requires_grad, inference = call.slots[slot_index]
+                if inference:
+                    break
+                varying[names[at]] = torch_compat.TensorColumn(ndim, dtype, device, requires_grad)
+                places.append((names[at], position, slot_index))
+            else:
+                found = (varying, places)
+        if len(self._layouts) >= 256:
+            self._layouts.clear()
+        self._layouts[call] = found
+        return found
+
+    def batch(self, call: Any, plan: RecordPlan, keys: list[tuple]) -> ColumnBatch | None:
+        layout = self.layout(call, plan)
+        if layout is None:
+            return None
+        return ColumnBatch(self, call, plan, layout, keys)
+
+    def guards(self, call: Any, plan: RecordPlan, layout: tuple, example_key: tuple) -> list[torch_compat.ColumnGuards]:
+        """Every compiled graph's column guards for this call template, earliest-compiled first;
+        each graph translated once (under the replay's settings and grad mode)."""
+        known = self._translated.setdefault(call, {})
+        entries = self.runner.entries()
+        if any(compile_id not in known for compile_id, _ in entries):
+            f_locals, _ = plan.frame(call, example_key)
+            with self.runner.grad_context():
+                translated = torch_compat.column_guards(self.runner.code, layout[0], f_locals) or []
+            for guards in translated:
+                known.setdefault(guards.compile_id, guards)
+                if guards.predicate is None and guards.reason:
+                    self.stats.reasons.setdefault(guards.compile_id, guards.reason)
+        return [known[compile_id] for compile_id, _ in entries if compile_id in known]
+
+
+class ColumnBatch:
+    """The records of one call template, in order: their columns, and the graph found for each."""
+
+    def __init__(self, checks: ColumnChecks, call: Any, plan: RecordPlan, layout: tuple, keys: list[tuple]) -> None:
+        self.checks, self.call, self.plan, self.layout, self.keys = checks, call, plan, layout, keys
+        self.size = len(keys)
+        self.columns: dict[tuple, np.ndarray] = {}
+        for name, _, slot_index in layout[1]:
+            ndim = call.slots[slot_index][1]
+            numbers = np.array([key[slot_index] for key in keys], dtype=np.int64).reshape(self.size, 2 * ndim + 1)
+            for dim in range(ndim):
+                self.columns[(name, "size", dim)] = numbers[:, dim]
+                self.columns[(name, "stride", dim)] = numbers[:, ndim + dim]
+            self.columns[(name, "offset")] = numbers[:, 2 * ndim]
+        self.serving: list[str | None] = [None] * self.size
+        self._unserved = np.ones(self.size, dtype=bool)
+        self._tried: set[str] = set()
+
+    def find(self) -> None:
+        """Try every graph not tried yet, earliest-compiled first, on the records no graph
+        accepted so far."""
+        stats = self.checks.stats
+        for guards in sorted(self.checks.guards(self.call, self.plan, self.layout, self.keys[0]),
+                             key=lambda found: compile_order(found.compile_id)):
+            if guards.compile_id in self._tried:
+                continue
+            self._tried.add(guards.compile_id)
+            rows = np.flatnonzero(self._unserved)
+            if not len(rows):
+                return
+            if guards.predicate is not None:
+                accepted = rows[guards.predicate({name: column[rows] for name, column in self.columns.items()})]
+                if guards.assumed and len(accepted) and not self._assumed_hold(guards, int(accepted[0])):
+                    accepted = accepted[:0]
+            else:  # Dynamo's own check, record by record
+                accepted_list = []
+                with self.checks.runner.grad_context():
+                    for row in rows.tolist():
+                        f_locals, _ = self.plan.frame(self.call, self.keys[row])
+                        try:
+                            if guards.check(f_locals):
+                                accepted_list.append(row)
+                        except Exception:
+                            pass
+                stats.calls += len(rows)
+                accepted = np.array(accepted_list, dtype=np.int64)
+            self._unserved[accepted] = False
+            for row in accepted.tolist():
+                self.serving[row] = guards.compile_id
+
+    def _assumed_hold(self, guards: torch_compat.ColumnGuards, row: int) -> bool:
+        """Whether the guards ``guards.predicate`` leaves out hold: Dynamo's check of one record
+        the predicate accepts (once per graph and call template; the same for every record)."""
+        known = self.checks.assumed.get((self.call, guards.compile_id))
+        if known is None:
+            f_locals, _ = self.plan.frame(self.call, self.keys[row])
+            with self.checks.runner.grad_context():
+                try:
+                    known = bool(guards.check(f_locals))
+                except Exception:
+                    known = False
+            self.checks.assumed[(self.call, guards.compile_id)] = known
+            self.checks.stats.calls += 1
+            if not known:
+                self.checks.stats.reasons.setdefault(guards.compile_id, f"fails {guards.assumed[0]}")
+        return known
+
+    def first_unserved(self, start: int) -> int:
+        """The first record from ``start`` that no graph accepts (``size``: none)."""
+        found = np.flatnonzero(self._unserved[start:])
+        return start + int(found[0]) if len(found) else self.size

@@ -1,0 +1,201 @@
+"""Traffic logs (corpus format 5, issue 37): signature records as Parquet, one file per flush, read
+by plain pyarrow and DuckDB as they are; repeats of a signature counted on one row per window with
+first/last timestamps and a replica id; bad files refused with one line naming them; ``convert``
+keeps every sample at its index. No compile."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from guardscope.corpus.converting import convert_corpus
+from guardscope.corpus.format import read_manifest
+from guardscope.corpus.reader import SignatureRecord, load_corpus
+from guardscope.corpus.signature import signature
+from guardscope.corpus.traffic_log import layout_of, signature_with
+from guardscope.corpus.writer import CorpusWriter
+from guardscope.errors import CorpusError, ShardError
+from guardscope.model import Sample
+
+MODEL = "pkg.models:build"
+
+
+def call(rows: int, width: int = 4) -> tuple[tuple, dict]:
+    return (torch.zeros(rows, width), torch.zeros(rows, dtype=torch.int64)), {"mask": None, "k": rows % 3}
+
+
+def traffic(directory: pathlib.Path, rows: list[int], **options) -> CorpusWriter:
+    options = {"keep": "signatures", "log": "parquet", "replica": "host-a:1", **options}
+    with CorpusWriter(directory, model=MODEL, compile={"dynamic": True}, **options) as writer:
+        for count in rows:
+            args, kwargs = call(count)
+            writer.add(*args, **kwargs)
+    return writer
+
+
+def described(corpus) -> list[tuple]:
+    """Each sample's index, kind and signature, as loading gives them."""
+    out = []
+    for record in corpus.iter_records():
+        if type(record) is Sample:
+            out.append((record.index, "full", signature(record.args, record.kwargs, inference=False)))
+        else:
+            out += [(record.first + k, "signature", record.signature) for k in range(record.repeat)]
+    return out
+
+
+def test_a_traffic_log_is_parquet_that_pyarrow_reads_as_it_is(tmp_path):
+    rows = [5, 5, 7, 5, 7, 9, 5]
+    traffic(tmp_path / "t", rows)
+    manifest = read_manifest(tmp_path / "t")
+    assert manifest.format_version == 5 and manifest.samples == len(rows)
+    (shard,) = manifest.shards
+    assert shard.file == "shard-00000.parquet" and shard.data[0] == "shard-00000.pt"
+    table = pq.read_table(tmp_path / "t" / shard.file)
+    got = table.to_pylist()
+    # One row per call kept in full (5, 7, 9: their first), the repeats of a signature on one row
+    # placed at its first signature-only call: 5 x3 after 5's full row, 7 x1 after 7's.
+    assert [(r["sizes"][0][0], r["count"], r["data"] is not None) for r in got] == [
+        (5, 1, True), (5, 3, False), (7, 1, True), (7, 1, False), (9, 1, True)]
+    assert sum(table.column("count").to_pylist()) == len(rows)
+    assert set(table.column("replica").to_pylist()) == {"host-a:1"}
+    assert all(r["first_seen"] <= r["last_seen"] for r in got)
+    assert got[1]["full"] == got[0]["first"] and got[1]["dtypes"] == ["float32", "int64"]
+    assert got[1]["ints"] == [5 % 3] and got[1]["strides"] == [[4, 1], [1]]
+    assert table.schema.field("first_seen").type == pa.timestamp("ns", tz="UTC")
+    # The corpus gives every call back: 7 samples, the signature rows materialising as recorded.
+    corpus = load_corpus(tmp_path / "t")
+    samples = described(corpus)
+    assert [index for index, *_ in samples] == list(range(len(rows)))
+    assert [s[2] for s in samples] == [signature(*call(n), inference=False) for n in [5, 5, 5, 5, 7, 7, 9]]
+
+
+def test_duckdb_finds_the_counts_of_a_traffic_log(tmp_path):
+    duckdb = pytest.importorskip("duckdb")
+    traffic(tmp_path / "t", [3, 4, 3, 3, 4] * 20, shard_size=2)
+    query = (f"SELECT sizes[1][1] AS rows, sum(count) AS calls FROM '{tmp_path}/t/shard-*.parquet' "
+             "GROUP BY rows ORDER BY rows")
+    assert duckdb.sql(query).fetchall() == [(3, 60), (4, 40)]
+
+
+def test_a_window_of_rows_is_one_file_per_flush_and_the_order_is_the_rows(tmp_path):
+    writer = CorpusWriter(tmp_path / "t", model=MODEL, keep="signatures", log="parquet", full_per_signature=0)
+    sig_a, sig_b = signature(*call(2), inference=False), signature(*call(3), inference=False)
+    for sig, when in [(sig_a, 10), (sig_b, 20), (sig_a, 30)]:
+        assert writer.add_signature(sig, {"cpu"}, when=when) is None  # indices are given at the flush
+    writer.flush()
+    writer.add_signature(sig_a, {"cpu"}, when=40)
+    writer.close()
+    manifest = read_manifest(tmp_path / "t")
+    assert [s.file for s in manifest.shards] == ["shard-00000.parquet", "shard-00001.parquet"]
+    assert all(s.data is None for s in manifest.shards)  # nothing kept in full: no data shard
+    first = pq.read_table(tmp_path / "t" / "shard-00000.parquet").to_pylist()
+    assert [(r["count"], r["first"], r["first_seen"].value, r["last_seen"].value) for r in first] == [
+        (2, 0, 10, 30), (1, 2, 20, 20)]
+    corpus = load_corpus(tmp_path / "t")
+    assert [s[2] for s in described(corpus)] == [sig_a, sig_a, sig_b, sig_a]
+
+
+def test_convert_keeps_every_sample_at_its_index(tmp_path):
+    with CorpusWriter(tmp_path / "old", model=MODEL, keep="signatures", shard_size=3) as writer:
+        for rows in [2, 2, 3, 2, 3, 3, 4]:
+            writer.add(*call(rows)[0], **call(rows)[1])
+    old = load_corpus(tmp_path / "old")
+    converted = convert_corpus(tmp_path / "old", tmp_path / "new", replica="r")
+    assert "7 samples" in converted.summary()
+    new = load_corpus(tmp_path / "new")
+    assert new.manifest.format_version == 5 and len(new) == len(old) == 7
+    assert described(new) == described(old)
+    table = pa.concat_tables(pq.read_table(tmp_path / "new" / s.file) for s in new.manifest.shards)
+    assert table.column("first_seen").null_count == len(table)  # the source recorded no times
+    with pytest.raises(CorpusError, match="is the corpus being converted"):
+        convert_corpus(tmp_path / "new", tmp_path / "new")
+
+
+def test_a_truncated_or_foreign_parquet_file_is_refused_naming_it(tmp_path):
+    traffic(tmp_path / "t", [2, 3, 2, 4], shard_size=2, full_per_signature=0)
+    manifest = read_manifest(tmp_path / "t")
+    assert len(manifest.shards) >= 2
+    bad = tmp_path / "t" / manifest.shards[0].file
+    data = bad.read_bytes()
+
+    def refused(content: bytes) -> str:
+        bad.write_bytes(content)
+        # As if recorded so: the manifest's checksum matches, so the content itself is judged.
+        raw = json.loads((tmp_path / "t" / "corpus.json").read_text())
+        import hashlib
+        raw["shards"][0]["sha256"] = hashlib.sha256(content).hexdigest()
+        (tmp_path / "t" / "corpus.json").write_text(json.dumps(raw))
+        corpus = load_corpus(tmp_path / "t")
+        with pytest.raises(ShardError) as caught:
+            corpus.load_records(corpus.manifest.shards[0])
+        message = str(caught.value)
+        assert "\n" not in message and str(bad) in message
+        # The rest of the corpus still loads.
+        assert corpus.load_records(corpus.manifest.shards[1])
+        return message
+
+    assert "not a readable Parquet file" in refused(data[: len(data) // 2])
+    foreign = pa.table({"first": [0], "count": [1]})
+    sink = pa.BufferOutputStream()
+    pq.write_table(foreign, sink)
+    assert "not a guardscope traffic log" in refused(sink.getvalue().to_pybytes())
+    # A log whose row does not fit its call template: named with its row and sample.
+    table = pq.read_table(pa.BufferReader(data))
+    sizes = table.column("sizes").to_pylist()
+    sizes[0] = [[2, 4, 1], [2]]
+    broken = table.set_column(table.schema.get_field_index("sizes"), "sizes",
+                              pa.array(sizes, type=table.schema.field("sizes").type))
+    sink = pa.BufferOutputStream()
+    pq.write_table(broken, sink)
+    message = refused(sink.getvalue().to_pybytes())
+    assert "row 0 (sample 0)" in message and "dims" in message
+
+
+def test_a_changed_checksum_still_names_the_log(tmp_path):
+    traffic(tmp_path / "t", [2, 3])
+    manifest = read_manifest(tmp_path / "t")
+    path = tmp_path / "t" / manifest.shards[0].file
+    path.write_bytes(path.read_bytes()[:-10])
+    corpus = load_corpus(tmp_path / "t")
+    with pytest.raises(ShardError, match="fails its checksum"):
+        corpus.load_records(corpus.manifest.shards[0])
+
+
+def test_the_writer_refuses_a_log_without_signatures_and_a_bad_replica(tmp_path):
+    with pytest.raises(CorpusError, match='use it with keep="signatures"'):
+        CorpusWriter(tmp_path / "a", model=MODEL, log="parquet")
+    with pytest.raises(CorpusError, match="log must be one of"):
+        CorpusWriter(tmp_path / "b", model=MODEL, keep="signatures", log="csv")
+    with pytest.raises(CorpusError, match="replica must be a non-empty str"):
+        CorpusWriter(tmp_path / "c", model=MODEL, keep="signatures", log="parquet", replica="")
+
+
+def test_a_signature_with_shared_storage_keeps_its_text_and_a_template_fills_back():
+    base = torch.zeros(4, 3)
+    shared = signature((base, base[1:]), {}, inference=False)
+    layout = layout_of(shared, "d")
+    assert layout.template is None and json.loads(layout.signature)[0] == "call"
+    plain = signature(*call(6), inference=False)
+    layout = layout_of(plain, "d")
+    template = signature(*call(1), inference=False)
+    assert layout.template == layout_of(template, "d").template  # one template for every size
+    assert signature_with(template, layout.sizes, layout.strides, layout.offsets, layout.ints) == plain
+    with pytest.raises(ValueError, match="fewer tensors"):
+        signature_with(template, layout.sizes[:1], layout.strides[:1], layout.offsets[:1], layout.ints)
+
+
+def test_a_signature_record_of_a_log_materialises_as_recorded(tmp_path):
+    traffic(tmp_path / "t", [3, 3, 3], full_per_signature=0)
+    corpus = load_corpus(tmp_path / "t")
+    (record,) = corpus.iter_records()
+    assert type(record) is SignatureRecord and record.repeat == 3 and record.call is not None
+    sample = record.sample(2)
+    assert sample.index == 2 and signature(sample.args, sample.kwargs, inference=False) == record.signature
+    shutil.rmtree(tmp_path / "t")
