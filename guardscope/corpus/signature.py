@@ -110,29 +110,38 @@ def call_key(args: tuple, kwargs: dict[str, Any]) -> tuple | None:
     parts: list[Any] = []
     bases: dict[tuple, int] = {}
     position = 0
-    for value in (*args, *kwargs.values()):
-        kind = type(value)
-        if kind is torch.Tensor:
-            if value.layout is not torch.strided or value.is_meta:
+    try:
+        for value in (*args, *kwargs.values()):
+            kind = type(value)
+            if kind is torch.Tensor:
+                # As few reads as a tensor allows (each is a call into torch): a sparse, mkldnn or
+                # nested tensor has no data pointer (RuntimeError below), a meta one a null one.
+                offset = value.storage_offset()
+                base = value.data_ptr()
+                device = value.device
+                if base and offset:
+                    base -= offset * value.element_size()
+                elif not base:
+                    if value.is_meta or value.layout is not torch.strided:
+                        return None
+                    if not value.numel():  # an empty view may still hold storage, as signature() reads it
+                        storage = value.untyped_storage()
+                        base = storage.data_ptr() if storage.nbytes() else 0
+                alias = None
+                if base:
+                    alias = bases.setdefault((device, base), position)
+                    if alias == position:
+                        alias = None
+                position += 1
+                parts.append((value.shape, value.stride(), offset, value.dtype, device, value.requires_grad, alias))
+            elif kind in _SCALARS:
+                parts.append((kind, value))
+            elif kind is float:
+                parts.append((kind, repr(value)))  # repr: -0.0 is not 0.0, nan is nan
+            else:
                 return None
-            if value.numel():
-                base = value.data_ptr() - value.storage_offset() * value.element_size()
-            else:  # an empty view may still hold storage, as signature() reads it
-                storage = value.untyped_storage()
-                base = storage.data_ptr() if storage.nbytes() else 0
-            alias = None
-            if base:
-                alias = bases.setdefault((value.device, base), position)
-                alias = None if alias == position else alias
-            position += 1
-            parts.append((value.shape, value.stride(), value.storage_offset(), value.dtype, value.device,
-                          value.requires_grad, alias))
-        elif kind in _SCALARS:
-            parts.append((kind, value))
-        elif kind is float:
-            parts.append((kind, repr(value)))  # repr: -0.0 is not 0.0, nan is nan
-        else:
-            return None
+    except (RuntimeError, NotImplementedError):  # a tensor without strides or a data pointer
+        return None
     return (len(args), tuple(kwargs), tuple(parts))
 
 

@@ -114,15 +114,13 @@ def split_signature(sig: tuple) -> tuple[tuple | None, list, list, list, list, l
     ints: list[int] = []
     plain = [True]
 
-    def blank(node: Any) -> Any:
-        if type(node) is not tuple:
-            return node
+    def blank(node: tuple) -> tuple:  # on the writer thread once per new signature: kept lean
         kind = node[0] if node else None
         if kind == "tensor" and len(node) == 11:
             if node[1] != "Tensor" or node[3] is None or node[10] is not None:
                 plain[0] = False  # a subclass, another layout, or storage shared with another tensor
-            sizes.append(list(node[2]))
-            strides.append(list(node[3]) if node[3] is not None else [])
+            sizes.append(node[2])
+            strides.append(node[3] if node[3] is not None else ())
             offsets.append(node[4] if node[4] is not None else 0)
             dtypes.append(node[5])
             return ("tensor", node[1], len(node[2]), *node[5:])
@@ -131,7 +129,7 @@ def split_signature(sig: tuple) -> tuple[tuple | None, list, list, list, list, l
             return ("int",)
         if kind == "object":
             plain[0] = False
-        return tuple([blank(item) for item in node])
+        return tuple([blank(item) if type(item) is tuple else item for item in node])
 
     shape = blank(sig)
     return (shape if plain[0] else None), sizes, strides, offsets, dtypes, ints

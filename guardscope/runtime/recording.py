@@ -184,7 +184,10 @@ class FallbackRecorder:
         self._errors = 0
         self._dropped: dict[str, int] = {}
         self._closed = False
-        self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
+        # Bounded by ``_pending`` (counted under the lock), so the serving thread's put is the
+        # C queue's append, not queue.Queue's locked condition (a tenth of a microsecond, not one).
+        self.max_pending = max_pending or math.inf  # 0: unbounded, as queue.Queue's maxsize 0
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._write_loop, name=f"guardscope-{self._KIND}-recorder", daemon=True)
         self._thread.start()
 
@@ -217,6 +220,8 @@ class FallbackRecorder:
                 self._repeats += 1
                 if _steps(self._repeats, self.repeat_rate) == _steps(self._repeats - 1, self.repeat_rate):
                     return self._drop(SAMPLED_OUT)
+            if self._pending >= self.max_pending:
+                return self._drop(QUEUE_FULL)
             if self._reserved_samples >= self.max_samples:
                 return self._drop(MAX_SAMPLES)
             size = storage_bytes((args, kwargs))
@@ -243,11 +248,8 @@ class FallbackRecorder:
                 if self._closed:  # closed while copying: the writer takes nothing more
                     reason = CLOSED
                 else:
-                    try:
-                        self._queue.put_nowait(item)
-                        return None
-                    except queue.Full:
-                        reason = QUEUE_FULL
+                    self._queue.put(item)  # its place was taken under the lock (_pending)
+                    return None
             self._reserved_samples -= 1
             self._reserved_bytes -= size
             self._pending -= 1
@@ -347,14 +349,12 @@ class FallbackRecorder:
         writer.add_snapshot(item[0], item[1])  # copied on the serving thread already
 
     def _send(self, item: object) -> bool:
-        """Queue a control item for the writer, waiting while it drains a full queue."""
-        while self._thread.is_alive():
-            try:
-                self._queue.put(item, timeout=1.0)
-                return True
-            except queue.Full:
-                continue
-        return False
+        """Queue a control item for the writer (offers are bounded by ``max_pending``, control
+        items never wait); False when the writer has stopped."""
+        if not self._thread.is_alive():
+            return False
+        self._queue.put(item)
+        return True
 
     def flush(self, timeout: float | None = None) -> bool:
         """Write every sample queued so far to disk (a shard and the manifest) and wait for it;
@@ -514,21 +514,26 @@ class TrafficRecorder(FallbackRecorder):
                         self._known.clear()  # bounded: a long tail of new keys is taken again later
                     self._known[cheap] = known
         sig, devices, key = known
+        when = time.time_ns()
         with self._lock:
             if self._closed:
                 return self._drop(CLOSED)
-            count = self._full_counts.get(key, 0)
-            full = count < self.full_per_signature
-            size = storage_bytes((args, kwargs)) if full else 0
-            if full and self._reserved_bytes + size > self.max_bytes:
+            if self._pending >= self.max_pending:
+                return self._drop(QUEUE_FULL)
+            full = self._full_counts.get(key, 0) < self.full_per_signature
+            if not full:  # the common case, a signature's record: queued in the same hold of the lock
+                self._pending += 1
+                self._queue.put(("signature", sig, devices, tag, when))
+                return None
+            size = storage_bytes((args, kwargs))
+            if self._reserved_bytes + size > self.max_bytes:
                 full = False  # the data budget is spent: its signature only
             if full and key not in self._full_counts and len(self._full_counts) >= self.max_signatures:
                 full = False  # too many signatures to count: its signature only
             if full:
-                self._full_counts[key] = count + 1
+                self._full_counts[key] = self._full_counts.get(key, 0) + 1
                 self._reserved_bytes += size
             self._pending += 1
-        when = time.time_ns()
         item: Any = ("signature", sig, devices, tag, when)
         if full:
             try:
@@ -538,19 +543,14 @@ class TrafficRecorder(FallbackRecorder):
                 self.error("copying a call's arguments", exc)
         with self._lock:
             if not self._closed:
-                try:
-                    self._queue.put_nowait(item)
-                    self._full += item[0] == "full"
-                    return None
-                except queue.Full:
-                    reason = QUEUE_FULL
-            else:
-                reason = CLOSED
+                self._queue.put(item)  # its place was taken under the lock (_pending)
+                self._full += item[0] == "full"
+                return None
             self._pending -= 1
             if full:
                 self._reserved_bytes -= size
                 self._full_counts[key] -= 1
-            return self._drop(reason)
+            return self._drop(CLOSED)
 
     def wrap(self, function: Any) -> Any:
         """``function`` recording every call it gets before running it: with

@@ -148,3 +148,23 @@ def test_calls_known_by_their_cheap_key_are_recorded_with_their_own_signature(tm
     for sample, (args, kwargs) in zip(samples, [calls[i] for i in (0, 2, 5, 1, 3, 4)]):
         assert signature(sample.args, sample.kwargs) == signature(args, kwargs, inference=False)
     assert len({signature(s.args, s.kwargs) for s in samples}) == 4
+
+
+@pytest.mark.parametrize("max_pending", [2, 0])
+def test_calls_beyond_max_pending_are_dropped_as_queue_full_and_0_means_unbounded(tmp_path, max_pending):
+    # The writer thread held at its first item (its corpus not opened yet): what the serving
+    # thread may queue meanwhile is max_pending calls, the rest dropped, none lost from the counts.
+    gate = __import__("threading").Event()
+    recorder = TrafficRecorder(tmp_path / "t", model=MODEL, max_pending=max_pending)
+    opened = recorder._open_writer
+    recorder._open_writer = lambda: (gate.wait(), opened())[1]
+    reasons = [recorder.offer(*call(3 + n % 4, n)) for n in range(8)]
+    gate.set()
+    recorder.close()
+    counts = recorder.counts()
+    if max_pending:
+        assert reasons == [None, None] + ["queue_full"] * 6
+        assert (counts["recorded"], dict(counts["dropped_by_reason"])) == (2, {"queue_full": 6})
+    else:
+        assert reasons == [None] * 8 and counts["recorded"] == 8 and counts["dropped"] == 0
+    assert counts["pending"] == 0
