@@ -154,7 +154,14 @@ class Corpus:
     def sample(self, index: int) -> Sample:
         """Sample ``index`` (negative counts from the end); loads only the shard holding it."""
         shard, position = self._locate(index)
-        return self.load_shard(shard)[position - shard.first]
+        # Only that sample is built: a traffic log's shard holds tens of thousands of calls.
+        for item in self.load_records(shard):
+            if type(item) is Sample:
+                if item.index == position:
+                    return item
+            elif item.first <= position < item.first + item.repeat:
+                return item.sample(position - item.first)
+        raise ShardError(f"{self.path / shard.file}: holds no sample {position}, which the manifest places there")
 
     def _locate(self, index: int) -> tuple[ShardInfo, int]:
         """The shard holding sample ``index`` and the sample's position in the corpus."""
