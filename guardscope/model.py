@@ -266,6 +266,8 @@ class Topology:
     # Every graph its samples run through: the first frame's, then those of frames after graph
     # breaks (oldest first). One entry, compile_id, for a model that compiles to one frame.
     graphs: tuple[str, ...] = ()
+    # A fleet's analysis (several replicas' traffic): its calls per replica name, those that saw it.
+    replicas: dict[str, int] | None = None
 
     @property
     def count(self) -> int:
@@ -280,6 +282,7 @@ class Topology:
             "count": self.count,
             "samples": list(self.samples),
             "facts": list(self.facts),
+            **({"replicas": dict(self.replicas)} if self.replicas is not None else {}),
         }
 
 
@@ -359,6 +362,9 @@ class Catalog:
     # What production lives through under its recompile limits (catalog.limits): a plain JSON
     # dict; absent from catalog.json when not computed.
     production: dict[str, Any] | None = None
+    # A fleet's analysis: the calls of each replica (name -> calls, by name); None for one
+    # replica's corpus, and absent from catalog.json then.
+    replicas: dict[str, int] | None = None
 
     SCHEMA = 1
 
@@ -427,6 +433,7 @@ class Catalog:
                        **({"signatures": self.signatures} if self.signatures is not None else {})},
             "model": self.model,
             **({"method": self.method} if self.method is not None else {}),
+            **({"replicas": dict(self.replicas)} if self.replicas is not None else {}),
             "arguments": list(self.arguments),
             "compile": dict(sorted(self.compile.items())),
             "replay_mode": self.replay_mode,

@@ -16,10 +16,12 @@ from . import store, torch_compat
 from .catalog.buckets import SHAPES_PER_GRAPH
 from .catalog.builder import CatalogBuilder
 from .catalog.caveats import caveats
+from .catalog.fleet import with_replicas
 from .catalog.limits import production_limits, production_section
 from .catalog.cudagraphs import CudagraphSettings
 from .catalog.requests import request_summary
 from .corpus import load_corpus, load_model
+from .corpus.fleet import replica_of_samples
 from .corpus.weights import recorded_model_warning
 from .errors import CompileOptionsError, CorpusError, TraceParseError
 from .model import Catalog
@@ -174,6 +176,9 @@ def analyze(
     limits = production_limits(corpus.manifest.dynamo_config, corpus.manifest.compile, torch_compat.dynamo_defaults())
     catalog = replace(catalog, production=production_section(catalog, limits, corpus.requests,
                                                               carries_state(corpus)))
+    fleet = replica_of_samples(corpus)  # a merged fleet corpus: its calls per replica
+    if fleet is not None and len(fleet[0]) > 1 and len(fleet[1]) == catalog.samples:
+        catalog = with_replicas(catalog, *fleet)
     recording_times = builder.cudagraph_tally.recording_times() if options.uses_cudagraphs else None
     catalog_path, timings_path = store.write_analysis(out, catalog.to_json(), corpus=corpus.path.resolve(), timings={
         "replay_seconds": round(replayed.seconds, 6),
@@ -202,6 +207,45 @@ def analyze(
 
 
 # --- the commands that read an analysis ---------------------------------------------------------
+
+
+FLEET_CORPUS = "fleet-corpus"  # where analyze merges several replicas' traffic, inside --out
+
+
+def is_fleet(paths: tuple[str, ...] | list[str]) -> bool:
+    """Whether ``analyze``'s corpus arguments name several replicas' traffic: more than one
+    path, a glob pattern, or one folder of corpus folders (not a corpus itself)."""
+    from glob import has_magic
+
+    from .corpus.format import MANIFEST_NAME
+
+    if len(paths) != 1 or has_magic(paths[0]):
+        return True
+    path = Path(paths[0])
+    return (not (path / MANIFEST_NAME).is_file() and path.is_dir()
+            and any((child / MANIFEST_NAME).is_file() for child in path.iterdir()))
+
+
+def fleet_corpus(paths: tuple[str, ...] | list[str], out_dir: str | Path, *, force: bool = False, resume: bool = False,
+                 skip_bad_shards: bool = False, notice: Callable[[str], None] | None = None) -> Path:
+    """Several replicas' traffic logs (corpus folders, folders of them, glob patterns) merged in
+    fleet order (:mod:`guardscope.corpus.fleet`) into ``OUT/fleet-corpus``, the corpus ``analyze``
+    then replays; the replicas are checked to be one fleet before the output folder is touched.
+    A resumed analysis keeps the merged corpus it was reading."""
+    from .corpus.fleet import merge_fleet, open_fleet
+    from .corpus.format import MANIFEST_NAME
+
+    replicas = open_fleet(paths)
+    out = store.prepare_output_dir(out_dir, force=force, resume=resume)
+    target = out / FLEET_CORPUS
+    if resume and (target / MANIFEST_NAME).is_file():
+        return target
+    merged = merge_fleet(replicas, target, overwrite=True, skip_bad_shards=skip_bad_shards)
+    if notice is not None:
+        for reason in merged.skipped:
+            notice(f"skipped     {reason}")
+        notice(f"merged      {merged.summary()} into {target}")
+    return target
 
 
 def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: bool = False,

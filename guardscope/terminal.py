@@ -193,6 +193,14 @@ def format_summary(analysis: Any) -> str:
             f"  T{topology.id:<3} {topology.count:>6} samples, first {topology.first_sample:<6} "
             f"{graphs}: {facts}"
         )
+    if catalog.replicas is not None:
+        single = [t for t in catalog.topologies if t.replicas is not None and len(t.replicas) == 1]
+        shown = ", ".join(f"{name} {calls:,}" for name, calls in list(catalog.replicas.items())[:6])
+        more = f", {len(catalog.replicas) - 6} more" if len(catalog.replicas) > 6 else ""
+        lines.append(f"replicas    {len(catalog.replicas)} ({shown}{more} calls); "
+                     + (f"{len(single)} topologies met by one replica only: "
+                        + ", ".join(f"T{t.id} ({next(iter(t.replicas))})" for t in single[:8])
+                        + (", ..." if len(single) > 8 else "") if single else "every topology met by several"))
     if catalog.failed_samples:
         first = catalog.failed_samples[0]
         lines.append(f"failed      {len(catalog.failed_samples)} samples raised, first sample {first.index}: "

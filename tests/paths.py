@@ -1,4 +1,4 @@
-"""Where the tests' inputs are: the repository, the committed seed corpus, tests/models.py."""
+"""Where the tests' inputs are: the repository, the committed seed corpus and fleet, tests/models.py."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SEED_CORPUS = REPO / "samples" / "gnn" / "corpus"
+FLEET = REPO / "samples" / "fleet" / "replicas"  # the seed dealt to four replicas' traffic logs
 MODELS = Path(__file__).resolve().parent / "models.py"
 
 

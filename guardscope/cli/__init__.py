@@ -3,7 +3,7 @@ prints a summary. A :class:`GuardscopeError` becomes a one-paragraph message and
 
 One module per group of commands, in the pipeline's order: ``analysis`` (analyze, report),
 ``fixes`` (emit-warmup, bundle), ``exploring`` (probe, whatif), ``proof`` (verify, bench,
-fidelity), ``compare`` (diff), ``corpora`` (convert); ``common`` holds what they share (the error decorator, the options
+fidelity), ``compare`` (diff), ``corpora`` (convert, merge); ``common`` holds what they share (the error decorator, the options
 several commands declare). Torch-heavy modules are imported inside the command bodies, so
 ``guardscope --help`` imports no torch. ``python -m guardscope.cli`` runs ``__main__``.
 """
@@ -31,9 +31,11 @@ def main() -> None:
       guardscope diff before/ after/                     # what changed between two analyses
       guardscope whatif out/ --transform cast:x:float32  # what an input transform would save
       guardscope convert corpus/ traffic/                # a corpus as Parquet traffic logs
+      guardscope merge traffic/ --out fleet/             # many replicas' traffic, in fleet order
     """
 
 
 for command in (analysis.analyze, analysis.report, fixes.emit_warmup, fixes.bundle, proof.verify, exploring.probe,
-                exploring.whatif, compare.diff, proof.fidelity, proof.bench, corpora.convert):
+                exploring.whatif, compare.diff, proof.fidelity, proof.bench, corpora.convert,
+                corpora.merge):
     main.add_command(command)

@@ -46,7 +46,7 @@ def _terminate(signum: int, frame: Any) -> None:
 
 
 @click.command()
-@click.argument("corpus", type=click.Path(file_okay=False, path_type=str))
+@click.argument("corpora", nargs=-1, required=True, metavar="CORPUS...", type=click.Path(file_okay=False, path_type=str))
 @click.option("--out", "out_dir", default="guardscope-out", show_default=True,
               type=click.Path(file_okay=False), help="Folder for catalog.json, timings.json and trace/.")
 @click.option("--model", default=None,
@@ -96,7 +96,7 @@ def _terminate(signum: int, frame: Any) -> None:
               help="Exit 0 even when some samples raised in the model (they are listed in the catalog either way).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @friendly_errors
-def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: str, dynamic: str | None,
+def analyze(corpora: tuple[str, ...], out_dir: str, model: str | None, backend: str, device: str, dynamic: str | None,
             fullgraph: bool | None, mode: str | None, grad_mode: str | None, no_duck_shape: bool, marks: tuple[str, ...],
             mark_samples: str, recompile_limit: int, replay_mode: str, paddable: tuple[str, ...],
             shapes_per_graph: int, strict: bool, force: bool, resume: bool, checkpoint_every: float,
@@ -106,12 +106,17 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
     Writes OUT/catalog.json (compiles, classified guard failures, topologies, per-dimension
     facts), OUT/timings.json and the raw structured trace OUT/trace/ (open it with tlparse).
 
+    Several replicas' traffic logs (several CORPUS folders, a folder of them, or a quoted glob)
+    are analysed as one fleet: merged in fleet order (first-seen time, then replica name; see
+    docs/fleet.md) into OUT/fleet-corpus, and the catalog counts each topology's calls per replica.
+
     \b
     Examples:
       guardscope analyze samples/gnn/corpus --out out/
       guardscope analyze corpus/ --out out/ --backend inductor --device cuda
       guardscope analyze corpus/ --out out/ --no-duck-shape --mark-unbacked x:0 --mark-samples first
       guardscope analyze corpus/ --out out/ --resume     # after an interruption
+      guardscope analyze traffic/replica-*/ --out out/   # a fleet: its replicas' traffic as one
       guardscope analyze corpus/ --out out/ --backend inductor --device cuda --mode reduce-overhead \\
           --paddable local_edge_index:1 --paddable cross_edge_index:1   # CUDA graph recordings, padding buckets
 
@@ -127,6 +132,11 @@ def analyze(corpus: str, out_dir: str, model: str | None, backend: str, device: 
     from .. import pipeline
     from ..corpus.reader import load_corpus
 
+    if pipeline.is_fleet(corpora):
+        corpus = str(pipeline.fleet_corpus(corpora, out_dir, force=force, resume=resume,
+                                           skip_bad_shards=skip_bad_shards, notice=click.echo))
+    else:
+        corpus = corpora[0]
     total = len(load_corpus(corpus))
     if isolate or (isolate is None and backend == "inductor"):
         _analyze_in_child(out_dir, corpus)

@@ -1,4 +1,5 @@
-"""The command that rewrites a corpus: ``convert``."""
+"""The commands that rewrite corpora: ``convert`` (one corpus as a traffic log) and ``merge`` (many
+replicas' traffic logs as one, in fleet order)."""
 
 from __future__ import annotations
 
@@ -38,3 +39,41 @@ def convert(source: str, destination: str, overwrite: bool, replica: str | None)
     writer = convert_corpus(source, destination, overwrite=overwrite, replica=replica, progress=progress)
     click.echo("", err=True)
     click.echo(f"wrote       {destination}: {writer.summary()}")
+
+
+@click.command()
+@click.argument("replicas", nargs=-1, required=True, metavar="REPLICA...", type=click.Path(path_type=str))
+@click.option("--out", "destination", required=True, type=click.Path(file_okay=False, path_type=str),
+              help="Folder for the merged corpus.")
+@click.option("--overwrite", is_flag=True, help="Replace a corpus --out already holds (its manifest and shard files; "
+              "nothing else).")
+@click.option("--skip-bad-shards", is_flag=True,
+              help="Leave out a replica's unreadable shard (its calls are lost, and counted) and merge the rest.")
+@friendly_errors
+def merge(replicas: tuple[str, ...], destination: str, overwrite: bool, skip_bad_shards: bool) -> None:
+    """Merge several replicas' traffic logs into one corpus, in fleet order.
+
+    Each REPLICA is a corpus folder a TrafficRecorder wrote (a Parquet traffic log), a folder of
+    such folders, or a quoted glob. The calls are ordered by first-seen time (each replica's clock
+    made monotone), then replica name, then each replica's own order; rows keep their replica's
+    name, so the merged log still says who saw what. Replicas recorded from different models or
+    with different compile options, Dynamo settings, grad modes or torch versions are refused,
+    naming which differ. The replicas are not changed.
+
+    \b
+    Examples:
+      guardscope merge traffic/web-1 traffic/web-2 --out fleet/
+      guardscope merge traffic/ --out fleet/            # every corpus folder in traffic/
+      guardscope analyze fleet/ --out out/
+      duckdb -c "SELECT replica, sum(count) FROM 'fleet/shard-*.parquet' GROUP BY replica"
+    """
+    from ..corpus.fleet import merge_fleet, open_fleet
+
+    fleet = open_fleet(replicas)
+    merged = merge_fleet(fleet, destination, overwrite=overwrite, skip_bad_shards=skip_bad_shards,
+                         progress=lambda line: click.echo(line, err=True))
+    for reason in merged.skipped:
+        click.secho(f"skipped     {reason}", fg="yellow", err=True)
+    click.echo(f"wrote       {destination}: {merged.summary()}")
+    for name, calls in merged.replicas.items():
+        click.echo(f"  {name:<24} {calls:,} calls")

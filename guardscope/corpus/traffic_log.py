@@ -211,9 +211,19 @@ def encode_log(rows: list[dict[str, Any]], templates: dict[str, str]) -> bytes:
         "data": [row["data"] for row in rows],
         "signature": [layout.signature for layout in layouts],
     }
+    return encode_table(pa.Table.from_pydict(columns, schema=schema()), templates)
+
+
+def encode_table(table: Any, templates: dict[str, str]) -> bytes:
+    """Parquet bytes of a log's rows given as an Arrow table of :func:`schema`'s columns (extra
+    columns dropped, metadata replaced): what :func:`encode_log` writes, for rows taken from
+    other logs (``guardscope merge``). ``templates``: digest -> signature JSON text."""
+    pa = _pa()
+    import pyarrow.parquet as pq
+
     metadata = {_FORMAT_KEY: json.dumps({"format": LOG_FORMAT, "version": LOG_VERSION}).encode(),
                 _TEMPLATES_KEY: json.dumps(dict(sorted(templates.items())), separators=(",", ":")).encode()}
-    table = pa.Table.from_pydict(columns, schema=schema().with_metadata(metadata))
+    table = pa.Table.from_arrays([table.column(name) for name in _COLUMNS], schema=schema().with_metadata(metadata))
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression="zstd", use_dictionary=["replica", "digest", "template", "dtypes",
                                                                        "signature"])

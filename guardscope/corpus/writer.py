@@ -43,7 +43,7 @@ from .shards import encode_shard
 from .signature import holds_objects, signature, signature_digest
 from .spec import anchored
 from .structured import needs_lowering
-from .traffic_log import Layout, encode_log, signature_text, split_signature, template_digest
+from .traffic_log import Layout, encode_log, encode_table, signature_text, split_signature, template_digest
 from .values import _copy_call, check_sample, lowered, storage_bytes
 from .weights import as_model_print
 
@@ -554,6 +554,45 @@ class CorpusWriter:
                 self._requests.add(row["first"], row["request"][0], row["request"][1])
         self._shards.append(ShardInfo(name, first, window.samples, hashlib.sha256(log).hexdigest(), data))  # type: ignore[union-attr]
         self._window = LogWindow(self.replica, window.aggregate)  # type: ignore[union-attr]
+        self._write_manifest()
+
+    def append_log(self, table: Any, templates: dict[str, str], data: list[dict[str, Any]], *,
+                   structured: bool = False, devices: set[str] | frozenset[str] = frozenset(),
+                   requests: list[tuple[int, str | int, int]] = ()) -> None:
+        """Write rows taken from other traffic logs as this log's next shard, then the manifest
+        (``guardscope merge``). ``table``: an Arrow table of the log's columns, its ``first``
+        continuing this corpus's samples and its ``full`` and ``data`` pointing into this corpus
+        and into ``data`` (the calls kept in full, as a data shard holds them: lowered, with
+        ``structured`` saying whether they hold codec objects); ``templates``: digest -> JSON text
+        of the templates its rows use; ``requests``: (sample, tag, step) of its tagged calls."""
+        self._check_open()
+        if self._window is None or self._window:
+            raise CorpusError('append_log() writes whole log shards: open the CorpusWriter with log="parquet" '
+                              "and add nothing else")
+        first = self._shards[-1].first + self._shards[-1].samples if self._shards else 0
+        counts = table.column("count").to_numpy()
+        firsts = table.column("first").to_numpy()
+        if len(counts) and (firsts[0] != first or (firsts[1:] != firsts[:-1] + counts[:-1]).any()):
+            raise CorpusError(f"append_log(): the rows' 'first' must count on from sample {first}")
+        number = len(self._shards)
+        shard_data = None
+        if data:
+            self._structured = self._structured or structured
+            version = STRUCTURED_FORMAT_VERSION if structured else FORMAT_VERSION
+            buffer = io.BytesIO()
+            torch.save(encode_shard(data, version), buffer)
+            data_name = f"shard-{number:05d}.pt"
+            _atomic_write(self.directory / data_name, buffer.getvalue())
+            shard_data = (data_name, hashlib.sha256(buffer.getvalue()).hexdigest())
+        log = encode_table(table, templates)
+        name = f"shard-{number:05d}.parquet"
+        _atomic_write(self.directory / name, log)
+        for index, tag, step in requests:
+            self._requests.add(index, tag, step)
+        self._devices |= set(devices)
+        self._count += int(counts.sum())
+        self._records += int(counts.sum()) - len(data)  # the rows not kept in full are signatures
+        self._shards.append(ShardInfo(name, first, int(counts.sum()), hashlib.sha256(log).hexdigest(), shard_data))
         self._write_manifest()
 
     @property

@@ -2,7 +2,7 @@
 
 :func:`read_inputs` and :func:`write_report` are the only functions of the report that touch the
 disk; both go through :mod:`guardscope.store`. :func:`build_context` gathers the section contexts
-(:mod:`.sections`, :mod:`.charts`, :mod:`.recommendation`) and one jinja Environment with
+(:mod:`.sections`, :mod:`.charts`, :mod:`.recommendation`, :mod:`.fleet`) and one jinja Environment with
 autoescape (:mod:`.environment`) renders them through ``templates/report.html``, so guard text,
 paths and user code always reach the page as text. The page has inline CSS and SVG only: no
 scripts, nothing fetched from the network, and nothing that changes between two renders of the
@@ -18,6 +18,7 @@ from .. import plans, store
 from ..corpus.spec import model_label
 from .charts import cudagraphs_context, timeline_context
 from .environment import ENVIRONMENT
+from .fleet import fleet_context
 from .recommendation import recommendation_context
 from .sections import (
     bench_context,
@@ -73,6 +74,7 @@ def build_context(catalog: dict, *, timings: dict | None, fixes: dict | None,
         "timeline": timeline_context(catalog, timings),
         "failure_kinds": failures_context(catalog),
         "topologies": topologies_context(catalog, timings),
+        "fleet": fleet_context(catalog),
         "frames": frames_context(catalog, fidelity),
         "dimensions": dimensions_context(catalog),
         "fixes": fixes_context(fixes, verification, bundles),

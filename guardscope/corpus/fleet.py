@@ -1,0 +1,339 @@
+"""Many replicas' traffic logs as one corpus, in fleet order (``guardscope merge``, and
+``guardscope analyze`` given several corpora).
+
+Each replica records its own traffic log (format 5: one row per signature per flush, with the
+row's first-seen timestamp and the replica's name). The fleet's calls are their union, ordered by
+
+1. the row's first-seen time, where a replica's clock is made monotone first (a row's time is
+   the latest first-seen of its replica up to and including it, so a clock stepped back by NTP
+   never reorders a replica's own calls);
+2. then the replica's name (rows of several replicas stamped in the same nanosecond);
+3. then the replica's own order (its folder's place among those given, then the row's).
+
+Replicas' clocks are not one clock: skew between machines moves one replica's calls against
+another's by the skew, which moves *which* call of a topology comes first (the sample a
+compile is reported at), never which topologies exist or how many calls each has.
+
+The merged corpus is an ordinary format 5 corpus: its rows keep their replica names, the calls
+kept in full keep their tensors (in new data shards), a signature's full recording keeps
+pointing at it, and request tags become ``"replica/tag"`` (two replicas' request 7 are two
+requests). Replicas must have been recorded from one model, with one set of compile options,
+Dynamo settings, grad mode and torch version: anything else is refused naming the replicas
+that differ, before anything is written.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import pathlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import CorpusError, ShardError
+from .format import MANIFEST_NAME, TRAFFIC_FORMAT_VERSION, ShardInfo
+from .reader import Corpus, load_corpus
+from .shards import read_checked, read_shard
+from .spec import respec
+from .traffic_log import read_log
+from .writer import CorpusWriter
+
+SHARD_ROWS = 65536  # rows per merged log shard (a recorder's flush writes fewer)
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One replica's corpus: where it is, as the user named it (``label``), and the replica
+    names its rows carry (one for a recorder's corpus)."""
+
+    label: str
+    corpus: Corpus
+
+
+@dataclass
+class Merged:
+    """What :func:`merge_fleet` wrote: calls per replica name, rows, shards, and the shards it
+    skipped (with ``skip_bad_shards``), each as the one-line reason."""
+
+    samples: int = 0
+    rows: int = 0
+    shards: int = 0
+    replicas: dict[str, int] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        names = len(self.replicas)
+        text = (f"{self.samples:,} calls of {names} replica{'s' * (names != 1)} in {self.rows:,} rows, "
+                f"{self.shards} shard{'s' * (self.shards != 1)}")
+        if self.skipped:
+            text += f"; {len(self.skipped)} unreadable shard{'s' * (len(self.skipped) != 1)} skipped"
+        return text
+
+
+def find_corpora(paths: Sequence[str | os.PathLike[str]]) -> list[pathlib.Path]:
+    """The corpus folders ``paths`` name: each a corpus folder (it holds ``corpus.json``), a
+    folder of corpus folders (its subfolders holding one, by name), or a glob pattern of
+    either. ``CorpusError`` for a path that is none of these, or a folder named twice."""
+    found: list[pathlib.Path] = []
+    for given in paths:
+        text = os.fspath(given)
+        matches = sorted(glob.glob(text)) if glob.has_magic(text) else [text]
+        if not matches:
+            raise CorpusError(f"{text} matches no folder")
+        for match in matches:
+            path = pathlib.Path(match)
+            if (path / MANIFEST_NAME).is_file():
+                found.append(path)
+            elif path.is_dir() and any((child / MANIFEST_NAME).is_file() for child in path.iterdir()):
+                found.extend(sorted(child for child in path.iterdir() if (child / MANIFEST_NAME).is_file()))
+            elif glob.has_magic(text) and not path.is_dir():
+                continue  # a pattern's file matches (a README beside the replica folders)
+            else:
+                raise CorpusError(f"{match} is neither a corpus folder (no {MANIFEST_NAME}) nor a folder of them")
+    seen: dict[pathlib.Path, pathlib.Path] = {}
+    for path in found:
+        earlier = seen.setdefault(path.resolve(), path)
+        if earlier is not path:
+            raise CorpusError(f"{path} is named twice ({earlier} and {path}): give each replica once")
+    if not found:
+        raise CorpusError("no corpus folder given")
+    return found
+
+
+def open_fleet(paths: Sequence[str | os.PathLike[str]]) -> list[Replica]:
+    """The replicas ``paths`` name (:func:`find_corpora`), opened and checked to be one fleet:
+    traffic logs (format 5) recorded from one model with one set of settings. ``CorpusError``
+    naming the replicas that differ, and from which."""
+    replicas = [Replica(str(path), load_corpus(path)) for path in find_corpora(paths)]
+    for replica in replicas:
+        version = replica.corpus.manifest.format_version
+        if version != TRAFFIC_FORMAT_VERSION:
+            raise CorpusError(
+                f"replica {replica.label} is a format {version} corpus: its calls carry no timestamps, so they "
+                "have no place in the fleet's order; record replicas with guardscope.TrafficRecorder "
+                "(a traffic log, format 5)")
+    check_fleet(replicas)
+    return replicas
+
+
+def _settings(replica: Replica) -> dict[str, Any]:
+    manifest = replica.corpus.manifest
+    anchor = pathlib.Path("/")  # the model spec as an absolute path: equal when it names one file
+    return {
+        "model": f"{respec(manifest.model, replica.corpus.path, anchor)}"
+                 + (f" .{manifest.method}" if manifest.method else ""),
+        "recorded model": manifest.recorded_model.to_json() if manifest.recorded_model is not None else None,
+        "compile options": manifest.compile,
+        "Dynamo settings": manifest.dynamo_config or {},
+        "grad mode": manifest.grad_mode,
+        "torch version": manifest.torch_version,
+    }
+
+
+def check_fleet(replicas: Sequence[Replica]) -> None:
+    """``CorpusError`` when the replicas were not recorded alike (model, recorded model print,
+    compile options, Dynamo settings, grad mode, torch version), naming which replicas differ
+    from which."""
+    settings = [_settings(replica) for replica in replicas]
+    for what in settings[0]:
+        groups: dict[str, list[str]] = {}
+        for replica, values in zip(replicas, settings):
+            groups.setdefault(json.dumps(values[what], sort_keys=True), []).append(replica.label)
+        if len(groups) > 1:
+            parts = []
+            for text, labels in groups.items():
+                shown = text if len(text) <= 80 else text[:77] + "..."
+                parts.append(f"{_listed(labels)} {'has' if len(labels) == 1 else 'have'} {shown}")
+            raise CorpusError(f"the replicas were recorded with different {what}: {'; '.join(parts)}; "
+                              "analyse each group on its own")
+
+
+def _listed(labels: list[str], shown: int = 3) -> str:
+    if len(labels) <= shown:
+        return ", ".join(labels)
+    return f"{', '.join(labels[:shown])} and {len(labels) - shown} more"
+
+
+def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str], *, overwrite: bool = False,
+                skip_bad_shards: bool = False, shard_rows: int = SHARD_ROWS,
+                progress: Callable[[str], None] | None = None) -> Merged:
+    """Write the replicas' calls as one traffic log corpus at ``destination``, in fleet order
+    (the module's docstring). With ``skip_bad_shards`` an unreadable shard is left out (its
+    calls lost, counted in :attr:`Merged.skipped`) and the rest merged; without, its
+    ``ShardError``. ``progress(line)`` is told of each replica read."""
+    import numpy as np
+    import pyarrow as pa
+
+    target = pathlib.Path(destination)
+    for replica in replicas:
+        if target.exists() and target.resolve() == replica.corpus.path.resolve():
+            raise CorpusError(f"{target} is the replica {replica.label}; write the merged corpus to another folder")
+    merged = Merged()
+    tables, sources, positions, data_of = [], [], [], []
+    templates: dict[str, str] = {}
+    kept: dict[tuple[int, int], list[dict[str, Any]]] = {}  # (replica, shard) -> its data shard's calls
+    structured = False
+    owner: dict[str, str] = {}  # replica name -> the folder whose rows carry it
+    for number, replica in enumerate(replicas):
+        corpus = replica.corpus
+        for shard_number, shard in enumerate(corpus.manifest.shards):
+            try:
+                table, shard_templates, calls, shard_structured = _read_shard(corpus, shard)
+            except ShardError as exc:
+                if not skip_bad_shards:
+                    raise
+                merged.skipped.append(str(exc))
+                continue
+            if table.column("first_seen").null_count:
+                raise CorpusError(f"replica {replica.label}: {corpus.path / shard.file} has rows without a timestamp "
+                                  "(a converted corpus): they have no place in the fleet's order")
+            for name in table.column("replica").unique().to_pylist():
+                if owner.setdefault(name, replica.label) != replica.label:
+                    raise CorpusError(f"replicas {owner[name]} and {replica.label} both name their calls {name!r}: "
+                                      "two processes must record under two names")
+            templates.update(shard_templates)
+            structured = structured or shard_structured
+            kept[number, shard_number] = calls
+            tables.append(table)
+            sources.append(np.full(table.num_rows, number, dtype=np.int64))
+            positions.append(np.full(table.num_rows, shard_number, dtype=np.int64))
+            data_of.append(table.column("data").fill_null(-1).to_numpy())
+        if progress is not None:
+            progress(f"read        {replica.label}: {corpus.manifest.samples:,} calls")
+    if not tables:
+        raise CorpusError("no readable traffic log in the replicas given")
+    table = pa.concat_tables(tables)
+    source = np.concatenate(sources)
+    shard_of = np.concatenate(positions)
+    old_first = table.column("first").to_numpy()
+    counts = table.column("count").to_numpy()
+    seen = table.column("first_seen").cast(pa.int64()).to_numpy()
+    # Each replica's clock made monotone, so its own order stays (the module's docstring).
+    clock = np.empty_like(seen)
+    for number in range(len(replicas)):
+        mask = source == number
+        if mask.any():
+            clock[mask] = np.maximum.accumulate(seen[mask])
+    names = table.column("replica").to_numpy(zero_copy_only=False).astype(str)
+    _, name_rank = np.unique(names, return_inverse=True)
+    row = np.arange(table.num_rows)
+    order = np.lexsort((row, source, name_rank, clock))
+    table = table.take(pa.array(order))
+    source, shard_of, old_first, counts = source[order], shard_of[order], old_first[order], counts[order]
+    data = np.concatenate(data_of)[order]
+    new_first = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+    # A row's full recording: the same replica's sample it names, at its new index (None when that
+    # sample's shard was skipped).
+    key = source * (1 << 40) + old_first
+    by_key = np.argsort(key, kind="stable")
+    full_column = table.column("full")
+    full_old = full_column.fill_null(-1).to_numpy()
+    wanted = source * (1 << 40) + full_old
+    found = np.clip(np.searchsorted(key[by_key], wanted), 0, len(key) - 1)
+    hit = (full_old >= 0) & (key[by_key][found] == wanted)
+    full_new = pa.array(np.where(hit, new_first[by_key][found], 0), mask=~hit)
+    table = table.set_column(table.schema.get_field_index("first"), "first", pa.array(new_first))
+    table = table.set_column(table.schema.get_field_index("full"), "full", full_new)
+    requests = _requests(replicas, source, old_first, counts, new_first, names[order])
+
+    manifest = replicas[0].corpus.manifest
+    writer = CorpusWriter(
+        target, respec(manifest.model, replicas[0].corpus.path, target), dict(manifest.compile), keep="signatures",
+        log="parquet", overwrite=overwrite, method=manifest.method, recorded_from=manifest.recorded_model,
+        dynamo_config=manifest.dynamo_config or {}, grad_mode=manifest.grad_mode)
+    devices = set()
+    for replica in replicas:
+        devices.update(part for part in replica.corpus.manifest.device.split(",") if part)
+    with writer:
+        for start in range(0, table.num_rows, shard_rows):
+            stop = min(start + shard_rows, table.num_rows)
+            chunk = table.slice(start, stop - start)
+            held = np.flatnonzero(data[start:stop] >= 0)  # the chunk's calls kept in full, in order
+            calls = [kept[int(source[start + at]), int(shard_of[start + at])][int(data[start + at])] for at in held]
+            positions_in_chunk = np.full(stop - start, -1, dtype=np.int64)
+            positions_in_chunk[held] = np.arange(len(held))
+            chunk = chunk.set_column(chunk.schema.get_field_index("data"), "data",
+                                     pa.array(positions_in_chunk, mask=positions_in_chunk < 0))
+            used = {name for name in chunk.column("template").unique().to_pylist() if name is not None}
+            end = int(new_first[stop - 1] + counts[stop - 1])
+            tags = [entry for entry in requests if int(new_first[start]) <= entry[0] < end]
+            writer.append_log(chunk, {name: templates[name] for name in used}, calls, structured=structured,
+                              devices=devices, requests=tags)
+            merged.shards += 1
+    merged.rows = table.num_rows
+    merged.samples = int(counts.sum())
+    for name, count in zip(names[order], counts):
+        merged.replicas[str(name)] = merged.replicas.get(str(name), 0) + int(count)
+    merged.replicas = dict(sorted(merged.replicas.items()))
+    return merged
+
+
+def _read_shard(corpus: Corpus, shard: ShardInfo) -> tuple[Any, dict[str, str], list[dict[str, Any]], bool]:
+    """A log shard's rows (checked as loading checks them), its templates as JSON text, and the
+    calls its data shard keeps in full (as stored) with whether they hold codec objects."""
+    path = corpus.path / shard.file
+    if not shard.file.endswith(".parquet"):
+        raise ShardError(f"{path} is not a traffic log shard")
+    log = read_log(path, read_checked(path, shard.sha256))
+    counts = log.table.column("count").to_numpy()
+    if int(counts.sum()) != shard.samples or (counts < 1).any():
+        raise ShardError(f"traffic log {path} holds {int(counts.sum())} samples but the manifest lists "
+                         f"{shard.samples}; the corpus is inconsistent: re-record it")
+    log.numbers()  # the numbers range-checked, as loading does
+    calls: list[dict[str, Any]] = []
+    structured = False
+    if shard.data is not None:
+        from .format import STRUCTURED_FORMAT_VERSION
+
+        content = read_shard(corpus.path / shard.data[0], shard.data[1], STRUCTURED_FORMAT_VERSION, "cpu")
+        calls, structured = content["samples"], content.get("structured", False)
+    data = log.table.column("data").to_pylist()
+    if any(position is not None and not 0 <= position < len(calls) for position in data):
+        raise ShardError(f"traffic log {path} names a call its data shard does not hold; re-record the corpus")
+    texts = {name: json.dumps(value, separators=(",", ":")) for name, value in log.templates.items()}
+    return log.table.replace_schema_metadata(None), texts, calls, structured
+
+
+def _requests(replicas: Sequence[Replica], source: Any, old_first: Any, counts: Any, new_first: Any,
+              names: Any) -> list[tuple[int, str, int]]:
+    """The merged corpus's request tags: each replica's ``tag`` as ``"replica/tag"``, in order."""
+    runs = [replica.corpus.requests for replica in replicas]
+    if not any(run is not None for run in runs):
+        return []
+    tags: list[tuple[int, str, int]] = []
+    for at in range(len(source)):
+        run = runs[int(source[at])]
+        if run is None:
+            continue
+        for offset in range(int(counts[at])):
+            tag = run.of(int(old_first[at]) + offset)
+            if tag is not None:
+                tags.append((int(new_first[at]) + offset, f"{names[at]}/{tag[0]}", tag[1]))
+    return tags
+
+
+def replica_of_samples(corpus: Corpus) -> tuple[list[str], Any] | None:
+    """For a traffic log corpus: the replica names its rows carry (sorted) and, per sample, the
+    position of its replica's name in them (a numpy array); None for another format, or when
+    a shard cannot be read."""
+    import numpy as np
+
+    if corpus.manifest.format_version != TRAFFIC_FORMAT_VERSION:
+        return None
+    names_per_row, counts = [], []
+    for shard in corpus.manifest.shards:
+        try:
+            log = read_log(corpus.path / shard.file, read_checked(corpus.path / shard.file, shard.sha256))
+        except ShardError:
+            return None
+        names_per_row.append(log.table.column("replica").to_numpy(zero_copy_only=False).astype(str))
+        counts.append(log.table.column("count").to_numpy())
+    if not names_per_row:
+        return [], np.zeros(0, dtype=np.int64)
+    names, codes = np.unique(np.concatenate(names_per_row), return_inverse=True)
+    return [str(name) for name in names], np.repeat(codes, np.concatenate(counts))
+
+
+__all__ = ["Merged", "Replica", "check_fleet", "find_corpora", "merge_fleet", "open_fleet", "replica_of_samples"]

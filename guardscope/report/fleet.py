@@ -1,0 +1,39 @@
+"""The report's fleet view: for an analysis of several replicas' traffic (``catalog.json``'s
+``replicas``), which replica met which topology, and the topologies only one replica met."""
+
+from __future__ import annotations
+
+from .common import percent_text
+
+MATRIX_REPLICAS = 24  # at most this many replica columns in the matrix (the busiest ones)
+
+
+def fleet_context(catalog: dict) -> dict | None:
+    """The fleet section's rows, or None for one replica's analysis."""
+    replicas = catalog.get("replicas")
+    if not replicas:
+        return None
+    busiest = sorted(replicas, key=lambda name: (-replicas[name], name))[:MATRIX_REPLICAS]
+    shown = sorted(busiest)
+    rows = []
+    for topology in catalog["topologies"]:
+        seen = topology.get("replicas") or {}
+        rows.append({
+            "label": f"T{topology['id']}",
+            "id": topology["id"],
+            "count": topology["count"],
+            "replicas": len(seen),
+            "only": next(iter(seen)) if len(seen) == 1 else None,
+            "cells": [seen.get(name, 0) for name in shown],
+        })
+    return {
+        "replicas": [{"name": name, "calls": calls, "share": percent_text(calls, catalog["corpus"]["samples"])}
+                     for name, calls in replicas.items()],
+        "columns": shown,
+        "hidden": len(replicas) - len(shown),
+        "rows": rows,
+        "single": [row["label"] for row in rows if row["only"] is not None],
+    }
+
+
+__all__ = ["fleet_context"]

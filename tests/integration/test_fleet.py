@@ -1,0 +1,138 @@
+"""Issue 38, first step: several replicas' traffic logs analysed as one fleet. The calls of a
+model are dealt to four replicas, each recording its share with its own timestamps; ``guardscope
+analyze`` given the four folders gives the catalog of one corpus holding the same calls in time
+order (compile samples, topologies, members, dimensions: all of it), plus each topology's calls
+per replica, which sum to its count. On the seed GNN and on the text classifier (``dynamic=None``,
+torch's default), with repeats of a signature within and across replicas."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from guardscope import pipeline
+from guardscope.cli import main
+from guardscope.corpus.reader import load_corpus
+from guardscope.corpus.writer import CorpusWriter
+
+from ..pages import parse, words
+from ..paths import FLEET, SEED_CORPUS as SEED, model_spec
+
+EPOCH = 1_700_000_000_000_000_000
+
+
+def _calls(name: str) -> tuple[str, dict, list[tuple[tuple, dict]]]:
+    if name == "seed":
+        corpus = load_corpus(SEED)
+        target, attr = corpus.manifest.model.split(":")
+        calls = [(sample.args, sample.kwargs) for sample in corpus][:150]
+        return f"{(SEED / target).resolve()}:{attr}", dict(corpus.manifest.compile), calls + calls[::3]
+    rng = random.Random(5)
+    calls = []
+    for _ in range(60):
+        batch, length = rng.choice([1, 2, 4]), rng.choice([1, 3, 5, 8, 13])
+        calls.append(((torch.randint(0, 100, (batch, length)), torch.zeros(batch, length, dtype=torch.bool)), {}))
+    return model_spec("TextClassifier"), {"dynamic": None, "fullgraph": True}, calls
+
+
+def _write(path, spec, compile_options, replica, calls, aggregate=True) -> None:
+    """``calls``: (when, args, kwargs), recorded as a TrafficRecorder does (the first call of
+    each signature kept in full; with ``aggregate``, a signature's later calls in a flush on one row)."""
+    with CorpusWriter(path, model=spec, compile=compile_options, keep="signatures", log="parquet", replica=replica,
+                      shard_size=16, aggregate=aggregate, dynamo_config={}, grad_mode="inference_mode") as writer:
+        for when, args, kwargs in calls:
+            writer.add_snapshot(args, kwargs, when=when)
+
+
+@pytest.mark.parametrize("name,aggregate", [("seed", False), ("seed", True), ("text_classifier", False),
+                                            ("text_classifier", True)])
+def test_a_fleet_gives_the_catalog_of_its_calls_in_time_order_with_counts_per_replica(tmp_path, name, aggregate):
+    spec, compile_options, calls = _calls(name)
+    rng = random.Random(11)
+    timed = [(EPOCH + 1000 * position, args, kwargs) for position, (args, kwargs) in enumerate(calls)]
+    dealt: dict[int, list] = {k: [] for k in range(4)}
+    for entry in timed:
+        dealt[rng.randrange(4)].append(entry)
+    for k, share in dealt.items():
+        _write(tmp_path / "replicas" / f"web-{k}", spec, compile_options, f"web-{k}", share, aggregate)
+    # The same calls as one replica recorded them, row by row in time order (every call its index).
+    with CorpusWriter(tmp_path / "one", model=spec, compile=compile_options, keep="signatures", log="parquet",
+                      replica="one", aggregate=False, dynamo_config={}, grad_mode="inference_mode") as writer:
+        for when, args, kwargs in timed:
+            writer.add_snapshot(args, kwargs, when=when)
+
+    merged_path = pipeline.fleet_corpus([str(tmp_path / "replicas")], tmp_path / "fleet")
+    fleet = json.loads(pipeline.analyze(merged_path, tmp_path / "fleet").catalog_path.read_text())
+    alone = json.loads(pipeline.analyze(tmp_path / "one", tmp_path / "alone").catalog_path.read_text())
+
+    assert fleet["replicas"] == {f"web-{k}": len(share) for k, share in dealt.items()}
+    for topology in fleet["topologies"]:
+        assert sum(topology["replicas"].values()) == topology["count"]
+    without = {k: v for k, v in fleet.items() if k not in ("corpus", "replicas")}
+    without["topologies"] = [{k: v for k, v in t.items() if k != "replicas"} for t in fleet["topologies"]]
+    expected = {k: v for k, v in alone.items() if k != "corpus"}
+    if not aggregate:  # every call its own row: the time-ordered concatenation, exactly
+        assert without == expected
+        return
+    # A replica's repeats of a signature within a flush are one row, at the first of them: a
+    # repeat's index moves (it never compiles), and the calls it moved past move by one. Topologies,
+    # their counts, their graphs and every compile's failures stay.
+    def kept(catalog: dict) -> dict:
+        return {"topologies": [(t["graphs"], t["count"], t["facts"]) for t in catalog["topologies"]],
+                "failures": [(c["compile_id"], c["failures"]) for c in catalog["compiles"]],
+                "dimensions": catalog["dimensions"], "compiles": catalog["summary"]["compiles"]}
+
+    assert kept(fleet) == kept(alone)
+    assert fleet["production"]["failed_share"] == alone["production"]["failed_share"]
+
+
+def test_the_analyze_command_merges_a_folder_of_replicas_and_says_so(tmp_path):
+    spec, compile_options, calls = _calls("text_classifier")
+    for k in range(2):
+        _write(tmp_path / "traffic" / f"r{k}", spec, compile_options, f"r{k}",
+               [(EPOCH + n, *calls[n]) for n in range(k, len(calls), 2)])
+    result = CliRunner().invoke(main, ["analyze", str(tmp_path / "traffic" / "r*"), "--out", str(tmp_path / "out"),
+                                       "-q"])
+    assert result.exit_code == 0, result.output
+    assert f"merged      60 calls of 2 replicas in" in result.output
+    catalog = json.loads((tmp_path / "out" / "catalog.json").read_text())
+    assert catalog["corpus"]["path"] == "fleet-corpus" and catalog["replicas"] == {"r0": 30, "r1": 30}
+    # The report's fleet view: each replica's calls, and each topology's calls per replica.
+    fleet = parse((tmp_path / "out" / "report.html").read_text()).find("section", id="fleet")
+    text = words(fleet)
+    assert "merged the traffic of 2 replicas in fleet order" in text
+    cells = [[words(cell) for cell in row.find_all("td")] for row in fleet.find_all("tr")]
+    assert ["r0", "30", "50.0 %"] in cells and ["r1", "30", "50.0 %"] in cells
+    for topology in catalog["topologies"]:
+        seen = topology["replicas"]
+        label = f"T{topology['id']}" + (f" only {next(iter(seen))}" if len(seen) == 1 else "")
+        assert [label, str(topology["count"]), str(len(seen)),
+                *(str(seen[name]) if name in seen else "·" for name in ("r0", "r1"))] in cells
+    # A second run without --force is refused before anything is merged again.
+    again = CliRunner().invoke(main, ["analyze", str(tmp_path / "traffic"), "--out", str(tmp_path / "out"), "-q"])
+    assert again.exit_code == 2 and "already holds an analysis" in again.output
+
+
+def test_the_shipped_fleet_is_the_seed_dealt_to_four_replicas_and_analyses_as_the_seed(tmp_path):
+    import pyarrow.parquet as pq
+
+    from samples.fleet.generate import generate
+
+    for path in generate(tmp_path / "fleet"):  # the shipped replicas are what the script writes
+        shipped = sorted((FLEET / path.name).glob("shard-*.parquet"))
+        assert [p.name for p in shipped] == sorted(p.name for p in path.glob("shard-*.parquet"))
+        for file in shipped:
+            assert pq.read_table(file).equals(pq.read_table(path / file.name)), file
+    seed = json.loads(pipeline.analyze(SEED, tmp_path / "seed").catalog_path.read_text())
+    merged = pipeline.fleet_corpus([str(FLEET)], tmp_path / "out")
+    fleet = json.loads(pipeline.analyze(merged, tmp_path / "out").catalog_path.read_text())
+    assert sum(fleet["replicas"].values()) == 300 and set(fleet["replicas"]) == {f"web-{k}" for k in range(4)}
+    for topology in fleet["topologies"]:
+        assert sum(topology.pop("replicas").values()) == topology["count"]
+    for catalog in (seed, fleet):
+        catalog.pop("corpus"), catalog.pop("replicas", None), catalog.pop("model")  # model: relative to each folder
+    assert fleet == seed  # the fleet's order is the seed's: every compile, topology and member the same

@@ -1,0 +1,184 @@
+"""Many replicas' traffic logs as one corpus in fleet order (guardscope.corpus.fleet, ``guardscope
+merge``) and a fleet catalog's calls per replica (guardscope.catalog.fleet); no compile."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+from click.testing import CliRunner
+
+from guardscope.catalog.fleet import single_replica_topologies, with_replicas
+from guardscope.cli import main
+from guardscope.corpus.fleet import find_corpora, merge_fleet, open_fleet, replica_of_samples
+from guardscope.corpus.format import read_manifest
+from guardscope.corpus.reader import load_corpus
+from guardscope.corpus.signature import signature
+from guardscope.corpus.writer import CorpusWriter
+from guardscope.errors import CorpusError, ShardError
+from guardscope.model import Catalog, Topology
+
+MODEL = "pkg.models:build"
+EPOCH = 1_700_000_000_000_000_000
+
+
+def call(rows: int) -> tuple[tuple, dict]:
+    return (torch.arange(rows * 2, dtype=torch.float32).reshape(rows, 2),), {}
+
+
+def write_replica(path, name, calls, *, compile_options=None, requests=None, **options):
+    """A replica's traffic log: ``calls`` are (rows, when) pairs; the first call of each size is
+    kept in full, the rest by signature; ``requests``: a tag per call (or None)."""
+    options = {"aggregate": False, "full_per_signature": 1, **options}
+    writer = CorpusWriter(path, model=MODEL, compile=compile_options or {"dynamic": True}, keep="signatures",
+                          log="parquet", replica=name, dynamo_config={}, grad_mode="no_grad", **options)
+    with writer:
+        for position, (rows, when) in enumerate(calls):
+            args, kwargs = call(rows)
+            tag = None if requests is None else (requests[position], 0)
+            writer.add_snapshot(args, kwargs, request=tag, when=when)
+    return path
+
+
+def rows_of(corpus_path):
+    """(replica, rows of the call) of every sample of a corpus, in its order."""
+    corpus = load_corpus(corpus_path)
+    names, codes = replica_of_samples(corpus)
+    return [(names[code], sample.args[0].shape[0]) for code, sample in zip(codes, corpus)]
+
+
+def test_calls_are_merged_by_first_seen_time_then_replica_with_each_replica_s_order_kept(tmp_path):
+    # b's clock steps back at its third call (NTP): its own order stays, at the time it had reached.
+    write_replica(tmp_path / "a", "a", [(1, EPOCH + 10), (2, EPOCH + 20), (3, EPOCH + 30), (1, EPOCH + 40)])
+    write_replica(tmp_path / "b", "b", [(4, EPOCH + 5), (5, EPOCH + 20), (6, EPOCH + 1), (4, EPOCH + 35)])
+    merged = merge_fleet(open_fleet([tmp_path / "a", tmp_path / "b"]), tmp_path / "fleet")
+    assert (merged.samples, merged.rows, merged.replicas) == (8, 8, {"a": 4, "b": 4})
+    # ties at 20: a before b by name; b's 6 comes at 20 (its clock's latest), after b's 5.
+    assert rows_of(tmp_path / "fleet") == [("b", 4), ("a", 1), ("a", 2), ("b", 5), ("b", 6), ("a", 3), ("b", 4),
+                                           ("a", 1)]
+    fleet = load_corpus(tmp_path / "fleet")
+    samples = list(fleet)
+    # Each signature's full recording is the merged corpus's own sample, still before its repeats.
+    assert [s.recorded for s in samples] == ["full"] * 6 + ["signature"] * 2
+    assert samples[6].data_of == 0 and samples[7].data_of == 1
+    for sample in samples:
+        assert signature(sample.args, sample.kwargs) == signature(*call(sample.args[0].shape[0]))
+    assert torch.equal(samples[2].args[0], call(2)[0][0])
+
+
+def test_a_merge_is_deterministic_and_plain_pyarrow_counts_its_replicas(tmp_path):
+    write_replica(tmp_path / "r" / "x", "x", [(n % 3 + 1, EPOCH + n) for n in range(0, 40, 2)], shard_size=7)
+    write_replica(tmp_path / "r" / "y", "y", [(n % 5 + 1, EPOCH + n) for n in range(1, 40, 3)], shard_size=7)
+    first = merge_fleet(open_fleet([tmp_path / "r"]), tmp_path / "m1", shard_rows=10)
+    merge_fleet(open_fleet([tmp_path / "r"]), tmp_path / "m2", shard_rows=10)
+    files = sorted(p.name for p in (tmp_path / "m1").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "m2").iterdir())
+    for name in files:
+        assert (tmp_path / "m1" / name).read_bytes() == (tmp_path / "m2" / name).read_bytes(), name
+    assert first.shards == 4 and read_manifest(tmp_path / "m1").samples == 33
+    table = pq.read_table(sorted((tmp_path / "m1").glob("shard-*.parquet")))
+    counts: dict[str, int] = {}
+    for name, count in zip(table.column("replica").to_pylist(), table.column("count").to_pylist()):
+        counts[name] = counts.get(name, 0) + count
+    assert counts == first.replicas == {"x": 20, "y": 13}
+    assert len(load_corpus(tmp_path / "m1")) == 33  # every shard loads, its references checked
+
+
+def test_aggregated_rows_keep_their_counts_and_request_tags_name_their_replica(tmp_path):
+    write_replica(tmp_path / "a", "a", [(2, EPOCH + n) for n in range(5)], aggregate=True)
+    write_replica(tmp_path / "b", "b", [(3, EPOCH + 2), (3, EPOCH + 3)], requests=["q1", "q2"])
+    merge_fleet(open_fleet([tmp_path / "a", tmp_path / "b"]), tmp_path / "fleet")
+    fleet = load_corpus(tmp_path / "fleet")
+    assert rows_of(tmp_path / "fleet") == [("a", 2), ("a", 2), ("a", 2), ("a", 2), ("a", 2), ("b", 3), ("b", 3)]
+    assert fleet.requests is not None
+    assert [fleet.requests.of(i) for i in range(7)] == [None] * 5 + [("b/q1", 0), ("b/q2", 0)]
+
+
+def test_replicas_recorded_differently_are_refused_naming_which(tmp_path):
+    write_replica(tmp_path / "a", "a", [(1, EPOCH)])
+    write_replica(tmp_path / "b", "b", [(1, EPOCH)])
+    write_replica(tmp_path / "c", "c", [(1, EPOCH)], compile_options={"dynamic": False})
+    with pytest.raises(CorpusError) as refused:
+        open_fleet([tmp_path / "a", tmp_path / "b", tmp_path / "c"])
+    message = str(refused.value)
+    assert "different compile options" in message and "\n" not in message
+    assert f"{tmp_path / 'a'}, {tmp_path / 'b'} have" in message and f"{tmp_path / 'c'} has" in message
+
+
+def test_two_folders_with_one_replica_name_are_refused(tmp_path):
+    write_replica(tmp_path / "a", "web", [(1, EPOCH)])
+    write_replica(tmp_path / "b", "web", [(2, EPOCH)])
+    with pytest.raises(CorpusError, match="both name their calls 'web'"):
+        merge_fleet(open_fleet([tmp_path / "a", tmp_path / "b"]), tmp_path / "fleet")
+    assert not (tmp_path / "fleet").exists()  # refused before anything was written
+
+
+def test_corpora_without_timestamps_are_refused(tmp_path):
+    write_replica(tmp_path / "a", "a", [(1, EPOCH)])
+    with CorpusWriter(tmp_path / "old", model=MODEL, compile={"dynamic": True}) as writer:
+        writer.add(*call(1)[0])
+    with pytest.raises(CorpusError, match="format 2 corpus: its calls carry no timestamps"):
+        open_fleet([tmp_path / "a", tmp_path / "old"])
+    write_replica(tmp_path / "untimed", "u", [(1, EPOCH)], timestamps=False)
+    with pytest.raises(CorpusError, match="rows without a timestamp"):
+        merge_fleet(open_fleet([tmp_path / "a", tmp_path / "untimed"]), tmp_path / "fleet")
+
+
+def test_an_unreadable_shard_is_named_or_skipped_and_counted(tmp_path):
+    write_replica(tmp_path / "a", "a", [(1 + n % 2, EPOCH + n) for n in range(6)], shard_size=2)
+    write_replica(tmp_path / "b", "b", [(3, EPOCH + n) for n in range(4)])
+    broken = tmp_path / "a" / "shard-00001.parquet"
+    broken.write_bytes(broken.read_bytes()[:40])  # truncated
+    with pytest.raises(ShardError) as refused:
+        merge_fleet(open_fleet([tmp_path / "a", tmp_path / "b"]), tmp_path / "fleet")
+    assert str(broken) in str(refused.value) and "\n" not in str(refused.value)
+    merged = merge_fleet(open_fleet([tmp_path / "a", tmp_path / "b"]), tmp_path / "fleet", skip_bad_shards=True)
+    assert len(merged.skipped) == 1 and str(broken) in merged.skipped[0]
+    assert merged.replicas == {"a": 4, "b": 4}  # a's other shards and all of b's
+    assert "1 unreadable shard skipped" in merged.summary()
+    assert len(load_corpus(tmp_path / "fleet")) == 8
+
+
+def test_replica_folders_are_found_by_folder_glob_or_name_and_a_stray_path_is_named(tmp_path):
+    for name in ("r2", "r1"):
+        write_replica(tmp_path / "traffic" / name, name, [(1, EPOCH)])
+    (tmp_path / "traffic" / "README").write_text("notes")
+    found = [tmp_path / "traffic" / "r1", tmp_path / "traffic" / "r2"]
+    assert find_corpora([tmp_path / "traffic"]) == found
+    assert find_corpora([str(tmp_path / "traffic" / "*")]) == found
+    with pytest.raises(CorpusError, match="is neither a corpus folder"):
+        find_corpora([tmp_path / "nothing"])
+    with pytest.raises(CorpusError, match="named twice"):
+        find_corpora([tmp_path / "traffic", tmp_path / "traffic" / "r1"])
+    with pytest.raises(CorpusError, match="is the replica"):
+        merge_fleet(open_fleet([tmp_path / "traffic"]), tmp_path / "traffic" / "r1", overwrite=True)
+
+
+def test_the_merge_command_says_what_it_wrote_and_refuses_in_one_line(tmp_path):
+    write_replica(tmp_path / "a", "a", [(1, EPOCH), (2, EPOCH + 1)])
+    write_replica(tmp_path / "b", "b", [(1, EPOCH + 2)])
+    result = CliRunner().invoke(main, ["merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out",
+                                       str(tmp_path / "fleet")])
+    assert result.exit_code == 0, result.output
+    assert f"wrote       {tmp_path / 'fleet'}: 3 calls of 2 replicas in 3 rows, 1 shard" in result.output
+    again = CliRunner().invoke(main, ["merge", str(tmp_path / "a"), "--out", str(tmp_path / "fleet")])
+    assert again.exit_code == 2 and "already holds a corpus" in again.output
+
+
+def test_a_fleet_catalog_counts_each_topology_s_calls_per_replica():
+    topologies = (Topology(0, "0/0", 0, (0, 2, 3), ()), Topology(1, "0/1", 1, (1, 4), ()))
+    catalog = Catalog("2.13", "c", 5, "m:f", {}, (), topologies, ())
+    import numpy as np
+
+    fleet = with_replicas(catalog, ["a", "b"], np.array([0, 1, 0, 0, 1]))
+    assert fleet.replicas == {"a": 3, "b": 2}
+    assert [t.replicas for t in fleet.topologies] == [{"a": 3}, {"b": 2}]
+    assert single_replica_topologies(fleet) == [0, 1]
+    document = fleet.to_json()
+    assert document["replicas"] == {"a": 3, "b": 2} and document["topologies"][1]["replicas"] == {"b": 2}
+    assert "replicas" not in catalog.to_json() and "replicas" not in catalog.to_json()["topologies"][0]
+    json.dumps(document)
+    with pytest.raises(ValueError, match="4 replica codes for a catalog of 5 samples"):
+        with_replicas(catalog, ["a"], np.zeros(4, dtype=np.int64))
