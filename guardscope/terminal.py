@@ -281,3 +281,18 @@ def format_cudagraphs(section: dict[str, Any]) -> list[str]:
     if padding.get("unknown_paddable"):
         lines.append(f"  unknown   --paddable dims that are not dynamic: {padding['unknown_paddable']}")
     return lines
+
+
+def format_replicas(replicas: dict[str, dict[str, Any]]) -> str:
+    """``verify``'s line for a plan's replicas (a fleet's analysis: :mod:`guardscope.proving.verify_replicas`)."""
+    failing = {name: r for name, r in replicas.items() if r["status"] != "passed"}
+    if not failing:
+        how = ("the fleet's replay compiled nothing" if all(r["from"] == "fleet" for r in replicas.values())
+               else "each replayed alone")
+        return f"replicas  {len(replicas)}: 0 recompiles on each ({how})"
+    parts = []
+    for name, r in failing.items():
+        first = r["recompile_samples"][0] if r["recompile_samples"] else None
+        parts.append(f"{name} {r['recompiles']} recompiles" + (f", first at sample {first}" if first is not None else "")
+                     if r["recompiles"] is not None else f"{name} {r['status']}")
+    return f"replicas  {len(failing)} of {len(replicas)} would compile: " + "; ".join(parts)

@@ -11,7 +11,7 @@ import click
 
 from .. import store
 from ..plans import NAMES, SHAPES_SPEC, STRATEGIES
-from ..terminal import format_bundle_setup
+from ..terminal import format_bundle_setup, format_replicas
 from ..text import first_line
 from .common import (
     analysis_dir,
@@ -88,6 +88,8 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
             click.echo(f"          {first_line(result['reason'])}{more}")
         if result.get("bundle"):
             click.echo(f"          {format_bundle_setup(result['bundle'])}")
+        if result.get("replicas"):
+            click.echo(f"          {format_replicas(result['replicas'])}")
         if result.get("same_as_unbacked"):
             click.echo("          the same verdict as the mark_unbacked module")
         if result.get("outputs"):

@@ -38,6 +38,7 @@ from .isolation import child_environment, import_file, run_module
 from .results import OK_STATUSES, PARTIAL, result as _result
 from .setup import cache_dirs_empty, isolated_caches, set_up_plan
 from .verify_export import verify_export
+from .verify_replicas import replica_results
 
 # The input canonicalisation emit-warmup --transform writes: verified beside the plans, not one.
 CANONICAL = "canonical"
@@ -195,6 +196,16 @@ def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: fl
                 result["reason"] = (f"after loading its compile-cache bundle ({measured['backend']}, "
                                     f"{measured['device']}) the replay recompiled {recompiles} time(s), first at "
                                     f"sample {measured['with']['recompile_samples'][0]}")
+    where = Path(corpus) if corpus is not None else store.corpus_dir_of(out_dir, store.read_catalog(out_dir), None)
+    replicas = replica_results(out_dir, where, result, holdout, lambda replica: _run_child(
+        out_dir, name, f"{name}-replica", [*split, "--prove-backend", backend, "--replica", replica], timeout=timeout))
+    if replicas is not None:
+        result["replicas"] = replicas
+        if result["status"] == "passed" and any(r["status"] != "passed" for r in replicas.values()):
+            result["status"] = "failed"
+            failing = sorted(n for n, r in replicas.items() if r["status"] != "passed")
+            result["reason"] = (f"replayed alone, {len(failing)} of {len(replicas)} replicas compile: "
+                                + ", ".join(failing))
     return result
 
 
@@ -256,13 +267,27 @@ def bundle_status(without: dict[str, Any], with_: dict[str, Any], where: str) ->
 # --- the child ---------------------------------------------------------------------------------
 
 
-def _replay_split(corpus: Any, holdout: float | None, probed: list[Any] = ()) -> Iterator[Any]:
+def _replay_split(corpus: Any, holdout: float | None, probed: list[Any] = (), replica: str | None = None
+                  ) -> Iterator[Any]:
     """The corpus, or its last ``holdout`` fraction, streamed shard by shard as recorded
     (samples, and signature records standing for several); then the probed samples the fixes
-    cover (numbered after the corpus)."""
+    cover (numbered after the corpus). With ``replica``, a fleet's corpus: that replica's calls
+    only (a record's calls are one replica's), and no probed samples."""
     start = 0 if holdout is None else int(len(corpus) * (1.0 - holdout))
-    yield from corpus.iter_records(start)
-    yield from probed
+    if replica is None:
+        yield from corpus.iter_records(start)
+        yield from probed
+        return
+    from ..corpus.fleet import replica_of_samples
+
+    found = replica_of_samples(corpus)
+    if found is None or replica not in found[0]:
+        raise GuardscopeError(f"the corpus {corpus.path} holds no calls of replica {replica!r}")
+    names, codes = found
+    wanted = names.index(replica)
+    for item in corpus.iter_records(start):
+        if codes[getattr(item, "first", getattr(item, "index", 0))] == wanted:
+            yield item
 
 
 def _samples(items: Iterator[Any], accepts: Any) -> Iterator[Any]:
@@ -291,7 +316,7 @@ def _samples(items: Iterator[Any], accepts: Any) -> Iterator[Any]:
 
 
 def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout: float | None,
-                     options: Any, *, setup: dict[str, Any] | None = None) -> dict:
+                     options: Any, *, setup: dict[str, Any] | None = None, replica: str | None = None) -> dict:
     """Set up the plan, replay the corpus, count compiles. ``setup`` (a set-up measurement:
     ``{"use_bundle": bool}``) adds the cache counters, the bundle load and whether the cache
     folders were empty at start to the result."""
@@ -324,7 +349,7 @@ def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout:
         setup_graphs = sum(1 for e in setup_events if e.fail_type is None)
         setup_frames = len({e.frame_id for e in setup_events})
         replayed = 0
-        _, probed = store.probed_samples(out_dir, len(corpus))
+        _, probed = store.probed_samples(out_dir, len(corpus)) if replica is None else (None, [])
         # Samples the analysis saw raise in the model raise here too: that is the model, not the plan.
         raised_before = {f["sample"] for f in store.read_catalog(out_dir).get("failed_samples", [])}
         raised = 0
@@ -338,7 +363,7 @@ def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout:
                 module.mark(*shared[0], **shared[1])
             return runner.serving_arguments(shared[0], shared[1]) is not None
 
-        for sample, accepted in _samples(_replay_split(corpus, holdout, probed), accepts):
+        for sample, accepted in _samples(_replay_split(corpus, holdout, probed, replica), accepts):
             if sample is None:
                 replayed += accepted
                 continue
@@ -512,6 +537,7 @@ def child_main(argv: list[str]) -> int:
     parser.add_argument("--bundle", action="store_true", help="set-up measurement: load the plan's bundle")
     parser.add_argument("--corpus", type=Path, default=None, help="the corpus, when not where the analysis found it")
     parser.add_argument("--prove-backend", default=None, help="compile the plan with this backend (production's)")
+    parser.add_argument("--replica", default=None, help="a fleet's corpus: replay this replica's calls only")
     arguments = parser.parse_args(argv)
     out, catalog, corpus, model = store.load_inputs(arguments.out_dir, arguments.corpus)
     if arguments.artifact == "export":
@@ -521,7 +547,8 @@ def child_main(argv: list[str]) -> int:
                                    production_options(catalog, backend=arguments.prove_backend))
     elif arguments.backend is None:
         result = _verify_compiled(arguments.artifact, out, corpus, model, arguments.holdout,
-                                  production_options(catalog, backend=arguments.prove_backend))
+                                  production_options(catalog, backend=arguments.prove_backend),
+                                  replica=arguments.replica)
     else:
         try:
             options = production_options(catalog, backend=arguments.backend, device=arguments.device)

@@ -182,3 +182,17 @@ def test_a_fleet_catalog_counts_each_topology_s_calls_per_replica():
     json.dumps(document)
     with pytest.raises(ValueError, match="4 replica codes for a catalog of 5 samples"):
         with_replicas(catalog, ["a"], np.zeros(4, dtype=np.int64))
+
+
+def test_verify_s_replicas_line_names_the_replicas_that_would_compile():
+    from guardscope.terminal import format_replicas
+
+    calm = {name: {"status": "passed", "samples": 5, "recompiles": 0, "recompile_samples": [], "from": "fleet"}
+            for name in ("a", "b")}
+    assert format_replicas(calm) == "replicas  2: 0 recompiles on each (the fleet's replay compiled nothing)"
+    alone = {name: {**r, "from": "replayed"} for name, r in calm.items()}
+    assert format_replicas(alone) == "replicas  2: 0 recompiles on each (each replayed alone)"
+    alone["b"] = {"status": "failed", "samples": 5, "recompiles": 2, "recompile_samples": [12, 40], "from": "replayed"}
+    alone["c"] = {"status": "crashed", "samples": None, "recompiles": None, "recompile_samples": [], "from": "replayed"}
+    assert format_replicas(alone) == ("replicas  2 of 3 would compile: b 2 recompiles, first at sample 12; "
+                                      "c crashed")
