@@ -212,12 +212,15 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
     seen = table.column("first_seen").cast(pa.int64()).to_numpy()
     # Each replica's clock made monotone, so its own order stays (the module's docstring).
     clock = np.empty_like(seen)
-    for number in range(len(replicas)):
-        mask = source == number
-        if mask.any():
-            clock[mask] = np.maximum.accumulate(seen[mask])
-    names = table.column("replica").to_numpy(zero_copy_only=False).astype(str)
-    _, name_rank = np.unique(names, return_inverse=True)
+    bounds = np.flatnonzero(np.diff(source)) + 1  # a replica's rows are one run of the concatenation
+    for begin, end in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [len(source)]))):
+        clock[begin:end] = np.maximum.accumulate(seen[begin:end])
+    # Replica names as codes into their sorted list (a name's code is its rank).
+    encoded = table.column("replica").combine_chunks().dictionary_encode()
+    spelled = encoded.dictionary.to_pylist()
+    sorted_names = sorted(spelled)
+    rank = np.array([sorted_names.index(name) for name in spelled], dtype=np.int64)
+    name_rank = rank[encoded.indices.to_numpy()]
     row = np.arange(table.num_rows)
     order = np.lexsort((row, source, name_rank, clock))
     table = table.take(pa.array(order))
@@ -236,13 +239,16 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
     full_new = pa.array(np.where(hit, new_first[by_key][found], 0), mask=~hit)
     table = table.set_column(table.schema.get_field_index("first"), "first", pa.array(new_first))
     table = table.set_column(table.schema.get_field_index("full"), "full", full_new)
-    requests = _requests(replicas, source, old_first, counts, new_first, names[order])
+    name_rank = name_rank[order]
+    requests = _requests(replicas, source, old_first, counts, new_first, [sorted_names[r] for r in name_rank]
+                         if any(replica.corpus.requests is not None for replica in replicas) else [])
 
     manifest = replicas[0].corpus.manifest
     writer = CorpusWriter(
         target, respec(manifest.model, replicas[0].corpus.path, target), dict(manifest.compile), keep="signatures",
         log="parquet", overwrite=overwrite, method=manifest.method, recorded_from=manifest.recorded_model,
         dynamo_config=manifest.dynamo_config or {}, grad_mode=manifest.grad_mode)
+    writer.torch_version = manifest.torch_version  # the replicas' (checked to be one), not this process's
     devices = set()
     for replica in replicas:
         devices.update(part for part in replica.corpus.manifest.device.split(",") if part)
@@ -264,9 +270,8 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
             merged.shards += 1
     merged.rows = table.num_rows
     merged.samples = int(counts.sum())
-    for name, count in zip(names[order], counts):
-        merged.replicas[str(name)] = merged.replicas.get(str(name), 0) + int(count)
-    merged.replicas = dict(sorted(merged.replicas.items()))
+    calls = np.bincount(name_rank, weights=counts, minlength=len(sorted_names))
+    merged.replicas = {name: int(total) for name, total in zip(sorted_names, calls)}
     return merged
 
 
@@ -322,18 +327,23 @@ def replica_of_samples(corpus: Corpus) -> tuple[list[str], Any] | None:
 
     if corpus.manifest.format_version != TRAFFIC_FORMAT_VERSION:
         return None
-    names_per_row, counts = [], []
+    spelled: dict[str, int] = {}  # name -> its code in order of first appearance
+    codes, counts = [], []
     for shard in corpus.manifest.shards:
         try:
             log = read_log(corpus.path / shard.file, read_checked(corpus.path / shard.file, shard.sha256))
         except ShardError:
             return None
-        names_per_row.append(log.table.column("replica").to_numpy(zero_copy_only=False).astype(str))
+        encoded = log.table.column("replica").combine_chunks().dictionary_encode()
+        local = np.array([spelled.setdefault(name, len(spelled)) for name in encoded.dictionary.to_pylist()],
+                         dtype=np.int64)
+        codes.append(local[encoded.indices.to_numpy()] if len(local) else np.zeros(0, dtype=np.int64))
         counts.append(log.table.column("count").to_numpy())
-    if not names_per_row:
-        return [], np.zeros(0, dtype=np.int64)
-    names, codes = np.unique(np.concatenate(names_per_row), return_inverse=True)
-    return [str(name) for name in names], np.repeat(codes, np.concatenate(counts))
+    names = sorted(spelled)
+    rank = np.array([names.index(name) for name in spelled], dtype=np.int64)
+    if not codes:
+        return names, np.zeros(0, dtype=np.int64)
+    return names, np.repeat(rank[np.concatenate(codes)], np.concatenate(counts))
 
 
 __all__ = ["Merged", "Replica", "check_fleet", "find_corpora", "merge_fleet", "open_fleet", "replica_of_samples"]

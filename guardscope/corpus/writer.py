@@ -211,6 +211,7 @@ class CorpusWriter:
         self._request: list[Any] | None = None  # [tag, next step] inside request()
         self._count = 0
         self._closed = False
+        self.torch_version = str(torch.__version__)  # the manifest's; a merge keeps its replicas'
         self._prepare_directory(overwrite)
         self._write_manifest()
 
@@ -608,7 +609,7 @@ class CorpusWriter:
             format_version=self._version,
             model=self.model,
             compile=self.compile,
-            torch_version=str(torch.__version__),
+            torch_version=self.torch_version,
             device=",".join(sorted(self._devices)) or "cpu",
             samples=sum(shard.samples for shard in self._shards),
             shards=tuple(self._shards),

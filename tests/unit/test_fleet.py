@@ -96,6 +96,19 @@ def test_aggregated_rows_keep_their_counts_and_request_tags_name_their_replica(t
     assert [fleet.requests.of(i) for i in range(7)] == [None] * 5 + [("b/q1", 0), ("b/q2", 0)]
 
 
+def test_the_merged_corpus_keeps_the_torch_version_its_replicas_were_recorded_with(tmp_path):
+    for name in ("a", "b"):
+        write_replica(tmp_path / name, name, [(1, EPOCH)])
+        manifest = json.loads((tmp_path / name / "corpus.json").read_text())
+        (tmp_path / name / "corpus.json").write_text(json.dumps({**manifest, "torch_version": "2.11.0+cu128"}))
+    merge_fleet(open_fleet([tmp_path / "a", tmp_path / "b"]), tmp_path / "fleet")
+    assert read_manifest(tmp_path / "fleet").torch_version == "2.11.0+cu128"
+    manifest = json.loads((tmp_path / "b" / "corpus.json").read_text())
+    (tmp_path / "b" / "corpus.json").write_text(json.dumps({**manifest, "torch_version": "2.13.0+cpu"}))
+    with pytest.raises(CorpusError, match="different torch version"):
+        open_fleet([tmp_path / "a", tmp_path / "b"])
+
+
 def test_replicas_recorded_differently_are_refused_naming_which(tmp_path):
     write_replica(tmp_path / "a", "a", [(1, EPOCH)])
     write_replica(tmp_path / "b", "b", [(1, EPOCH)])

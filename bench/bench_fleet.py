@@ -1,0 +1,99 @@
+"""Issue 38's target: a fleet's traffic merged and analysed on one machine.
+
+``--replicas`` replicas each record ``--calls`` calls of the seed distribution (the draws of
+``bench.bench_traffic_log``, dealt to the replicas at random, each call stamped 1 us after the
+one before, so the fleet order is the draw order) by signature only, as ``TrafficRecorder``
+writes them (``CorpusWriter(keep="signatures", log="parquet", full_per_signature=0)``, one
+replica name each). Then, each in a fresh process from the repository root: ``merge`` (``guardscope
+merge``: every replica's log read, checked and written again in fleet order) and ``analyze``
+(``guardscope analyze`` given the replicas' folder: the merge, then the analysis of the merged
+corpus), with wall time and peak RSS. The analysis must find the seed distribution's compiles,
+and every topology's calls per replica must sum to its count.
+
+Target (issue 38, the 2-core CPU machine): 64 replicas x 100k calls merged and analysed in
+<= 90 s with peak RSS <= 1.5 GB. Usage::
+
+    PYTHONPATH=. python -m bench.bench_fleet --replicas 64 --calls 100000 --json /tmp/fleet.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import common
+from bench.bench_traffic_log import signatures
+from bench.scale_corpus import COMPILE_OPTIONS, model_spec
+
+EPOCH = 1_767_225_600_000_000_000
+MERGE = "import sys; from guardscope.cli import main; sys.exit(main())"
+
+
+def write(directory: Path, replicas: int, calls: int) -> dict:
+    from guardscope.corpus.writer import CorpusWriter
+
+    shutil.rmtree(directory, ignore_errors=True)
+    started = time.perf_counter()
+    writers = [CorpusWriter(directory / f"r{k:03d}", model=model_spec(directory / f"r{k:03d}", "small"),
+                            compile=COMPILE_OPTIONS, keep="signatures", log="parquet", full_per_signature=0,
+                            shard_size=65536, replica=f"r{k:03d}", dynamo_config={}, grad_mode="inference_mode")
+               for k in range(replicas)]
+    deal = random.Random(38)
+    for position, sig in enumerate(signatures(replicas * calls)):
+        writers[deal.randrange(replicas)].add_signature(sig, {"cpu"}, when=EPOCH + 1000 * position)
+    for writer in writers:
+        writer.close()
+    seconds = time.perf_counter() - started
+    size = sum(path.stat().st_size for path in directory.rglob("*") if path.is_file())
+    print(f"wrote       {replicas} replicas x {calls:,} calls in {seconds:.1f} s, {size / 1e6:.1f} MB")
+    return {"seconds": round(seconds, 3), "bytes": size}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--replicas", type=int, default=64)
+    parser.add_argument("--calls", type=int, default=100_000, help="calls per replica (on average)")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/guardscope-bench/fleet"))
+    parser.add_argument("--reuse", action="store_true", help="keep the replicas written by an earlier run")
+    parser.add_argument("--json", default=None)
+    arguments = parser.parse_args(argv)
+    print(f"machine     {common.describe_machine(common.machine())}")
+    replicas = arguments.work / f"replicas-{arguments.replicas}x{arguments.calls}"
+    written = None if arguments.reuse and replicas.is_dir() else write(replicas, arguments.replicas, arguments.calls)
+    for path in replicas.iterdir():
+        common.preread(path)
+    python = sys.executable
+    merged = (arguments.work / "merged").resolve()
+    runs = {
+        "merge": common.run_child([python, "-c", MERGE, "merge", str(replicas.resolve()), "--out", str(merged),
+                                   "--overwrite"], arguments.work / "merge.log",
+                                  shown=f"guardscope merge {replicas} --out {merged}").check(),
+        "analyze": common.run_analyze(replicas, arguments.work / "analysis").check(),
+    }
+    for name, run in runs.items():
+        print(f"{name:<11} {run.wall_seconds:7.1f} s wall, peak RSS {run.max_rss_bytes / 2**20:,.0f} MiB  ({run.command})")
+    catalog = common.read_json(arguments.work / "analysis" / "catalog.json")
+    sums = all(sum(t["replicas"].values()) == t["count"] for t in catalog["topologies"])
+    print(f"catalog     {catalog['summary']['compiles']} compiles at {catalog['summary']['compile_samples']}, "
+          f"{catalog['summary']['topologies']} topologies, {len(catalog['replicas'])} replicas; "
+          f"per-replica counts sum to each topology's: {sums}")
+    analyze = runs["analyze"]
+    print(f"target      analysed in {analyze.wall_seconds:.1f} s (<= 90 s: "
+          f"{'MET' if analyze.wall_seconds <= 90 else 'MISSED'}), peak RSS {analyze.max_rss_bytes / 2**30:.2f} GiB "
+          f"(<= 1.5: {'MET' if analyze.max_rss_bytes <= 1.5 * 2**30 else 'MISSED'})")
+    common.write_results(arguments.json, {
+        "machine": common.machine(), "tree": common.tree(), "replicas": arguments.replicas, "calls": arguments.calls,
+        "written": written, "runs": {name: run.to_json() for name, run in runs.items()},
+        "per_replica_sums": sums, "summary": catalog["summary"]})
+    return 0 if sums else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
