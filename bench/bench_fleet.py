@@ -4,7 +4,7 @@
 ``bench.bench_traffic_log``, dealt to the replicas at random, each call stamped 1 us after the
 one before, so the fleet order is the draw order) by signature only, as ``TrafficRecorder``
 writes them (``CorpusWriter(keep="signatures", log="parquet", full_per_signature=0)``, one
-replica name each). Then, each in a fresh process from the repository root: ``merge`` (``guardscope
+replica name each, a log file per 4,096 rows: a recorder flushes every 30 s or 256 distinct rows). Then, each in a fresh process from the repository root: ``merge`` (``guardscope
 merge``: every replica's log read, checked and written again in fleet order) and ``analyze``
 (``guardscope analyze`` given the replicas' folder: the merge, then the analysis of the merged
 corpus), with wall time and peak RSS. The analysis must find the seed distribution's compiles,
@@ -43,7 +43,7 @@ def write(directory: Path, replicas: int, calls: int) -> dict:
     started = time.perf_counter()
     writers = [CorpusWriter(directory / f"r{k:03d}", model=model_spec(directory / f"r{k:03d}", "small"),
                             compile=COMPILE_OPTIONS, keep="signatures", log="parquet", full_per_signature=0,
-                            shard_size=65536, replica=f"r{k:03d}", dynamo_config={}, grad_mode="inference_mode")
+                            shard_size=4096, replica=f"r{k:03d}", dynamo_config={}, grad_mode="inference_mode")
                for k in range(replicas)]
     deal = random.Random(38)
     for position, sig in enumerate(signatures(replicas * calls)):

@@ -162,25 +162,30 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
     """Write the replicas' calls as one traffic log corpus at ``destination``, in fleet order
     (the module's docstring). With ``skip_bad_shards`` an unreadable shard is left out (its
     calls lost, counted in :attr:`Merged.skipped`) and the rest merged; without, its
-    ``ShardError``. ``progress(line)`` is told of each replica read."""
+    ``ShardError``. ``progress(line)`` is told of each replica read.
+
+    Two passes, so memory holds a few numbers per row and a shard per replica, never the fleet's
+    rows: the first reads and checks every shard, keeping only what places a row (its time,
+    replica, count, and its full recording's and data's positions); the second writes the merged
+    shards in fleet order, reading each source shard again when a merged shard first needs its
+    rows and dropping it after its last."""
     import numpy as np
-    import pyarrow as pa
 
     target = pathlib.Path(destination)
     for replica in replicas:
         if target.exists() and target.resolve() == replica.corpus.path.resolve():
             raise CorpusError(f"{target} is the replica {replica.label}; write the merged corpus to another folder")
     merged = Merged()
-    tables, sources, positions, data_of = [], [], [], []
+    sources: list[tuple[int, ShardInfo]] = []  # the shards read, in order: (replica number, shard)
+    columns: dict[str, list] = {name: [] for name in ("first", "count", "seen", "name", "full", "data")}
     templates: dict[str, str] = {}
-    kept: dict[tuple[int, int], list[dict[str, Any]]] = {}  # (replica, shard) -> its data shard's calls
     structured = False
     owner: dict[str, str] = {}  # replica name -> the folder whose rows carry it
     for number, replica in enumerate(replicas):
         corpus = replica.corpus
-        for shard_number, shard in enumerate(corpus.manifest.shards):
+        for shard in corpus.manifest.shards:
             try:
-                table, shard_templates, calls, shard_structured = _read_shard(corpus, shard)
+                table, shard_templates, shard_structured = _read_shard(corpus, shard)
             except ShardError as exc:
                 if not skip_bad_shards:
                     raise
@@ -189,57 +194,54 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
             if table.column("first_seen").null_count:
                 raise CorpusError(f"replica {replica.label}: {corpus.path / shard.file} has rows without a timestamp "
                                   "(a converted corpus): they have no place in the fleet's order")
-            for name in table.column("replica").unique().to_pylist():
+            encoded = table.column("replica").combine_chunks().dictionary_encode()
+            spelled = encoded.dictionary.to_pylist()
+            for name in spelled:
                 if owner.setdefault(name, replica.label) != replica.label:
                     raise CorpusError(f"replicas {owner[name]} and {replica.label} both name their calls {name!r}: "
                                       "two processes must record under two names")
             templates.update(shard_templates)
             structured = structured or shard_structured
-            kept[number, shard_number] = calls
-            tables.append(table)
-            sources.append(np.full(table.num_rows, number, dtype=np.int64))
-            positions.append(np.full(table.num_rows, shard_number, dtype=np.int64))
-            data_of.append(table.column("data").fill_null(-1).to_numpy())
+            sources.append((number, shard))
+            columns["first"].append(table.column("first").to_numpy())
+            columns["count"].append(table.column("count").to_numpy())
+            columns["seen"].append(table.column("first_seen").cast("int64").to_numpy())
+            columns["name"].append(np.array(spelled, dtype=object)[encoded.indices.to_numpy()])
+            columns["full"].append(table.column("full").fill_null(-1).to_numpy())
+            columns["data"].append(table.column("data").fill_null(-1).to_numpy())
         if progress is not None:
             progress(f"read        {replica.label}: {corpus.manifest.samples:,} calls")
-    if not tables:
+    if not sources:
         raise CorpusError("no readable traffic log in the replicas given")
-    table = pa.concat_tables(tables)
-    source = np.concatenate(sources)
-    shard_of = np.concatenate(positions)
-    old_first = table.column("first").to_numpy()
-    counts = table.column("count").to_numpy()
-    seen = table.column("first_seen").cast(pa.int64()).to_numpy()
+    rows_of = np.array([len(part) for part in columns["first"]], dtype=np.int64)
+    shard_of = np.repeat(np.arange(len(sources), dtype=np.int64), rows_of)
+    row_in_shard = np.arange(len(shard_of), dtype=np.int64) - np.repeat(np.cumsum(rows_of) - rows_of, rows_of)
+    source = np.array([number for number, _ in sources], dtype=np.int64)[shard_of]
+    old_first, counts, seen, full_old, data = (np.concatenate(columns[name])
+                                               for name in ("first", "count", "seen", "full", "data"))
+    names = np.concatenate(columns.pop("name"))
+    sorted_names = sorted(set(owner))
+    name_rank = np.searchsorted(np.array(sorted_names, dtype=object), names)
+    del names, columns
     # Each replica's clock made monotone, so its own order stays (the module's docstring).
     clock = np.empty_like(seen)
     bounds = np.flatnonzero(np.diff(source)) + 1  # a replica's rows are one run of the concatenation
     for begin, end in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [len(source)]))):
         clock[begin:end] = np.maximum.accumulate(seen[begin:end])
-    # Replica names as codes into their sorted list (a name's code is its rank).
-    encoded = table.column("replica").combine_chunks().dictionary_encode()
-    spelled = encoded.dictionary.to_pylist()
-    sorted_names = sorted(spelled)
-    rank = np.array([sorted_names.index(name) for name in spelled], dtype=np.int64)
-    name_rank = rank[encoded.indices.to_numpy()]
-    row = np.arange(table.num_rows)
-    order = np.lexsort((row, source, name_rank, clock))
-    table = table.take(pa.array(order))
-    source, shard_of, old_first, counts = source[order], shard_of[order], old_first[order], counts[order]
-    data = np.concatenate(data_of)[order]
+    order = np.lexsort((np.arange(len(source)), source, name_rank, clock))
+    del clock, seen
+    source, old_first, counts, full_old = source[order], old_first[order], counts[order], full_old[order]
+    shard_of, row_in_shard, data, name_rank = shard_of[order], row_in_shard[order], data[order], name_rank[order]
     new_first = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
-    # A row's full recording: the same replica's sample it names, at its new index (None when that
+    # A row's full recording: the same replica's sample it names, at its new index (none when that
     # sample's shard was skipped).
     key = source * (1 << 40) + old_first
     by_key = np.argsort(key, kind="stable")
-    full_column = table.column("full")
-    full_old = full_column.fill_null(-1).to_numpy()
     wanted = source * (1 << 40) + full_old
     found = np.clip(np.searchsorted(key[by_key], wanted), 0, len(key) - 1)
     hit = (full_old >= 0) & (key[by_key][found] == wanted)
-    full_new = pa.array(np.where(hit, new_first[by_key][found], 0), mask=~hit)
-    table = table.set_column(table.schema.get_field_index("first"), "first", pa.array(new_first))
-    table = table.set_column(table.schema.get_field_index("full"), "full", full_new)
-    name_rank = name_rank[order]
+    full_new = np.where(hit, new_first[by_key][found], -1)
+    del key, by_key, wanted, found, hit
     requests = _requests(replicas, source, old_first, counts, new_first, [sorted_names[r] for r in name_rank]
                          if any(replica.corpus.requests is not None for replica in replicas) else [])
 
@@ -252,32 +254,62 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
     devices = set()
     for replica in replicas:
         devices.update(part for part in replica.corpus.manifest.device.split(",") if part)
+    chunk_of = np.arange(len(order)) // shard_rows
+    last_chunk = np.zeros(len(sources), dtype=np.int64)
+    np.maximum.at(last_chunk, shard_of, chunk_of)
+    held_shards: dict[int, tuple[Any, list]] = {}  # source shard -> (its rows, its data shard's calls)
     with writer:
-        for start in range(0, table.num_rows, shard_rows):
-            stop = min(start + shard_rows, table.num_rows)
-            chunk = table.slice(start, stop - start)
+        for number, start in enumerate(range(0, len(order), shard_rows)):
+            stop = min(start + shard_rows, len(order))
+            wanted_shards = np.unique(shard_of[start:stop])
+            pieces, placed = [], []
+            for index in wanted_shards:
+                if index not in held_shards:
+                    replica_number, shard = sources[index]
+                    held_shards[index] = _reread_shard(replicas[replica_number].corpus, shard)
+                at = np.flatnonzero(shard_of[start:stop] == index)
+                pieces.append(held_shards[index][0].take(row_in_shard[start:stop][at]))
+                placed.append(at)
+            chunk = _concat(pieces).take(np.argsort(np.concatenate(placed), kind="stable"))
             held = np.flatnonzero(data[start:stop] >= 0)  # the chunk's calls kept in full, in order
-            calls = [kept[int(source[start + at]), int(shard_of[start + at])][int(data[start + at])] for at in held]
-            positions_in_chunk = np.full(stop - start, -1, dtype=np.int64)
-            positions_in_chunk[held] = np.arange(len(held))
-            chunk = chunk.set_column(chunk.schema.get_field_index("data"), "data",
-                                     pa.array(positions_in_chunk, mask=positions_in_chunk < 0))
+            calls = [held_shards[int(shard_of[start + at])][1][int(data[start + at])] for at in held]
+            positions = np.full(stop - start, -1, dtype=np.int64)
+            positions[held] = np.arange(len(held))
+            chunk = _with(chunk, first=new_first[start:stop], full=full_new[start:stop], data=positions)
             used = {name for name in chunk.column("template").unique().to_pylist() if name is not None}
             end = int(new_first[stop - 1] + counts[stop - 1])
             tags = [entry for entry in requests if int(new_first[start]) <= entry[0] < end]
             writer.append_log(chunk, {name: templates[name] for name in used}, calls, structured=structured,
                               devices=devices, requests=tags)
             merged.shards += 1
-    merged.rows = table.num_rows
+            for index in wanted_shards[last_chunk[wanted_shards] == number]:
+                del held_shards[index]  # its last row is written
+    merged.rows = len(order)
     merged.samples = int(counts.sum())
-    calls = np.bincount(name_rank, weights=counts, minlength=len(sorted_names))
-    merged.replicas = {name: int(total) for name, total in zip(sorted_names, calls)}
+    calls_per_name = np.bincount(name_rank, weights=counts, minlength=len(sorted_names))
+    merged.replicas = {name: int(total) for name, total in zip(sorted_names, calls_per_name)}
     return merged
 
 
-def _read_shard(corpus: Corpus, shard: ShardInfo) -> tuple[Any, dict[str, str], list[dict[str, Any]], bool]:
-    """A log shard's rows (checked as loading checks them), its templates as JSON text, and the
-    calls its data shard keeps in full (as stored) with whether they hold codec objects."""
+def _concat(tables: list[Any]) -> Any:
+    import pyarrow as pa
+
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+
+def _with(table: Any, **values: Any) -> Any:
+    """``table`` with these int64 columns replaced (a negative value: null)."""
+    import pyarrow as pa
+
+    for name, array in values.items():
+        table = table.set_column(table.schema.get_field_index(name), name, pa.array(array, mask=array < 0))
+    return table
+
+
+def _read_shard(corpus: Corpus, shard: ShardInfo) -> tuple[Any, dict[str, str], bool]:
+    """A log shard's rows (checked as loading checks them: its numbers, and its data shard holding
+    every call a row names), its templates as JSON text, and whether its calls kept in full hold
+    codec objects."""
     path = corpus.path / shard.file
     if not shard.file.endswith(".parquet"):
         raise ShardError(f"{path} is not a traffic log shard")
@@ -286,19 +318,29 @@ def _read_shard(corpus: Corpus, shard: ShardInfo) -> tuple[Any, dict[str, str], 
     if int(counts.sum()) != shard.samples or (counts < 1).any():
         raise ShardError(f"traffic log {path} holds {int(counts.sum())} samples but the manifest lists "
                          f"{shard.samples}; the corpus is inconsistent: re-record it")
-    log.numbers()  # the numbers range-checked, as loading does
-    calls: list[dict[str, Any]] = []
-    structured = False
-    if shard.data is not None:
-        from .format import STRUCTURED_FORMAT_VERSION
-
-        content = read_shard(corpus.path / shard.data[0], shard.data[1], STRUCTURED_FORMAT_VERSION, "cpu")
-        calls, structured = content["samples"], content.get("structured", False)
-    data = log.table.column("data").to_pylist()
-    if any(position is not None and not 0 <= position < len(calls) for position in data):
+    log.arrays()  # the numbers range-checked, as loading does
+    calls, structured = _data_of(corpus, shard)
+    data = log.table.column("data").fill_null(-1).to_numpy()
+    if (data >= len(calls)).any():
         raise ShardError(f"traffic log {path} names a call its data shard does not hold; re-record the corpus")
     texts = {name: json.dumps(value, separators=(",", ":")) for name, value in log.templates.items()}
-    return log.table.replace_schema_metadata(None), texts, calls, structured
+    return log.table.replace_schema_metadata(None), texts, structured
+
+
+def _reread_shard(corpus: Corpus, shard: ShardInfo) -> tuple[Any, list[dict[str, Any]]]:
+    """A shard :func:`_read_shard` checked, read again for its rows and its calls kept in full."""
+    path = corpus.path / shard.file
+    table = read_log(path, read_checked(path, shard.sha256)).table.replace_schema_metadata(None)
+    return table, _data_of(corpus, shard)[0]
+
+
+def _data_of(corpus: Corpus, shard: ShardInfo) -> tuple[list[dict[str, Any]], bool]:
+    if shard.data is None:
+        return [], False
+    from .format import STRUCTURED_FORMAT_VERSION
+
+    content = read_shard(corpus.path / shard.data[0], shard.data[1], STRUCTURED_FORMAT_VERSION, "cpu")
+    return content["samples"], content.get("structured", False)
 
 
 def _requests(replicas: Sequence[Replica], source: Any, old_first: Any, counts: Any, new_first: Any,

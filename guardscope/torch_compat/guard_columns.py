@@ -18,8 +18,9 @@ becomes a few numpy comparisons over columns. What is read of Dynamo (torch 2.13
   sentinel (or a failing epilogue over varying locals) means every other guard held.
 * The subtrees of the varying locals are translated by kind: TENSOR_MATCH (``check_tensor``
   text: class, dispatch keys, dtype, device index, requires_grad against the ``TensorColumn``;
-  int sizes/strides against the columns), DIMENSION_DYNAMIC_MARKING_GUARD (evaluated on a fresh
-  probe tensor: rows are fresh tensors without ``_dynamo_*`` marks), TYPE_MATCH, NONE_MATCH,
+  int sizes/strides against the columns), DIMENSION_DYNAMIC_MARKING_GUARD (torch 2.11: a
+  NO_HASATTR guard on a ``_dynamo_*`` attribute; evaluated on a fresh probe tensor: rows are
+  fresh tensors without ``_dynamo_*`` marks), TYPE_MATCH, NONE_MATCH,
   NOT_NONE, EQUALS_MATCH on an int. The epilogue texts (the shape guards Dynamo prints with
   ``ShapeGuardPythonPrinter``; comments dropped) are parsed with ``ast`` into numpy expressions
   over a closed grammar; anything else makes the entry not vectorisable, with the text as reason.
@@ -355,7 +356,9 @@ def _leaf(kind: str, text: str, name: str, spec: Any, probe: Any) -> tuple[bool,
     if isinstance(spec, TensorColumn):
         if kind == "TENSOR_MATCH":
             return _tensor_match(text, name, spec, probe)
-        if kind == "DIMENSION_DYNAMIC_MARKING_GUARD":
+        if kind in ("DIMENSION_DYNAMIC_MARKING_GUARD", "NO_HASATTR", "HASATTR"):
+            # torch 2.11 spells the unmarked check hasattr(L['x'], '_dynamo_dynamic_indices') == False,
+            # a NO_HASATTR guard; _marking_guard refuses any attribute but a _dynamo_* one.
             return _marking_guard(text, name, probe), []
     elif kind == "TENSOR_MATCH":
         return False, []  # an int is not a Tensor
