@@ -4,8 +4,9 @@
 ``bench.bench_traffic_log``, dealt to the replicas at random, each call stamped 1 us after the
 one before, so the fleet order is the draw order) by signature only, as ``TrafficRecorder``
 writes them (``CorpusWriter(keep="signatures", log="parquet", full_per_signature=0)``, one
-replica name each, a log file per 4,096 rows: a recorder flushes every 30 s or 256 distinct rows). Then, each in a fresh process from the repository root: ``merge`` (``guardscope
-merge``: every replica's log read, checked and written again in fleet order) and ``analyze``
+replica name each, a log file per 4,096 rows: a recorder flushes every 30 s or 256 distinct
+rows). Then, each in a fresh process from the repository root: ``merge`` (``guardscope merge``:
+every replica's log read, checked and written again in fleet order) and ``analyze``
 (``guardscope analyze`` given the replicas' folder: the merge, then the analysis of the merged
 corpus), with wall time and peak RSS. The analysis must find the seed distribution's compiles,
 and every topology's calls per replica must sum to its count.
