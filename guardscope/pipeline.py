@@ -206,7 +206,7 @@ def analyze(
                     column_checks=result.column_checks.to_json() if result.column_checks is not None else None)
 
 
-# --- the commands that read an analysis ---------------------------------------------------------
+# --- a fleet: several replicas' traffic as one corpus -------------------------------------------
 
 
 FLEET_CORPUS = "fleet-corpus"  # where analyze merges several replicas' traffic, inside --out
@@ -246,6 +246,9 @@ def fleet_corpus(paths: tuple[str, ...] | list[str], out_dir: str | Path, *, for
             notice(f"skipped     {reason}")
         notice(f"merged      {merged.summary()} into {target}")
     return target
+
+
+# --- the commands that read an analysis ---------------------------------------------------------
 
 
 def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: bool = False,
