@@ -20,7 +20,6 @@ and a log <= 300 MB; 1M analysed in <= 1.5x the load floor. Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import shutil
 import sys
@@ -31,8 +30,6 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import common
-from bench.scale_corpus import COMPILE_OPTIONS, SEED, SMALL_MAX_SIZE, SMALL_MIN_SIZE, apply_pattern, model_spec, \
-    scale_schedule
 
 FEATURES = 16
 COLUMNS = ("import sys, pathlib, pyarrow.parquet as pq\n"
@@ -53,6 +50,13 @@ ROWS = ("import sys; from guardscope.replay import session; session.COLUMN_CHECK
         "from guardscope.cli import main; sys.exit(main())")
 
 
+WRITE = ("import json, pathlib, sys\n"
+         "from bench.bench_traffic_log import check_seed, write\n"
+         "check_seed()\n"
+         "written = write(pathlib.Path(sys.argv[1]), int(sys.argv[2]))\n"
+         "pathlib.Path(sys.argv[3]).write_text(json.dumps(written))")
+
+
 def seed_signature(nodes: int, local: int, cross: int, context: int) -> tuple:
     """The signature of ``samples.gnn.generate._request(nodes, local, cross, context)``."""
     def tensor(shape: tuple, dtype: str) -> tuple:
@@ -70,6 +74,8 @@ def seed_signature(nodes: int, local: int, cross: int, context: int) -> tuple:
 
 def signatures(samples: int):
     """The scale corpus's calls as signatures, drawn as ``bench.scale_corpus`` draws them."""
+    from bench.scale_corpus import SEED, SMALL_MAX_SIZE, SMALL_MIN_SIZE, apply_pattern, scale_schedule
+
     schedule = scale_schedule(samples)
     shape_rng = random.Random(SEED)
     for index in range(samples):
@@ -87,6 +93,7 @@ def check_seed(count: int = 300) -> None:
 
 
 def write(directory: Path, samples: int) -> dict:
+    from bench.scale_corpus import COMPILE_OPTIONS, model_spec
     from guardscope.corpus.writer import CorpusWriter
 
     shutil.rmtree(directory, ignore_errors=True)
@@ -107,15 +114,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=1_000_000)
     parser.add_argument("--work", type=Path, default=Path("/tmp/guardscope-bench/traffic-log"))
     parser.add_argument("--no-rows", dest="rows", action="store_false", help="skip the row-by-row analysis")
+    parser.add_argument("--reuse", action="store_true",
+                        help="analyse the log an earlier run wrote under --work (when it holds --samples calls)")
     parser.add_argument("--json", default=None)
     arguments = parser.parse_args(argv)
     print(f"machine     {common.describe_machine(common.machine())}")
-    check_seed()
     corpus = arguments.work / f"log-{arguments.samples}"
-    written = write(corpus, arguments.samples)
-    common.preread(corpus)
     python = sys.executable
+    manifest = corpus / "corpus.json"
+    if arguments.reuse and manifest.is_file() and common.read_json(manifest)["samples"] == arguments.samples:
+        written = None
+        print(f"reused      {corpus}")
+    else:
+        # Written in a child: a child's peak RSS counts its parent's pages at fork, so the parent
+        # stays small for the children timed after it.
+        log = arguments.work / "write.log"
+        common.run_child([python, "-c", WRITE, str(corpus), str(arguments.samples), str(log.with_suffix(".json"))],
+                         log, shown="python -c <write the traffic log>").check()
+        written = common.read_json(log.with_suffix(".json"))
+        print(log.read_text().strip())
+    common.preread(corpus)
     runs = {
+        "startup": common.run_child([python, "-c", "import pyarrow.parquet"], arguments.work / "startup.log",
+                                    shown="python -c 'import pyarrow.parquet'").check(),
+        "imports": common.run_child([python, "-c", "import guardscope.cli, guardscope.pipeline"],
+                                    arguments.work / "imports.log",
+                                    shown="python -c 'import guardscope.cli, guardscope.pipeline'").check(),
         "columns": common.run_child([python, "-c", COLUMNS, str(corpus)], arguments.work / "columns.log",
                                     shown="python -c <read every Parquet file>").check(),
         "records": common.run_child([python, "-c", RECORDS, str(corpus)], arguments.work / "records.log",
@@ -141,12 +165,21 @@ def main(argv: list[str] | None = None) -> int:
           f"{catalog['summary']['topologies']} topologies; column checks {timings.get('column_checks')}")
     floor = runs["columns"].wall_seconds
     analyze = runs["analyze"].wall_seconds
+    compiles = common.compile_seconds(arguments.work / "analysis")
+    # What grows with the calls: the analysis less its imports and compiles, against the column
+    # read less the interpreter's start and pyarrow's import.
+    variable = analyze - runs["imports"].wall_seconds - compiles
+    read = floor - runs["startup"].wall_seconds
     print(f"ratio       analyze / column load floor = {analyze / floor:.1f}x; analyze / records = "
           f"{analyze / runs['records'].wall_seconds:.2f}x"
           + (f"; rows / columns analyze = {runs['rows'].wall_seconds / analyze:.2f}x" if "rows" in runs else ""))
+    print(f"per call    analyze less imports ({runs['imports'].wall_seconds:.1f} s) and compiles ({compiles:.1f} s) = "
+          f"{variable:.1f} s = {variable / arguments.samples * 1e6:.2f} us a call; the column read less start-up "
+          f"= {read:.2f} s ({variable / read:.1f}x)")
     common.write_results(arguments.json, {
         "machine": common.machine(), "tree": common.tree(), "samples": arguments.samples, "written": written,
         "runs": {name: run.to_json() for name, run in runs.items()}, "identical": identical,
+        "compile_seconds": compiles, "variable_seconds": variable, "read_seconds": read,
         "column_checks": timings.get("column_checks"), "summary": catalog["summary"]})
     return 0
 

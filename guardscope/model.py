@@ -224,6 +224,42 @@ class SampleMeta:
 
 
 @dataclass(frozen=True)
+class ServedRows:
+    """Consecutive signature samples whose graphs were found a column at a time (a guard-only
+    replay's column checks, :mod:`guardscope.replay.column_check`), handed over as columns, not
+    one :class:`SampleMeta` per sample.
+
+    Row ``r`` stands for samples ``first[r]`` to ``first[r] + count[r] - 1``, all served by graph
+    ``graphs[graph[r]]``; ``shapes``: for each tensor argument path, in the order a description
+    lists them, a ``rows x ndim`` array of the rows' sizes; ``describe(r)``: the description of
+    row ``r``'s first sample (what the samples share but their index). Arrays are numpy's."""
+
+    first: Any
+    count: Any
+    graph: Any
+    graphs: tuple[str, ...]
+    shapes: tuple[tuple[str, Any], ...]
+    describe: Any  # Callable[[int], SampleMeta]
+
+    @property
+    def samples(self) -> int:
+        return int(self.count.sum())
+
+    @property
+    def end(self) -> int:
+        """The sample after the last one the rows stand for."""
+        return int(self.first[-1] + self.count[-1])
+
+    def metas(self) -> Any:
+        """Every sample's description, in order (what a replay without column consumers reports)."""
+        for row, (first, count) in enumerate(zip(self.first.tolist(), self.count.tolist())):
+            meta = self.describe(row)
+            yield meta
+            for index in range(first + 1, first + count):
+                yield meta.at(index)
+
+
+@dataclass(frozen=True)
 class DimensionStats:
     """One input dimension across the corpus."""
 

@@ -122,13 +122,18 @@ def torch_log_lines(causes: Iterable[tuple[str, str, int]], log_file: Any, durin
 
 def sample_runs(samples: Iterable[int]) -> list[tuple[int, int]]:
     """Sorted sample indices as runs of consecutive indices: [1, 2, 3, 5] -> [(1, 3), (5, 5)]."""
-    runs: list[tuple[int, int]] = []
-    for index in sorted(set(samples)):
-        if runs and index == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], index)
-        else:
-            runs.append((index, index))
-    return runs
+    import numpy as np  # a topology of an analysis of millions of calls lists millions
+
+    indices = np.fromiter(samples, dtype=np.int64)
+    if len(indices) > 1 and not (indices[1:] > indices[:-1]).all():  # members come sorted: no sort then
+        indices.sort()
+        indices = indices[np.concatenate([[True], indices[1:] != indices[:-1]])]
+    if not len(indices):
+        return []
+    breaks = np.flatnonzero(np.diff(indices) != 1)
+    starts = np.concatenate([indices[:1], indices[breaks + 1]]).tolist()
+    ends = np.concatenate([indices[breaks], indices[-1:]]).tolist()
+    return list(zip(starts, ends))
 
 
 def format_samples(samples: Iterable[int], limit: int = SAMPLE_RANGES_SHOWN) -> str:

@@ -26,6 +26,7 @@ from ..model import (
     FailedSample,
     GraphBreak,
     SampleMeta,
+    ServedRows,
     Topology,
     compile_order,
 )
@@ -166,21 +167,7 @@ class CatalogBuilder:
         else:
             first_of: dict[int, int] = {}
             firsts = tuple(first_of.setdefault(v, i) for i, v in enumerate(values))
-        partition = (tuple(dims), firsts)
-        if partition not in self._partitions_seen:
-            self._partitions_seen.add(partition)
-            groups: dict[int, set[str]] = {}
-            for dim, value in zip(dims, values):
-                groups.setdefault(value, set()).add(dim)
-            present = set(dims)
-            for dim, value in zip(dims, values):
-                same = groups[value] - {dim}
-                current = self.equal_candidates.get(dim)
-                if current is None:
-                    self.equal_candidates[dim] = set(same)
-                else:
-                    current -= present - same - {dim}
-                    current |= same & fresh
+        self._apply_partition(dims, firsts, fresh)
         if self.track_shapes:
             self.cudagraph_tally.add_shape(meta.ran or meta.serving, tuple(dims), tuple(values))
         if meta.serving is None:
@@ -191,6 +178,82 @@ class CatalogBuilder:
         if key not in self.first_shapes:
             self.first_shapes[key] = {path: list(t.shape) for path, t in meta.tensors}
             self.first_arguments[key] = passed_arguments(meta)
+
+    def _apply_partition(self, dims: list[str], firsts: tuple[int, ...], fresh: set[str]) -> None:
+        """Narrow the equal-dim candidates by one sample's pattern of equal dims: ``firsts[k]``
+        is the first position among ``dims`` whose size equals dim ``k``'s."""
+        partition = (tuple(dims), firsts)
+        if partition in self._partitions_seen:
+            return
+        self._partitions_seen.add(partition)
+        groups: dict[int, set[str]] = {}
+        for dim, first in zip(dims, firsts):
+            groups.setdefault(first, set()).add(dim)
+        present = set(dims)
+        for dim, first in zip(dims, firsts):
+            same = groups[first] - {dim}
+            current = self.equal_candidates.get(dim)
+            if current is None:
+                self.equal_candidates[dim] = set(same)
+            else:
+                current -= present - same - {dim}
+                current |= same & fresh
+
+    def add_rows(self, rows: ServedRows) -> None:
+        """:meth:`add_sample` of every sample of ``rows`` (signature samples served over columns,
+        none failed or run), a column at a time; the builder ends as it would sample by sample.
+
+        Dims' minima, maxima, zeros and ones are reductions over the columns. The equal-dim
+        candidates are narrowed as by one sample whose pattern of equal dims is the rows'
+        common one (dims equal in every row): every row has every dim of the rows, so narrowing
+        row after row ends there too."""
+        import numpy as np
+
+        samples = rows.samples
+        self.samples += samples
+        self.signature_samples += samples
+        self.described += samples
+        dims: list[str] = []
+        columns: list[Any] = []
+        fresh: set[str] = set()
+        for path, sizes in rows.shapes:
+            ndim = sizes.shape[1]
+            known = self._dim_names.get(path)
+            if known is None or len(known) < ndim:
+                known = self._dim_names[path] = [f"{path}.size()[{axis}]" for axis in range(ndim)]
+            for axis in range(ndim):
+                dim, column = known[axis], sizes[:, axis]
+                dims.append(dim)
+                columns.append(column)
+                accumulator = self.dims.get(dim)
+                if accumulator is None:
+                    accumulator = self.dims[dim] = _DimAccumulator(path, axis, int(column[0]), int(column[0]))
+                    self.equal_candidates[dim] = None
+                    fresh.add(dim)
+                accumulator.min = min(accumulator.min, int(column.min()))
+                accumulator.max = max(accumulator.max, int(column.max()))
+                accumulator.ever_zero = accumulator.ever_zero or bool((column == 0).any())
+                accumulator.ever_one = accumulator.ever_one or bool((column == 1).any())
+        firsts: list[int] = []
+        for k, column in enumerate(columns):
+            firsts.append(next((j for j in range(k) if firsts[j] == j and columns[j][0] == column[0]
+                                and np.array_equal(columns[j], column)), k))
+        self._apply_partition(dims, tuple(firsts), fresh)
+        # Members: each graph's samples in order (a row's repeats are consecutive samples).
+        indices = np.repeat(rows.first, rows.count)
+        if len(indices) != len(rows.first):
+            indices += np.arange(len(indices)) - np.repeat(np.cumsum(rows.count) - rows.count, rows.count)
+        graph = np.repeat(rows.graph, rows.count)
+        first_rows = {}
+        for number in np.flatnonzero(np.bincount(rows.graph)).tolist():
+            first_rows[int(np.argmax(rows.graph == number))] = number
+        for row, number in sorted(first_rows.items()):
+            key = rows.graphs[number]
+            self.members.setdefault(key, []).extend(indices[graph == number].tolist())
+            if key not in self.first_shapes:
+                meta = rows.describe(row)
+                self.first_shapes[key] = {path: list(t.shape) for path, t in meta.tensors}
+                self.first_arguments[key] = passed_arguments(meta)
 
     def members_after(self, counts: dict[str, int]) -> dict[str, list[int]]:
         """Each topology's members after the first ``counts[key]`` (those a checkpoint streamed

@@ -16,84 +16,27 @@ import secrets
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..errors import ShardError
 from ..model import Sample
 from ..text import message_line
 from .call_template import CallTemplate, NoTemplate
-from .format import FORMAT, STRUCTURED_FORMAT_VERSION, Manifest, ShardInfo, corpus_directory, read_manifest
+from .log_columns import RecordColumns
+from .log_records import log_records
+from .records import SignatureRecord
+from .format import FORMAT, Manifest, ShardInfo, corpus_directory, read_manifest
 from .materialising import check_devices, materialise
 from .requests import RequestRuns, read_requests
-from .shards import read_checked, read_shard
-from .signature import signature_from_json, signature_to_json
-from .traffic_log import read_log, signature_with
+from .shards import read_shard
+from .signature import signature_from_json
 from .structured import rebuild
 
 # Shards Corpus.full_sample keeps decoded.
 FULL_SHARDS_KEPT = 4
 # Call templates (signature structures, corpus.call_template.CallTemplate) a Corpus keeps.
 TEMPLATES_KEPT = 64
-
-
-class SignatureRecord:
-    """A format 3 signature record as read: ``repeat`` consecutive samples from ``first``,
-    recorded as their signature only (``array``, its JSON form), ``full`` the index of the
-    sample of that signature recorded in full (or None).
-
-    ``call`` and ``key`` (:class:`~guardscope.corpus.call_template.CallTemplate`) when the signature is
-    a call template's, else None; :meth:`arguments` then gives shared read-only arguments, built
-    once per argument and size. :meth:`sample` builds one sample afresh, as loading does.
-    """
-
-    __slots__ = ("first", "repeat", "_array", "full", "call", "key", "_signature", "_placement")
-
-    def __init__(self, first: int, repeat: int, array: list | str, full: int | None, call: CallTemplate | None,
-                 key: tuple | None, sig: tuple | None, placement: Any) -> None:
-        """``array``: the signature's JSON array, or its JSON text (parsed when asked for)."""
-        self.first, self.repeat, self._array, self.full = first, repeat, array, full
-        self.call, self.key, self._signature, self._placement = call, key, sig, placement
-
-    @property
-    def array(self) -> list:
-        if self._array is None:  # a traffic log's record of a call template: its columns made its key
-            self._array = signature_to_json(self.signature)
-        if type(self._array) is str:
-            self._array = json.loads(self._array)
-        return self._array  # type: ignore[return-value]
-
-    def __repr__(self) -> str:
-        return f"SignatureRecord(first={self.first}, repeat={self.repeat}, full={self.full})"
-
-    @property
-    def signature(self) -> tuple:
-        if self._signature is None:
-            if self._array is None:
-                self._signature = self.call.signature_of(self.key)  # type: ignore[union-attr]
-            else:
-                self._signature = signature_from_json(self.array)
-        return self._signature
-
-    def arguments(self) -> tuple[tuple, dict[str, Any], list[torch.Tensor]]:
-        """``(args, kwargs, tensors)`` of a call template's record, shared: read only."""
-        if self.call is None or self.key is None:
-            raise ValueError("only a call template's record has shared arguments")
-        return self.call.arguments(self.key)
-
-    def sample(self, offset: int) -> Sample:
-        """Sample ``first + offset``, its arguments materialised afresh."""
-        if not 0 <= offset < self.repeat:
-            raise IndexError(f"a record of {self.repeat} samples has no sample {offset}")
-        args, kwargs = materialise(self.signature, self._placement)
-        return Sample(self.first + offset, args, kwargs, signature=self.signature, data_of=self.full)
-
-    def starting_at(self, index: int) -> SignatureRecord:
-        """The same record from sample ``index`` on (a resumed replay)."""
-        skipped = index - self.first
-        if not 0 <= skipped < self.repeat:
-            raise IndexError(f"sample {index} is not in {self!r}")
-        return SignatureRecord(index, self.repeat - skipped, self._array, self.full, self.call, self.key,
-                               self._signature, self._placement)
 
 
 class Corpus:
@@ -155,8 +98,12 @@ class Corpus:
         """Sample ``index`` (negative counts from the end); loads only the shard holding it."""
         shard, position = self._locate(index)
         # Only that sample is built: a traffic log's shard holds tens of thousands of calls.
-        for item in self.load_records(shard):
-            if type(item) is Sample:
+        for item in self.load_columns(shard):
+            if type(item) is RecordColumns:
+                if item.start <= position < item.end:
+                    row = int(np.searchsorted(item.first, position, side="right")) - 1
+                    return item.record(row).sample(position - int(item.first[row]))
+            elif type(item) is Sample:
                 if item.index == position:
                     return item
             elif item.first <= position < item.first + item.repeat:
@@ -215,94 +162,16 @@ class Corpus:
                              self._prematch if self._templates else None)
         return self._records(path, shard, content)
 
-    def _log_records(self, path: pathlib.Path, shard: ShardInfo) -> list[Sample | SignatureRecord]:
-        """A traffic log shard's records (format 5, :mod:`guardscope.corpus.traffic_log`): its rows
-        in order, those kept in full from its data shard; every row checked as a shard's are."""
-        log = read_log(path, read_checked(path, shard.sha256))
-        kept: list[Any] = []
-        structured = False
-        if shard.data is not None:
-            content = read_shard(self.path / shard.data[0], shard.data[1], STRUCTURED_FORMAT_VERSION,
-                                 self._map_location)
-            kept, structured = content["samples"], content.get("structured", False)
-        columns = {name: log.column(name) for name in ("first", "count", "template", "full", "data", "signature")}
-        numbers = log.numbers()
-        held = sum(columns["count"])
-        if held != shard.samples:
-            raise ShardError(f"traffic log {path} holds {held} samples but the manifest lists {shard.samples}; "
-                             "the corpus is inconsistent: re-record it")
-        calls: dict[str, tuple[CallTemplate | None, tuple]] = {}
-        records: list[Sample | SignatureRecord] = []
-        index = shard.first
-        tensors, size_starts, sizes, stride_starts, strides, offsets, int_starts, ints = numbers
-        for row, (first, count, template, full, data, text) in enumerate(zip(*columns.values())):
-            where = f"traffic log {path}, row {row} (sample {index})"
-            if first != index or count < 1:
-                raise ShardError(f"{where}: 'first' {first} and 'count' {count} do not continue the rows before it; "
-                                 "re-record the corpus")
-            if full is not None and not 0 <= full < index:
-                raise ShardError(f"{where} names sample {full} as its full recording, which does not come "
-                                 "before it; re-record the corpus")
-            if data is not None:
-                if not 0 <= data < len(kept) or count != 1:
-                    raise ShardError(f"{where} names data {data} of the {len(kept)} calls its data shard holds; "
-                                     "re-record the corpus")
-                args, kwargs = kept[data]["args"], kept[data]["kwargs"]
-                if structured:
-                    try:
-                        args, kwargs = rebuild(args), rebuild(kwargs)
-                    except (ValueError, RecursionError) as exc:
-                        raise ShardError(f"{where}: {message_line(exc)}") from None
-                records.append(Sample(index, args, kwargs))
-            elif template is not None:
-                known = calls.get(template)
-                call = known[0] if known is not None else None
-                key = None
-                if call is not None and call.flat and not call.has_ints:  # the quick way: tensors only
-                    key = _flat_key(call, tensors[row], tensors[row + 1], size_starts, sizes, stride_starts,
-                                    strides, offsets)
-                if key is not None and int_starts[row] == int_starts[row + 1]:
-                    records.append(SignatureRecord(index, count, None, full, call, key, None, self._placement))
-                else:
-                    numbers_of_row = _row_numbers(row, tensors, size_starts, sizes, stride_starts, strides, offsets,
-                                                  int_starts, ints)
-                    records.append(self._log_record(where, calls, log.templates, template, index, count,
-                                                    numbers_of_row, full))
-            elif text is not None:
-                try:
-                    array = json.loads(text)
-                except ValueError:
-                    raise ShardError(f"{where}: its signature is not JSON; re-record the corpus") from None
-                records.append(self._parsed(path, index, array, count, full))
-            else:
-                raise ShardError(f"{where} has neither a template nor a signature; re-record the corpus")
-            index += count
-        return records
+    def load_columns(self, shard: ShardInfo) -> list[Any]:
+        """:meth:`load_records`, but a traffic log's runs of rows of one flat, tensors-only call
+        template come as :class:`~guardscope.corpus.log_columns.RecordColumns` (no object per
+        row), for a replay that checks records over columns; checked alike."""
+        if shard.file.endswith(".parquet"):
+            return self._log_records(self.path / shard.file, shard, columns=True)
+        return self.load_records(shard)
 
-    def _log_record(self, where: str, calls: dict, templates: dict, template: str, index: int, count: int,
-                    numbers: tuple, full: int | None) -> SignatureRecord:
-        """A traffic log row of a call template as a signature record (its key from its columns)."""
-        known = calls.get(template)
-        if known is None:
-            array = templates.get(template)
-            if array is None:
-                raise ShardError(f"{where} names the call template {template}, which the log's metadata does not "
-                                 "hold; re-record the corpus")
-            try:
-                call, _, sig = self._match(array)
-            except (ValueError, RuntimeError, RecursionError) as exc:
-                raise ShardError(f"{where}: its call template cannot be rebuilt ({message_line(exc)}); "
-                                 "re-record the corpus") from None
-            known = calls[template] = (call, sig if sig is not None else signature_from_json(array))
-        call, sig = known
-        try:
-            if call is not None:
-                return SignatureRecord(index, count, None, full, call, call.column_key(*numbers), None,
-                                       self._placement)
-            filled = signature_with(sig, *numbers)
-        except ValueError as exc:
-            raise ShardError(f"{where}: {message_line(exc)}; re-record the corpus") from None
-        return SignatureRecord(index, count, signature_to_json(filled), full, None, None, filled, self._placement)
+    def _log_records(self, path: pathlib.Path, shard: ShardInfo, columns: bool = False) -> list[Any]:
+        return log_records(self, path, shard, columns)
 
     def _prematch(self, text: str) -> tuple[str, list[str], list[_Run]]:
         """A format 3 index's text with each run of consecutive signature records whose
@@ -499,33 +368,6 @@ class Corpus:
         return call, key, sig
 
 
-def _flat_key(call: CallTemplate, start: int, stop: int, size_starts: list, sizes: list, stride_starts: list,
-              strides: list, offsets: list) -> tuple | None:
-    """The key of a flat, tensors-only call template's log row from the flat columns (the numbers
-    were range-checked a column at a time); None when the row's tensors do not fit the template."""
-    slots, parts = call.slots, call.tensor_parts
-    if stop - start != len(parts):
-        return None
-    key: list[Any] = [None] * len(slots)  # a constant's part of a key is None
-    for position, tensor in zip(parts, range(start, stop)):
-        ndim = slots[position][1]
-        a, b = size_starts[tensor], size_starts[tensor + 1]
-        c, d = stride_starts[tensor], stride_starts[tensor + 1]
-        if b - a != ndim or d - c != ndim:
-            return None
-        key[position] = (*sizes[a:b], *strides[c:d], offsets[tensor])
-    return tuple(key)
-
-
-def _row_numbers(row: int, tensors: list, size_starts: list, sizes: list, stride_starts: list, strides: list,
-                 offsets: list, int_starts: list, ints: list) -> tuple[list, list, list, list]:
-    """One log row's (sizes, strides, offsets, ints), per tensor, from the flat columns."""
-    span = range(tensors[row], tensors[row + 1])
-    return ([sizes[size_starts[t]:size_starts[t + 1]] for t in span],
-            [strides[stride_starts[t]:stride_starts[t + 1]] for t in span],
-            [offsets[t] for t in span], ints[int_starts[row]:int_starts[row + 1]])
-
-
 # How a format 3 index's signature record starts, as the corpus writer spells it; what follows
 # one when the next is one too.
 _SIGNATURE_ENTRY = '{"signature":'
@@ -573,7 +415,11 @@ def records_from(records: list[Sample | SignatureRecord], start: int) -> list[Sa
     signature record: it is cut there)."""
     kept: list[Sample | SignatureRecord] = []
     for record in records:
-        if type(record) is SignatureRecord:
+        if type(record) is RecordColumns:
+            cut = record.starting_at(start)
+            if cut is not None:
+                kept.append(cut)
+        elif type(record) is SignatureRecord:
             if record.first + record.repeat <= start:
                 continue
             kept.append(record.starting_at(start) if record.first < start else record)

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from .. import torch_compat
-from ..model import compile_order
+from ..corpus.log_columns import RecordColumns
+from ..model import ServedRows, compile_order
 from .record_plan import RecordPlan
 from .runner import Runner
 
@@ -80,11 +81,11 @@ class ColumnChecks:
         self._layouts[call] = found
         return found
 
-    def batch(self, call: Any, plan: RecordPlan, keys: list[tuple]) -> ColumnBatch | None:
-        layout = self.layout(call, plan)
+    def batch(self, chunk: RecordColumns, plan: RecordPlan) -> ColumnBatch | None:
+        layout = self.layout(chunk.call, plan)
         if layout is None:
             return None
-        return ColumnBatch(self, call, plan, layout, keys)
+        return ColumnBatch(self, chunk, plan, layout)
 
     def guards(self, call: Any, plan: RecordPlan, layout: tuple, example_key: tuple) -> list[torch_compat.ColumnGuards]:
         """Every compiled graph's column guards for this call template, earliest-compiled first;
@@ -103,20 +104,22 @@ class ColumnChecks:
 
 
 class ColumnBatch:
-    """The records of one call template, in order: their columns, and the graph found for each."""
+    """The rows of one call template, in order: their columns, and the graph found for each."""
 
-    def __init__(self, checks: ColumnChecks, call: Any, plan: RecordPlan, layout: tuple, keys: list[tuple]) -> None:
-        self.checks, self.call, self.plan, self.layout, self.keys = checks, call, plan, layout, keys
-        self.size = len(keys)
+    def __init__(self, checks: ColumnChecks, chunk: RecordColumns, plan: RecordPlan, layout: tuple) -> None:
+        self.checks, self.chunk, self.call, self.plan, self.layout = checks, chunk, chunk.call, plan, layout
+        self.size = len(chunk)
         self.columns: dict[tuple, np.ndarray] = {}
-        for name, _, slot_index in layout[1]:
-            ndim = call.slots[slot_index][1]
-            numbers = np.array([key[slot_index] for key in keys], dtype=np.int64).reshape(self.size, 2 * ndim + 1)
+        for name, position, slot_index in layout[1]:
+            ndim = self.call.slots[slot_index][1]
+            numbers = chunk.numbers[position]
             for dim in range(ndim):
                 self.columns[(name, "size", dim)] = numbers[:, dim]
                 self.columns[(name, "stride", dim)] = numbers[:, ndim + dim]
             self.columns[(name, "offset")] = numbers[:, 2 * ndim]
-        self.serving: list[str | None] = [None] * self.size
+        # Per row, the number of the graph that serves it in ``graphs`` (-1: none found yet).
+        self.graph = np.full(self.size, -1, dtype=np.int64)
+        self.graphs: list[str] = []
         self._unserved = np.ones(self.size, dtype=bool)
         self._tried: set[str] = set()
 
@@ -124,7 +127,7 @@ class ColumnBatch:
         """Try every graph not tried yet, earliest-compiled first, on the records no graph
         accepted so far."""
         stats = self.checks.stats
-        for guards in sorted(self.checks.guards(self.call, self.plan, self.layout, self.keys[0]),
+        for guards in sorted(self.checks.guards(self.call, self.plan, self.layout, self.chunk.key(0)),
                              key=lambda found: compile_order(found.compile_id)):
             if guards.compile_id in self._tried:
                 continue
@@ -140,7 +143,7 @@ class ColumnBatch:
                 accepted_list = []
                 with self.checks.runner.grad_context():
                     for row in rows.tolist():
-                        f_locals, _ = self.plan.frame(self.call, self.keys[row])
+                        f_locals, _ = self.plan.frame(self.call, self.chunk.key(row))
                         try:
                             if guards.check(f_locals):
                                 accepted_list.append(row)
@@ -149,15 +152,15 @@ class ColumnBatch:
                 stats.calls += len(rows)
                 accepted = np.array(accepted_list, dtype=np.int64)
             self._unserved[accepted] = False
-            for row in accepted.tolist():
-                self.serving[row] = guards.compile_id
+            self.graph[accepted] = len(self.graphs)
+            self.graphs.append(guards.compile_id)
 
     def _assumed_hold(self, guards: torch_compat.ColumnGuards, row: int) -> bool:
         """Whether the guards ``guards.predicate`` leaves out hold: Dynamo's check of one record
         the predicate accepts (once per graph and call template; the same for every record)."""
         known = self.checks.assumed.get((self.call, guards.compile_id))
         if known is None:
-            f_locals, _ = self.plan.frame(self.call, self.keys[row])
+            f_locals, _ = self.plan.frame(self.call, self.chunk.key(row))
             with self.checks.runner.grad_context():
                 try:
                     known = bool(guards.check(f_locals))
@@ -173,3 +176,16 @@ class ColumnBatch:
         """The first record from ``start`` that no graph accepts (``size``: none)."""
         found = np.flatnonzero(self._unserved[start:])
         return start + int(found[0]) if len(found) else self.size
+
+    def served(self, start: int, stop: int) -> ServedRows:
+        """Rows ``start`` to ``stop - 1``, every one served, as :class:`~guardscope.model.ServedRows`."""
+        chunk, plan = self.chunk.rows(start, stop), self.plan
+        graph, graphs = self.graph[start:stop], tuple(self.graphs)
+        shapes = tuple((path, chunk.numbers[position][:, :self.call.slots[self.call.tensor_parts[position]][1]])
+                       for path, position in plan.paths)  # type: ignore[union-attr]
+
+        def describe(row: int) -> Any:
+            _, described = plan.frame(chunk.call, chunk.key(row))
+            return plan.described(described, int(chunk.first[row]), graphs[int(graph[row])])
+
+        return ServedRows(chunk.first, chunk.count, graph, graphs, shapes, describe)

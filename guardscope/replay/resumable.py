@@ -299,10 +299,19 @@ def replay_corpus(
                 if time.monotonic() - done["time"] >= checkpoint_every:
                     checkpoint()
 
+        def recorded_rows(rows: Any) -> None:
+            with held.holding():
+                builder.add_rows(rows)
+                done["next"] = rows.end
+                done["trace"] = trace_sized.size() if trace_sized is not None else None
+                if time.monotonic() - done["time"] >= checkpoint_every:
+                    checkpoint()
+
         with held.installed(), ReplaySession(
             model,
             options,
             on_sample=recorded,
+            on_rows=recorded_rows,
             trace_stream=trace_sized,  # type: ignore[arg-type]  # written and flushed only
             progress=(lambda count: progress(done_before + count, session.compiles)) if progress else None,
             guard_only=replay_mode in ("auto", "guards"),
@@ -332,7 +341,9 @@ def replay_corpus(
                     if end <= started and shard.file in skipped_before:
                         continue
                     try:
-                        records = corpus.load_records(shard)
+                        # A traffic log's rows of flat call templates as columns, when checked so.
+                        records = (corpus.load_columns(shard) if session.takes_columns
+                                   else corpus.load_records(shard))
                     except ShardError as exc:
                         if not skip_bad_shards or shard.first < started:
                             raise  # (a finished shard that no longer loads cannot be replayed again)

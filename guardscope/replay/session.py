@@ -22,7 +22,8 @@ import torch
 
 from .. import torch_compat
 from ..corpus.reader import SignatureRecord
-from ..model import CompileEvent, Sample, SampleMeta, compile_order
+from ..corpus.log_columns import RecordColumns
+from ..model import CompileEvent, Sample, SampleMeta, ServedRows, compile_order
 from ..options import ReplayOptions
 from ..sources import FrameArguments
 from ..text import error_text
@@ -100,8 +101,12 @@ class ReplaySession:
         full_sample: Callable[[int], Sample | None] | None = None,
         signature_cache: int = 0,
         safe_point: Callable[[], None] | None = None,
+        on_rows: Callable[[ServedRows], None] | None = None,
     ) -> None:
         self.model = model
+        # Samples served over columns are handed over as columns (ServedRows) when this is given,
+        # else one description each through on_sample.
+        self.on_rows = on_rows
         # Called between two samples (after the previous one is reported): where a held
         # Ctrl-C or SIGTERM is delivered (guardscope.replay.resumable.HeldSignals).
         self._safe_point = safe_point
@@ -159,6 +164,12 @@ class ReplaySession:
 
     def __exit__(self, *exc_info: Any) -> None:
         self._stack.close()
+
+    @property
+    def takes_columns(self) -> bool:
+        """Whether signature records are checked over columns: a traffic log may then be read
+        as :class:`~guardscope.corpus.log_columns.RecordColumns` (``Corpus.load_columns``)."""
+        return self._columns is not None
 
     def _mark(self) -> bool:
         if not self.options.mark_unbacked:
@@ -350,15 +361,30 @@ class ReplaySession:
         started = time.perf_counter()
         try:
             for meta in self._replayed(samples):
-                self._done(meta)
+                if type(meta) is ServedRows:
+                    self._done_rows(meta)
+                else:
+                    self._done(meta)
         finally:
             self.seconds += time.perf_counter() - started
 
-    def _replayed(self, samples: Iterable[Sample | SignatureRecord], stop: int | None = None) -> Iterator[SampleMeta]:
-        """Each sample's description, in order (those before sample ``stop``, when given); the
-        one path of :meth:`replay` and :meth:`warm`."""
+    def _replayed(self, samples: Iterable[Sample | SignatureRecord | RecordColumns],
+                  stop: int | None = None) -> Iterator[SampleMeta | ServedRows]:
+        """Each sample's description, in order (those before sample ``stop``, when given), and
+        samples served over columns as :class:`~guardscope.model.ServedRows`; the one path of
+        :meth:`replay` and :meth:`warm`."""
         batch: list[SignatureRecord] = []
         for item in samples:
+            if type(item) is RecordColumns:
+                if batch:
+                    yield from self._batched(batch, stop)
+                    batch = []
+                if self._columns is not None:
+                    yield from self._column_rows(item, stop)
+                    continue
+                for record in item.records():  # column checks are off: record by record
+                    yield from self._one_by_one([record], stop)
+                continue
             if self._columns is not None and type(item) is SignatureRecord and item.key is not None:
                 if batch and (item.call is not batch[0].call or len(batch) >= COLUMN_BATCH):
                     yield from self._batched(batch, stop)
@@ -389,45 +415,50 @@ class ReplaySession:
             yield from self._batched(batch, stop)
         self.current = None
 
-    def _batched(self, records: list[SignatureRecord], stop: int | None) -> Iterator[SampleMeta]:
-        """Consecutive signature records of one call template, each sample described in order:
-        the graphs' guards checked over the records' columns (:mod:`.column_check`); the first
-        record no graph accepts goes the record-by-record way (it runs and compiles), then the
-        graphs compiled since are tried on the records still unserved."""
-        if stop is not None:
-            records = [record for record in records if record.first < stop]
+    def _batched(self, records: list[SignatureRecord], stop: int | None) -> Iterator[SampleMeta | ServedRows]:
+        """Consecutive signature records of one call template: :meth:`_column_rows` of them
+        when it is flat and tensors-only (what columns hold), else one by one."""
         call = records[0].call
+        if not call.flat or call.has_ints:
+            yield from self._one_by_one(records, stop)
+            return
+        yield from self._column_rows(RecordColumns.of_records(records), stop)
+
+    def _column_rows(self, chunk: RecordColumns, stop: int | None) -> Iterator[SampleMeta | ServedRows]:
+        """Consecutive rows of one call template, in order: the graphs' guards checked over the
+        rows' columns (:mod:`.column_check`), the rows served handed on as
+        :class:`~guardscope.model.ServedRows`; the first row no graph accepts goes the
+        record-by-record way (it runs and compiles), then the graphs compiled since are tried on
+        the rows still unserved."""
+        if stop is not None:
+            chunk = chunk.before(stop)  # type: ignore[assignment]
+            if chunk is None:
+                return
+        call = chunk.call
         plan = self._plans.get(call)
         start = 0
-        if plan is None:  # the first record makes the plan (and checks the device) the usual way
-            yield from self._one_by_one(records[:1], stop)
+        if plan is None:  # the first row makes the plan (and checks the device) the usual way
+            yield from self._one_by_one([chunk.record(0)], stop)
             start, plan = 1, self._plans.get(call)
-        found = self._columns.batch(call, plan, [record.key for record in records]) if (  # type: ignore[union-attr]
-            plan is not None and start < len(records)) else None
+        found = self._columns.batch(chunk, plan) if (  # type: ignore[union-attr]
+            plan is not None and start < len(chunk)) else None
         if found is None:
-            yield from self._one_by_one(records[start:], stop)
+            yield from self._one_by_one([chunk.record(row) for row in range(start, len(chunk))], stop)
             return
-        while start < len(records):
+        while start < len(chunk):
             found.find()
             miss = found.first_unserved(start)
-            self._columns.stats.samples += sum(  # type: ignore[union-attr]
-                record.repeat if stop is None else min(record.repeat, stop - record.first)
-                for record in records[start:miss])
-            for row in range(start, miss):
-                record = records[row]
-                _, described = plan.frame(call, record.key)
-                meta = plan.described(described, record.first, found.serving[row])  # type: ignore[arg-type]
-                self._keep((call, record.key), meta)
-                repeat = record.repeat if stop is None else min(record.repeat, stop - record.first)
-                for offset in range(repeat):
-                    self.current = record.first + offset
-                    self.signature_hits += offset > 0
-                    yield meta if offset == 0 else meta.at(record.first + offset)
-                    if self._safe_point is not None:
-                        self._safe_point()
-            if miss == len(records):
+            if miss > start:
+                rows = found.served(start, miss)
+                self._columns.stats.samples += rows.samples  # type: ignore[union-attr]
+                self.signature_hits += rows.samples - (miss - start)
+                self.current = rows.end - 1
+                yield rows
+                if self._safe_point is not None:
+                    self._safe_point()
+            if miss == len(chunk):
                 return
-            yield from self._one_by_one(records[miss:miss + 1], stop)
+            yield from self._one_by_one([chunk.record(miss)], stop)
             start = miss + 1
 
     def _one_by_one(self, records: list[SignatureRecord], stop: int | None) -> Iterator[SampleMeta]:
@@ -442,6 +473,16 @@ class ReplaySession:
     def _done(self, meta: SampleMeta) -> None:
         self.on_sample(meta)
         self.count += 1
+        if self.progress is not None:
+            self.progress(self.count)
+
+    def _done_rows(self, rows: ServedRows) -> None:
+        if self.on_rows is None:
+            for meta in rows.metas():
+                self._done(meta)
+            return
+        self.on_rows(rows)
+        self.count += rows.samples
         if self.progress is not None:
             self.progress(self.count)
 
