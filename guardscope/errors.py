@@ -60,3 +60,8 @@ class ServeError(GuardscopeError):
 class BundleError(GuardscopeError):
     """A compile-cache bundle could not be made: the plan failed to compile, the process died,
     or torch saved no cache artifacts (a backend without caches, or caches turned off)."""
+
+
+class EngineError(GuardscopeError):
+    """The engine an analysis was asked to run on cannot: Dask not installed, a scheduler that
+    cannot be reached."""

@@ -76,6 +76,8 @@ def analyze(
     checkpoint_every: float = 10.0,
     paddable: tuple[str, ...] | None = None,
     shapes_per_graph: int = SHAPES_PER_GRAPH,
+    engine: str = "embedded",
+    scheduler: str | None = None,
     **overrides: Any,
 ) -> Analysis:
     """Replay ``corpus_dir`` and write ``catalog.json``, ``timings.json``, ``trace/`` and
@@ -92,7 +94,9 @@ def analyze(
     unreported, to rebuild the Dynamo state they left: :mod:`guardscope.replay.resumable`). With ``skip_bad_shards`` a
     corrupt shard is listed in the catalog instead of stopping the analysis. Ctrl-C or SIGTERM
     stops the replay after the sample in flight (``notice`` is told when one arrives; a second
-    stops it at once). With ``strict``, an
+    stops it at once). ``engine``: where a traffic log's shards are read and decoded,
+    ``"embedded"`` (this process) or ``"dask"`` (a Dask cluster at ``scheduler``, else a
+    ``LocalCluster``: :mod:`guardscope.replay.engines`); the catalog is the same. With ``strict``, an
     unclassified guard failure or unreadable trace record raises :class:`TraceParseError` after
     the outputs are written.
 
@@ -106,8 +110,7 @@ def analyze(
     :class:`guardscope.torch_compat.LookupOrder`) and inductor's settings at call time
     (``cudagraph_skip_dynamic_graphs``, graph partitioning: :func:`torch_compat.cudagraph_config`).
     """
-    from .corpus.chains import carries_state
-    from .replay.resumable import fingerprint, replay_corpus
+    from .replay.engines import engine as start_engine
     from .replay.runner import check_marks
 
     corpus = load_corpus(corpus_dir)
@@ -133,6 +136,22 @@ def analyze(
     user_model = load_model(spec, base_dir=corpus.path, method=method)
     check_marks(user_model, corpus.sample(0), options.mark_unbacked)
     warnings += [w for w in (recorded_model_warning(corpus.manifest.recorded_model, user_model),) if w]
+    reader = start_engine(engine, scheduler, notice)  # an unreachable scheduler: before the folder is touched
+    try:
+        return _analyze(corpus, corpus_dir, out_dir, spec, method, user_model, options, reader, warnings, cudagraphs,
+                        strict=strict, force=force, resume=resume, skip_bad_shards=skip_bad_shards,
+                        progress=progress, notice=notice, replay_mode=replay_mode, checkpoint_every=checkpoint_every)
+    finally:
+        reader.close()
+
+
+def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str, method: str | None, user_model: Any, options: Any,
+             reader: Any, warnings: list[str], cudagraphs: CudagraphSettings | None, *, strict: bool, force: bool,
+             resume: bool, skip_bad_shards: bool, progress: Callable[[int, int], None] | None,
+             notice: Callable[[str], None] | None, replay_mode: str, checkpoint_every: float) -> Analysis:
+    from .corpus.chains import carries_state
+    from .replay.resumable import fingerprint, replay_corpus
+
     out = store.prepare_output_dir(out_dir, force=force, resume=resume)
     printed = fingerprint(corpus, spec if method is None else f"{spec} .{method}", options, replay_mode)
     state = store.begin_analysis(out, printed, resume=resume)
@@ -145,7 +164,7 @@ def analyze(
             replayed = replay_corpus(corpus, user_model, options, out, builder=builder, fingerprint=printed,
                                      state=state, replay_mode=replay_mode, checkpoint_every=checkpoint_every,
                                      skip_bad_shards=skip_bad_shards, track_lookup=cudagraphs is not None,
-                                     progress=progress, notice=notice)
+                                     progress=progress, notice=notice, engine=reader)
         finally:
             log_file = store.write_torch_log(out, store.ANALYZE_LOG, logged.text)
     causes = logged.ranked_causes()
@@ -188,6 +207,7 @@ def analyze(
         ],
         **({"cudagraph_recordings": recording_times} if recording_times is not None else {}),
         **({"column_checks": result.column_checks.to_json()} if result.column_checks is not None else {}),
+        "engine": reader.summary(),
     })
     _render(out)
     warnings += [*replayed.warnings, *caveats(catalog, recompile_limit=options.recompile_limit,

@@ -89,6 +89,12 @@ def _terminate(signum: int, frame: Any) -> None:
               help="Save progress this often, and when interrupted (0: after every sample).")
 @click.option("--skip-bad-shards", is_flag=True,
               help="Analyse the rest when a shard is corrupt; the catalog and report list what was skipped.")
+@click.option("--engine", type=click.Choice(["embedded", "dask"]), default="embedded", show_default=True,
+              help="Where a traffic log's shards are read and decoded: this process, or a Dask cluster "
+              "(pip install 'guardscope[fleet]'); the replay stays here and the catalog is the same.")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="With --engine dask: a running scheduler (tcp://host:8786; default: $DASK_SCHEDULER_ADDRESS, "
+              "else a LocalCluster of one worker process per core).")
 @click.option("--isolate/--no-isolate", default=None,
               help="Replay in a child process, so a crash (a segfault in a compiler backend) is reported "
               "instead of killing guardscope; default: on for --backend inductor.")
@@ -100,7 +106,8 @@ def analyze(corpora: tuple[str, ...], out_dir: str, model: str | None, backend: 
             fullgraph: bool | None, mode: str | None, grad_mode: str | None, no_duck_shape: bool, marks: tuple[str, ...],
             mark_samples: str, recompile_limit: int, replay_mode: str, paddable: tuple[str, ...],
             shapes_per_graph: int, strict: bool, force: bool, resume: bool, checkpoint_every: float,
-            skip_bad_shards: bool, isolate: bool | None, accept_errors: bool, quiet: bool) -> None:
+            skip_bad_shards: bool, engine: str, scheduler: str | None, isolate: bool | None, accept_errors: bool,
+            quiet: bool) -> None:
     """Replay CORPUS through torch.compile and catalog every recompile.
 
     Writes OUT/catalog.json (compiles, classified guard failures, topologies, per-dimension
@@ -117,6 +124,7 @@ def analyze(corpora: tuple[str, ...], out_dir: str, model: str | None, backend: 
       guardscope analyze corpus/ --out out/ --no-duck-shape --mark-unbacked x:0 --mark-samples first
       guardscope analyze corpus/ --out out/ --resume     # after an interruption
       guardscope analyze traffic/replica-*/ --out out/   # a fleet: its replicas' traffic as one
+      guardscope analyze traffic/ --out out/ --engine dask --scheduler tcp://10.0.0.5:8786
       guardscope analyze corpus/ --out out/ --backend inductor --device cuda --mode reduce-overhead \\
           --paddable local_edge_index:1 --paddable cross_edge_index:1   # CUDA graph recordings, padding buckets
 
@@ -165,7 +173,7 @@ def analyze(corpora: tuple[str, ...], out_dir: str, model: str | None, backend: 
                                     checkpoint_every=checkpoint_every,
                                     progress=progress, notice=progress.note, replay_mode=replay_mode,
                                     paddable=_paddable_dims(paddable), shapes_per_graph=shapes_per_graph,
-                                    **overrides)
+                                    engine=engine, scheduler=scheduler, **overrides)
         progress.close()
         for warning in analysis.warnings:
             click.secho(f"warning: {warning}", fg="yellow", err=True)

@@ -342,6 +342,14 @@ class Corpus:
             ) from None
         return SignatureRecord(index, repeat, signature, full, call, key, sig, self._placement)
 
+    def call_of(self, array: Any) -> CallTemplate:
+        """The call template of a signature (its JSON array) that one is known to have, as this
+        corpus's records of it hold it (the same object: a replay keeps its plans per template)."""
+        call = self._match(array)[0]
+        if call is None:
+            raise ShardError("a signature without a call template where one was expected")
+        return call
+
     def _match(self, array: Any) -> tuple[CallTemplate | None, tuple | None, tuple | None]:
         """A signature record's call template and key (the signature unparsed), or, for a
         signature no call template holds, ``(None, None, signature)``; ``ValueError`` when it is

@@ -28,6 +28,7 @@ from .. import store, torch_compat
 from ..corpus.reader import records_from
 from ..errors import ShardError
 from ..options import ReplayOptions
+from .engines import EmbeddedEngine
 from .session import SIGNATURE_CACHE, ReplayResult, ReplaySession
 
 
@@ -241,6 +242,7 @@ def replay_corpus(
     track_lookup: bool,
     progress: Callable[[int, int], None] | None = None,
     notice: Callable[[str], None] | None = None,
+    engine: Any = None,
 ) -> CorpusReplay:
     """Replay ``corpus`` into ``builder`` (its ``add_sample`` receives each sample's description),
     resuming from ``state`` (a checkpoint read by :func:`guardscope.store.read_checkpoint`) when
@@ -335,15 +337,17 @@ def replay_corpus(
                     warnings.extend(_rebuild_warnings(session, state, started))
 
             collector = ShardCollector()
+            reader = engine if engine is not None else EmbeddedEngine()
+            shards = [shard for shard in corpus.manifest.shards
+                      if not (shard.first + shard.samples <= started and shard.file in skipped_before)]
+            if session.takes_columns:
+                reader.start(corpus, shards)
             try:
-                for shard in corpus.manifest.shards:
+                for shard in shards:
                     end = shard.first + shard.samples
-                    if end <= started and shard.file in skipped_before:
-                        continue
                     try:
                         # A traffic log's rows of flat call templates as columns, when checked so.
-                        records = (corpus.load_columns(shard) if session.takes_columns
-                                   else corpus.load_records(shard))
+                        records = reader.records(corpus, shard, session.takes_columns)
                     except ShardError as exc:
                         if not skip_bad_shards or shard.first < started:
                             raise  # (a finished shard that no longer loads cannot be replayed again)
