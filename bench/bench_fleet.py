@@ -30,14 +30,18 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import common
-from bench.bench_traffic_log import signatures
-from bench.scale_corpus import COMPILE_OPTIONS, model_spec
 
 EPOCH = 1_767_225_600_000_000_000
 MERGE = "import sys; from guardscope.cli import main; sys.exit(main())"
+WRITE = ("import json, pathlib, sys\n"
+         "from bench.bench_fleet import write\n"
+         "written = write(pathlib.Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))\n"
+         "pathlib.Path(sys.argv[4]).write_text(json.dumps(written))")
 
 
 def write(directory: Path, replicas: int, calls: int) -> dict:
+    from bench.bench_traffic_log import signatures
+    from bench.scale_corpus import COMPILE_OPTIONS, model_spec
     from guardscope.corpus.writer import CorpusWriter
 
     shutil.rmtree(directory, ignore_errors=True)
@@ -67,16 +71,27 @@ def main(argv: list[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     print(f"machine     {common.describe_machine(common.machine())}")
     replicas = arguments.work / f"replicas-{arguments.replicas}x{arguments.calls}"
-    written = None if arguments.reuse and replicas.is_dir() else write(replicas, arguments.replicas, arguments.calls)
+    python = sys.executable
+    written = None
+    if not (arguments.reuse and replicas.is_dir()):
+        # Written in a child: a child's peak RSS counts its parent's pages at fork, so the parent
+        # stays small for the children timed after it.
+        log = arguments.work / "write.log"
+        common.run_child([python, "-c", WRITE, str(replicas), str(arguments.replicas), str(arguments.calls),
+                          str(log.with_suffix(".json"))], log, shown="python -c <write the replicas>").check()
+        written = common.read_json(log.with_suffix(".json"))
+        print(log.read_text().strip())
     for path in replicas.iterdir():
         common.preread(path)
-    python = sys.executable
     merged = (arguments.work / "merged").resolve()
     runs = {
         "merge": common.run_child([python, "-c", MERGE, "merge", str(replicas.resolve()), "--out", str(merged),
                                    "--overwrite"], arguments.work / "merge.log",
                                   shown=f"guardscope merge {replicas} --out {merged}").check(),
         "analyze": common.run_analyze(replicas, arguments.work / "analysis").check(),
+        # The same through a 2-worker LocalCluster (--engine dask, no address).
+        "analyze_dask": common.run_analyze(replicas, arguments.work / "analysis-dask", "--engine", "dask",
+                                           env={**common.child_env(), "DASK_SCHEDULER_ADDRESS": ""}).check(),
     }
     for name, run in runs.items():
         print(f"{name:<11} {run.wall_seconds:7.1f} s wall, peak RSS {run.max_rss_bytes / 2**20:,.0f} MiB  ({run.command})")
@@ -85,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"catalog     {catalog['summary']['compiles']} compiles at {catalog['summary']['compile_samples']}, "
           f"{catalog['summary']['topologies']} topologies, {len(catalog['replicas'])} replicas; "
           f"per-replica counts sum to each topology's: {sums}")
+    identical = ((arguments.work / "analysis" / "catalog.json").read_bytes()
+                 == (arguments.work / "analysis-dask" / "catalog.json").read_bytes())
+    engine = common.read_json(arguments.work / "analysis-dask" / "timings.json").get("engine")
+    print(f"dask        catalog identical to embedded: {identical}; {engine}; "
+          f"{runs['analyze_dask'].wall_seconds / runs['analyze'].wall_seconds:.2f}x the embedded engine's wall time")
     analyze = runs["analyze"]
     print(f"target      analysed in {analyze.wall_seconds:.1f} s (<= 90 s: "
           f"{'MET' if analyze.wall_seconds <= 90 else 'MISSED'}), peak RSS {analyze.max_rss_bytes / 2**30:.2f} GiB "
@@ -92,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     common.write_results(arguments.json, {
         "machine": common.machine(), "tree": common.tree(), "replicas": arguments.replicas, "calls": arguments.calls,
         "written": written, "runs": {name: run.to_json() for name, run in runs.items()},
-        "per_replica_sums": sums, "summary": catalog["summary"]})
-    return 0 if sums else 1
+        "per_replica_sums": sums, "dask_identical": identical, "dask_engine": engine, "summary": catalog["summary"]})
+    return 0 if sums and identical else 1
 
 
 if __name__ == "__main__":

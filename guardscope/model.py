@@ -5,9 +5,10 @@ conversion to the JSON forms written into ``catalog.json``.
 from __future__ import annotations
 
 import enum
+from array import array
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 
 def compile_order(compile_id: str | None) -> tuple[int, ...]:
@@ -297,7 +298,7 @@ class Topology:
     id: int
     compile_id: str | None  # the first frame's graph
     first_sample: int
-    samples: tuple[int, ...]
+    samples: Sequence[int]  # a tuple, or the builder's array('q')
     facts: tuple[str, ...]
     # Every graph its samples run through: the first frame's, then those of frames after graph
     # breaks (oldest first). One entry, compile_id, for a model that compiles to one frame.
@@ -316,7 +317,8 @@ class Topology:
             "graphs": list(self.graphs or ((self.compile_id,) if self.compile_id else ())),
             "first_sample": self.first_sample,
             "count": self.count,
-            "samples": list(self.samples),
+            # An analysis's builder holds them as an array of 8-byte ints (store.dumps writes it).
+            "samples": self.samples if type(self.samples) is array else list(self.samples),
             "facts": list(self.facts),
             **({"replicas": dict(self.replicas)} if self.replicas is not None else {}),
         }

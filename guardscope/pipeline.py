@@ -52,10 +52,10 @@ class Analysis:
     column_checks: dict[str, Any] | None = None
 
 
-def _render(out: Path) -> Path:
+def _render(out: Path, catalog: dict | None = None) -> Path:
     from .report import write_report
 
-    return write_report(out)
+    return write_report(out) if catalog is None else write_report(out, catalog)
 
 
 # --- analyze -----------------------------------------------------------------------------------
@@ -199,7 +199,8 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
     if fleet is not None and len(fleet[0]) > 1 and len(fleet[1]) == catalog.samples:
         catalog = with_replicas(catalog, *fleet)
     recording_times = builder.cudagraph_tally.recording_times() if options.uses_cudagraphs else None
-    catalog_path, timings_path = store.write_analysis(out, catalog.to_json(), corpus=corpus.path.resolve(), timings={
+    written = catalog.to_json()
+    catalog_path, timings_path = store.write_analysis(out, written, corpus=corpus.path.resolve(), timings={
         "replay_seconds": round(replayed.seconds, 6),
         "compiles": [
             {"compile_id": e.compile_id, "sample": e.sample, "seconds": e.seconds}
@@ -209,7 +210,7 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
         **({"column_checks": result.column_checks.to_json()} if result.column_checks is not None else {}),
         "engine": reader.summary(),
     })
-    _render(out)
+    _render(out, store.as_read(written))
     warnings += [*replayed.warnings, *caveats(catalog, recompile_limit=options.recompile_limit,
                                                       frames_followed=result.frames_followed,
                                                       torch_version=torch_compat.torch_version(), out=out)]

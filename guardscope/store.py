@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from array import array
 import re
 import os
 from pathlib import Path
@@ -142,6 +143,10 @@ def _analysis_folder(path: Path) -> bool:
     )
 
 
+# A document larger than this is recognised by its top-level keys' spelling, not parsed.
+_PARSED_BYTES = 8 << 20
+
+
 def _content_is_guardscope(path: Path, name: str) -> bool:
     """Whether the file ``path`` holds what guardscope writes as ``name`` (its path in the
     analysis folder), as far as the content can say (:data:`DOCUMENT_KEYS`); an unreadable file,
@@ -149,7 +154,14 @@ def _content_is_guardscope(path: Path, name: str) -> bool:
     keys = DOCUMENT_KEYS.get(name)
     try:
         if keys is not None:
-            data = json.loads(path.read_bytes())
+            content = path.read_bytes()
+            if len(content) > _PARSED_BYTES:
+                # An analysis of millions of calls: its top-level keys as guardscope indents them,
+                # not a parse of every member (hundreds of MB as Python ints).
+                body = content.strip()
+                return (body[:1] == b"{" and body[-1:] == b"}"
+                        and all(b'\n  "' + key.encode() + b'": ' in content for key in keys))
+            data = json.loads(content)
             return isinstance(data, dict) and all(key in data for key in keys)
         if name.endswith(".html"):
             return PAGE_MARKER in path.read_bytes()
@@ -265,28 +277,65 @@ def write_text(path: str | Path, text: str) -> Path:
 _INLINE_INTS = 32
 
 
-def dumps(data: Any) -> str:
-    """The one JSON style of every file guardscope writes: stable, indented, newline-terminated;
-    a list of more than a few ints on one line (an analysis of a million calls lists them all,
-    and the indented encoder is pure Python: ~1 us an int)."""
-    lists: list[list[int]] = []
-    nonce = f"\0guardscope-ints-{id(lists)}-"
+def _ints_text(values: Any) -> str:
+    """A list of ints as compact JSON (``[1, 2, 3]``), a million at a time (no list of all of them)."""
+    step = 1 << 20
+    return "[" + ", ".join(", ".join(map(str, values[start:start + step]))
+                           for start in range(0, len(values), step)) + "]"
 
-    def inline(value: Any) -> Any:
+
+class _LongInts:
+    """A document's long lists of ints swapped for placeholder strings (and back): the indented
+    encoder is pure Python (~1 us an int), and an analysis of millions of calls lists them all."""
+
+    def __init__(self) -> None:
+        self.lists: list[Any] = []
+        self.nonce = f"\0guardscope-ints-{id(self)}-"
+
+    def out(self, value: Any) -> Any:
+        if type(value) is array:  # the analysis's members, 8-byte ints
+            if len(value) <= _INLINE_INTS:
+                return value.tolist()
+            return self._held(value)
         if type(value) is dict:
-            return {key: inline(item) for key, item in value.items()}
+            return {key: self.out(item) for key, item in value.items()}
         if type(value) in (list, tuple):
             if len(value) > _INLINE_INTS and set(map(type, value)) == {int}:
-                lists.append(value)  # type: ignore[arg-type]
-                return f"{nonce}{len(lists) - 1}"
-            return [inline(item) for item in value]
+                return self._held(value)
+            return [self.out(item) for item in value]
         return value
 
-    text = json.dumps(inline(data), indent=2, ensure_ascii=False, allow_nan=False)
-    if lists:
-        text = re.sub(f'"{re.escape(json.dumps(nonce)[1:-1])}([0-9]+)"',
-                      lambda match: json.dumps(lists[int(match.group(1))]), text)
+    def _held(self, value: Any) -> str:
+        self.lists.append(value)
+        return f"{self.nonce}{len(self.lists) - 1}"
+
+    def back(self, value: Any) -> Any:
+        if type(value) is str and value.startswith(self.nonce):
+            return self.lists[int(value[len(self.nonce):])]
+        if type(value) is dict:
+            return {key: self.back(item) for key, item in value.items()}
+        if type(value) is list:
+            return [self.back(item) for item in value]
+        return value
+
+
+def dumps(data: Any) -> str:
+    """The one JSON style of every file guardscope writes: stable, indented, newline-terminated;
+    a list of more than a few ints on one line."""
+    held = _LongInts()
+    text = json.dumps(held.out(data), indent=2, ensure_ascii=False, allow_nan=False)
+    if held.lists:
+        text = re.sub(f'"{re.escape(json.dumps(held.nonce)[1:-1])}([0-9]+)"',
+                      lambda match: _ints_text(held.lists[int(match.group(1))]), text)
     return text + "\n"
+
+
+def as_read(data: Any) -> Any:
+    """``data`` as reading its :func:`dumps` back gives it (tuples as lists, keys as strings),
+    but for its long lists of ints, which stay the objects they are: an analysis hands the catalog
+    it wrote to the report without parsing millions of members back into Python ints."""
+    held = _LongInts()
+    return held.back(json.loads(json.dumps(held.out(data), ensure_ascii=False, allow_nan=False)))
 
 
 def write_json(path: str | Path, data: Any) -> Path:

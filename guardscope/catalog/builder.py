@@ -13,6 +13,7 @@ and topologies, not with the corpus.
 from __future__ import annotations
 
 import dataclasses
+from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -80,7 +81,8 @@ class CatalogBuilder:
 
     dims: dict[str, _DimAccumulator] = field(default_factory=dict)
     equal_candidates: dict[str, set[str] | None] = field(default_factory=dict)
-    members: dict[str, list[int]] = field(default_factory=dict)
+    # Each topology's samples, in order, as 8-byte ints (an analysis of millions of calls keeps them all).
+    members: dict[str, array] = field(default_factory=dict)
     first_shapes: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     first_arguments: dict[str, list[str]] = field(default_factory=dict)  # arguments passed, not None
     failed: list[FailedSample] = field(default_factory=list)
@@ -174,7 +176,7 @@ class CatalogBuilder:
             self.not_analysed.append(meta.index)
             return
         key = topology_key(meta.serving, meta.graphs) if meta.graphs else meta.serving
-        self.members.setdefault(key, []).append(meta.index)
+        self.members.setdefault(key, array("q")).append(meta.index)
         if key not in self.first_shapes:
             self.first_shapes[key] = {path: list(t.shape) for path, t in meta.tensors}
             self.first_arguments[key] = passed_arguments(meta)
@@ -249,7 +251,7 @@ class CatalogBuilder:
             first_rows[int(np.argmax(rows.graph == number))] = number
         for row, number in sorted(first_rows.items()):
             key = rows.graphs[number]
-            self.members.setdefault(key, []).extend(indices[graph == number].tolist())
+            self.members.setdefault(key, array("q")).frombytes(indices[graph == number].astype(np.int64).tobytes())
             if key not in self.first_shapes:
                 meta = rows.describe(row)
                 self.first_shapes[key] = {path: list(t.shape) for path, t in meta.tensors}
@@ -258,7 +260,7 @@ class CatalogBuilder:
     def members_after(self, counts: dict[str, int]) -> dict[str, list[int]]:
         """Each topology's members after the first ``counts[key]`` (those a checkpoint streamed
         already), for the topologies that have more."""
-        return {key: found[counts.get(key, 0):] for key, found in self.members.items()
+        return {key: list(found[counts.get(key, 0):]) for key, found in self.members.items()
                 if len(found) > counts.get(key, 0)}
 
     def member_counts(self) -> dict[str, int]:
@@ -273,7 +275,7 @@ class CatalogBuilder:
             **self.cudagraph_tally.to_state(),
             "dims": [[dim, a.input, a.axis, a.min, a.max, a.ever_zero, a.ever_one] for dim, a in self.dims.items()],
             "equal_candidates": [[d, None if c is None else sorted(c)] for d, c in self.equal_candidates.items()],
-            **({"members": [[cid, m] for cid, m in self.members.items()]} if members
+            **({"members": [[cid, list(m)] for cid, m in self.members.items()]} if members
                else {"member_counts": self.member_counts()}),
             "first_shapes": [[cid, shapes] for cid, shapes in self.first_shapes.items()],
             "first_arguments": [[key, names] for key, names in self.first_arguments.items()],
@@ -292,7 +294,7 @@ class CatalogBuilder:
         for dim, input_, axis, low, high, zero, one in state["dims"]:
             builder.dims[dim] = _DimAccumulator(input_, axis, low, high, zero, one)
         builder.equal_candidates = {d: None if c is None else set(c) for d, c in state["equal_candidates"]}
-        builder.members = {cid: list(m) for cid, m in state["members"]}
+        builder.members = {cid: array("q", m) for cid, m in state["members"]}
         builder.first_shapes = {cid: shapes for cid, shapes in state["first_shapes"]}
         builder.first_arguments = {key: list(names) for key, names in state.get("first_arguments", [])}
         builder.failed = [FailedSample(i, e) for i, e in state["failed"]]
@@ -385,7 +387,7 @@ class CatalogBuilder:
                     id=position,
                     compile_id=compile_id,
                     first_sample=served[0],
-                    samples=tuple(served),
+                    samples=served,
                     facts=facts,
                     graphs=(compile_id, *graphs),
                 )

@@ -386,9 +386,9 @@ def replica_of_samples(corpus: Corpus) -> tuple[list[str], Any] | None:
         codes.append(local[encoded.indices.to_numpy()] if len(local) else np.zeros(0, dtype=np.int64))
         counts.append(count)
     names = sorted(spelled)
-    rank = np.array([names.index(name) for name in spelled], dtype=np.int64)
-    if not codes:
-        return names, np.zeros(0, dtype=np.int64)
+    if len(names) <= 1:  # one replica (or none): every code is 0, no gather and repeat needed
+        return names, np.zeros(sum(int(count.sum()) for count in counts), dtype=np.int32)
+    rank = np.array([names.index(name) for name in spelled], dtype=np.int32)
     return names, np.repeat(rank[np.concatenate(codes)], np.concatenate(counts))
 
 

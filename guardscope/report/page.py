@@ -37,13 +37,14 @@ from .sections import (
 
 # --- reading ---------------------------------------------------------------------------------
 
-def read_inputs(out_dir: str | Path) -> dict[str, Any]:
-    """Load an analysis folder through :mod:`guardscope.store`: ``catalog`` (required),
-    ``timings``, ``fixes``, ``verification``, ``bench``, ``probe``, ``fidelity``, ``bundles`` and ``whatif``
-    (``None`` when absent). Keys match :func:`render_report`'s arguments."""
+def read_inputs(out_dir: str | Path, catalog: dict | None = None) -> dict[str, Any]:
+    """Load an analysis folder through :mod:`guardscope.store`: ``catalog`` (required; given, not
+    read, when the caller holds it), ``timings``, ``fixes``, ``verification``, ``bench``, ``probe``,
+    ``fidelity``, ``bundles`` and ``whatif`` (``None`` when absent). Keys match
+    :func:`render_report`'s arguments."""
     out = Path(out_dir)
     return {
-        "catalog": store.read_catalog(out),
+        "catalog": store.read_catalog(out) if catalog is None else catalog,
         "timings": store.read_document(out, store.TIMINGS),
         "fixes": store.read_document(out, store.FIXES),
         "verification": store.read_document(out, store.VERIFICATION),
@@ -106,7 +107,10 @@ def render_report(catalog: dict, *, timings: dict | None, fixes: dict | None,
     return ENVIRONMENT.get_template("report.html").render(context)
 
 
-def write_report(out_dir: str | Path) -> Path:
-    """Render ``out_dir/report.html`` from the JSON files in ``out_dir``; returns its path."""
+def write_report(out_dir: str | Path, catalog: dict | None = None) -> Path:
+    """Render ``out_dir/report.html`` from the JSON files in ``out_dir``; returns its path.
+    ``catalog``: the catalog just written there, as the analysis holds it (its members as arrays:
+    not parsed again into a Python int per call)."""
     out = Path(out_dir)
-    return store.write_text(out / store.REPORT, render_report(**read_inputs(out)))
+    inputs = read_inputs(out, catalog=catalog)
+    return store.write_text(out / store.REPORT, render_report(**inputs))
