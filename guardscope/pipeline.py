@@ -236,15 +236,9 @@ FLEET_CORPUS = "fleet-corpus"  # where analyze merges several replicas' traffic,
 def is_fleet(paths: tuple[str, ...] | list[str]) -> bool:
     """Whether ``analyze``'s corpus arguments name several replicas' traffic: more than one
     path, a glob pattern, or one folder of corpus folders (not a corpus itself)."""
-    from glob import has_magic
+    from .corpus.fleet import names_several
 
-    from .corpus.format import MANIFEST_NAME
-
-    if len(paths) != 1 or has_magic(paths[0]):
-        return True
-    path = Path(paths[0])
-    return (not (path / MANIFEST_NAME).is_file() and path.is_dir()
-            and any((child / MANIFEST_NAME).is_file() for child in path.iterdir()))
+    return names_several(paths)
 
 
 def fleet_corpus(paths: tuple[str, ...] | list[str], out_dir: str | Path, *, force: bool = False, resume: bool = False,

@@ -72,6 +72,21 @@ class Merged:
         return text
 
 
+def _folder_of_corpora(path: pathlib.Path) -> bool:
+    """A folder that is no corpus itself but holds corpus folders (a fleet's replicas)."""
+    return (not (path / MANIFEST_NAME).is_file() and path.is_dir()
+            and any((child / MANIFEST_NAME).is_file() for child in path.iterdir()))
+
+
+def names_several(paths: Sequence[str | os.PathLike[str]]) -> bool:
+    """Whether ``paths`` name several replicas' traffic (what :func:`find_corpora` reads as
+    more than one folder may): more than one path, a glob pattern, or one folder of corpus
+    folders (not a corpus itself)."""
+    if len(paths) != 1 or glob.has_magic(os.fspath(paths[0])):
+        return True
+    return _folder_of_corpora(pathlib.Path(paths[0]))
+
+
 def find_corpora(paths: Sequence[str | os.PathLike[str]]) -> list[pathlib.Path]:
     """The corpus folders ``paths`` name: each a corpus folder (it holds ``corpus.json``), a
     folder of corpus folders (its subfolders holding one, by name), or a glob pattern of
@@ -86,7 +101,7 @@ def find_corpora(paths: Sequence[str | os.PathLike[str]]) -> list[pathlib.Path]:
             path = pathlib.Path(match)
             if (path / MANIFEST_NAME).is_file():
                 found.append(path)
-            elif path.is_dir() and any((child / MANIFEST_NAME).is_file() for child in path.iterdir()):
+            elif _folder_of_corpora(path):
                 found.extend(sorted(child for child in path.iterdir() if (child / MANIFEST_NAME).is_file()))
             elif glob.has_magic(text) and not path.is_dir():
                 continue  # a pattern's file matches (a README beside the replica folders)
@@ -392,4 +407,5 @@ def replica_of_samples(corpus: Corpus) -> tuple[list[str], Any] | None:
     return names, np.repeat(rank[np.concatenate(codes)], np.concatenate(counts))
 
 
-__all__ = ["Merged", "Replica", "check_fleet", "find_corpora", "merge_fleet", "open_fleet", "replica_of_samples"]
+__all__ = ["Merged", "Replica", "check_fleet", "find_corpora", "merge_fleet", "names_several", "open_fleet",
+           "replica_of_samples"]
