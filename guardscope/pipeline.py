@@ -241,6 +241,15 @@ def is_fleet(paths: tuple[str, ...] | list[str]) -> bool:
     return names_several(paths)
 
 
+def fleet_groups(paths: tuple[str, ...] | list[str]) -> list[tuple[str, list[str], dict[str, Any]]]:
+    """The replicas ``paths`` name in groups recorded alike (``analyze --split-by model``): each
+    group's name, replica folders and the settings that tell it from the others
+    (:func:`guardscope.corpus.fleet.split_fleet`)."""
+    from .corpus.fleet import split_fleet
+
+    return split_fleet(paths)
+
+
 def fleet_corpus(paths: tuple[str, ...] | list[str], out_dir: str | Path, *, force: bool = False, resume: bool = False,
                  skip_bad_shards: bool = False, notice: Callable[[str], None] | None = None) -> Path:
     """Several replicas' traffic logs (corpus folders, folders of them, glob patterns) merged in

@@ -89,6 +89,9 @@ def _terminate(signum: int, frame: Any) -> None:
               help="Save progress this often, and when interrupted (0: after every sample).")
 @click.option("--skip-bad-shards", is_flag=True,
               help="Analyse the rest when a shard is corrupt; the catalog and report list what was skipped.")
+@click.option("--split-by", type=click.Choice(["model"]), default=None,
+              help="Replicas recorded differently (model, weights, compile options, Dynamo settings, grad mode, "
+              "torch version): analyse each group alike on its own, into OUT/group-1, OUT/group-2, ...")
 @click.option("--engine", type=click.Choice(["embedded", "dask"]), default="embedded", show_default=True,
               help="Where a traffic log's shards are read and decoded: this process, or a Dask cluster "
               "(pip install 'guardscope[fleet]'); the replay stays here and the catalog is the same.")
@@ -106,8 +109,8 @@ def analyze(corpora: tuple[str, ...], out_dir: str, model: str | None, backend: 
             fullgraph: bool | None, mode: str | None, grad_mode: str | None, no_duck_shape: bool, marks: tuple[str, ...],
             mark_samples: str, recompile_limit: int, replay_mode: str, paddable: tuple[str, ...],
             shapes_per_graph: int, strict: bool, force: bool, resume: bool, checkpoint_every: float,
-            skip_bad_shards: bool, engine: str, scheduler: str | None, isolate: bool | None, accept_errors: bool,
-            quiet: bool) -> None:
+            skip_bad_shards: bool, split_by: str | None, engine: str, scheduler: str | None, isolate: bool | None,
+            accept_errors: bool, quiet: bool) -> None:
     """Replay CORPUS through torch.compile and catalog every recompile.
 
     Writes OUT/catalog.json (compiles, classified guard failures, topologies, per-dimension
@@ -125,6 +128,7 @@ def analyze(corpora: tuple[str, ...], out_dir: str, model: str | None, backend: 
       guardscope analyze corpus/ --out out/ --resume     # after an interruption
       guardscope analyze traffic/replica-*/ --out out/   # a fleet: its replicas' traffic as one
       guardscope analyze traffic/ --out out/ --engine dask --scheduler tcp://10.0.0.5:8786
+      guardscope analyze traffic/ --out out/ --split-by model   # replicas of two model versions
       guardscope analyze corpus/ --out out/ --backend inductor --device cuda --mode reduce-overhead \\
           --paddable local_edge_index:1 --paddable cross_edge_index:1   # CUDA graph recordings, padding buckets
 
@@ -140,6 +144,21 @@ def analyze(corpora: tuple[str, ...], out_dir: str, model: str | None, backend: 
     from .. import pipeline
     from ..corpus.reader import load_corpus
 
+    if split_by is not None:
+        if isolate or (isolate is None and backend == "inductor"):
+            _analyze_in_child(out_dir, ", ".join(corpora))  # every group in one child
+            return
+        groups = pipeline.fleet_groups(corpora)
+        given = locals()
+        options = {param.name: given[param.name] for param in analyze.params  # type: ignore[attr-defined]
+                   if param.name not in ("corpora", "out_dir", "split_by")}
+        for number, (name, paths, differing) in enumerate(groups):
+            shown = "; ".join(f"{what} {value}" for what, value in differing.items()) or "recorded alike"
+            click.echo(f"{'' if not number else chr(10)}group       {name}: {len(paths)} "
+                       f"replica{'' if len(paths) == 1 else 's'} ({shown}) -> {Path(out_dir) / name}")
+            analyze.callback(corpora=tuple(paths), out_dir=str(Path(out_dir) / name), split_by=None,
+                             **{**options, "isolate": False})
+        return
     if pipeline.is_fleet(corpora):
         corpus = str(pipeline.fleet_corpus(corpora, out_dir, force=force, resume=resume,
                                            skip_bad_shards=skip_bad_shards, notice=click.echo))

@@ -123,14 +123,18 @@ def open_fleet(paths: Sequence[str | os.PathLike[str]]) -> list[Replica]:
     naming the replicas that differ, and from which."""
     replicas = [Replica(str(path), load_corpus(path)) for path in find_corpora(paths)]
     for replica in replicas:
-        version = replica.corpus.manifest.format_version
-        if version != TRAFFIC_FORMAT_VERSION:
-            raise CorpusError(
-                f"replica {replica.label} is a format {version} corpus: its calls carry no timestamps, so they "
-                "have no place in the fleet's order; record replicas with guardscope.TrafficRecorder "
-                "(a traffic log, format 5)")
+        _check_format(replica)
     check_fleet(replicas)
     return replicas
+
+
+def _check_format(replica: Replica) -> None:
+    version = replica.corpus.manifest.format_version
+    if version != TRAFFIC_FORMAT_VERSION:
+        raise CorpusError(
+            f"replica {replica.label} is a format {version} corpus: its calls carry no timestamps, so they "
+            "have no place in the fleet's order; record replicas with guardscope.TrafficRecorder "
+            "(a traffic log, format 5)")
 
 
 def _settings(replica: Replica) -> dict[str, Any]:
@@ -162,7 +166,27 @@ def check_fleet(replicas: Sequence[Replica]) -> None:
                 shown = text if len(text) <= 80 else text[:77] + "..."
                 parts.append(f"{_listed(labels)} {'has' if len(labels) == 1 else 'have'} {shown}")
             raise CorpusError(f"the replicas were recorded with different {what}: {'; '.join(parts)}; "
-                              "analyse each group on its own")
+                              "analyse each group on its own (analyze --split-by model)")
+
+
+def split_fleet(paths: Sequence[str | os.PathLike[str]]) -> list[tuple[str, list[str], dict[str, Any]]]:
+    """The replicas ``paths`` name (:func:`find_corpora`) in groups recorded alike (what
+    :func:`check_fleet` requires of one fleet), in order of each group's first replica: per group
+    its name (``group-1``, ...), its replicas' folders and the settings that tell it from the
+    other groups. ``CorpusError`` as :func:`open_fleet` raises it for a replica that cannot be
+    in any fleet (not a traffic log)."""
+    replicas = [Replica(str(path), load_corpus(path)) for path in find_corpora(paths)]
+    for replica in replicas:
+        _check_format(replica)
+    settings = [_settings(replica) for replica in replicas]
+    groups: dict[str, list[int]] = {}
+    for position, values in enumerate(settings):
+        groups.setdefault(json.dumps(values, sort_keys=True), []).append(position)
+    differing = [what for what in settings[0] if len({json.dumps(values[what], sort_keys=True)
+                                                      for values in settings}) > 1]
+    return [(f"group-{number}", [replicas[k].label for k in members],
+             {what: settings[members[0]][what] for what in differing})
+            for number, members in enumerate(groups.values(), start=1)]
 
 
 def _listed(labels: list[str], shown: int = 3) -> str:
@@ -408,4 +432,4 @@ def replica_of_samples(corpus: Corpus) -> tuple[list[str], Any] | None:
 
 
 __all__ = ["Merged", "Replica", "check_fleet", "find_corpora", "merge_fleet", "names_several", "open_fleet",
-           "replica_of_samples"]
+           "replica_of_samples", "split_fleet"]

@@ -136,3 +136,32 @@ def test_the_shipped_fleet_is_the_seed_dealt_to_four_replicas_and_analyses_as_th
     for catalog in (seed, fleet):
         catalog.pop("corpus"), catalog.pop("replicas", None), catalog.pop("model")  # model: relative to each folder
     assert fleet == seed  # the fleet's order is the seed's: every compile, topology and member the same
+
+
+def test_split_by_model_analyses_each_group_of_replicas_recorded_alike(tmp_path):
+    """Replicas of two model versions (here: two compile settings, as a rollout changes them) are
+    refused as one fleet, naming the groups; ``--split-by model`` analyses each group alike into
+    its own folder, each the analysis of its replicas alone."""
+    spec, compile_options, calls = _calls("text_classifier")
+    settings = [compile_options, compile_options, {**compile_options, "dynamic": False}]
+    for k, options in enumerate(settings):
+        _write(tmp_path / "traffic" / f"r{k}", spec, options, f"r{k}",
+               [(EPOCH + n, *calls[n]) for n in range(k, len(calls), 3)])
+    refused = CliRunner().invoke(main, ["analyze", str(tmp_path / "traffic"), "--out", str(tmp_path / "one"), "-q"])
+    assert refused.exit_code == 2 and "different compile options" in refused.output
+    assert "--split-by model" in refused.output and not (tmp_path / "one" / "catalog.json").exists()
+    result = CliRunner().invoke(main, ["analyze", str(tmp_path / "traffic"), "--out", str(tmp_path / "out"), "-q",
+                                       "--split-by", "model"])
+    assert result.exit_code == 0, result.output
+    assert f"group       group-1: 2 replicas (compile options {compile_options})" in result.output
+    assert "group       group-2: 1 replica (compile options" in result.output
+    first = json.loads((tmp_path / "out" / "group-1" / "catalog.json").read_text())
+    second = json.loads((tmp_path / "out" / "group-2" / "catalog.json").read_text())
+    assert first["replicas"] == {"r0": 20, "r1": 20} and first["compile"]["dynamic"] is None
+    assert second["corpus"]["samples"] == 20 and second["compile"]["dynamic"] is False
+    # Group 1 is the fleet of its two replicas: what analysing them alone gives.
+    alone = CliRunner().invoke(main, ["analyze", str(tmp_path / "traffic" / "r0"), str(tmp_path / "traffic" / "r1"),
+                                      "--out", str(tmp_path / "alone"), "-q"])
+    assert alone.exit_code == 0, alone.output
+    expected = json.loads((tmp_path / "alone" / "catalog.json").read_text())
+    assert {k: v for k, v in first.items() if k != "corpus"} == {k: v for k, v in expected.items() if k != "corpus"}
