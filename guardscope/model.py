@@ -317,7 +317,7 @@ class Topology:
             "graphs": list(self.graphs or ((self.compile_id,) if self.compile_id else ())),
             "first_sample": self.first_sample,
             "count": self.count,
-            # An analysis's builder holds them as an array of 8-byte ints (store.dumps writes it).
+            # An analysis's builder holds them as an array of 8-byte ints (json_text.dumps writes it).
             "samples": self.samples if type(self.samples) is array else list(self.samples),
             "facts": list(self.facts),
             **({"replicas": dict(self.replicas)} if self.replicas is not None else {}),

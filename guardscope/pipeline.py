@@ -24,6 +24,7 @@ from .corpus import load_corpus, load_model
 from .corpus.fleet import replica_of_samples
 from .corpus.weights import recorded_model_warning
 from .errors import CompileOptionsError, CorpusError, TraceParseError
+from .json_text import as_read
 from .model import Catalog
 from .options import check_replay_request, dynamo_pairs, options_from_manifest
 
@@ -210,7 +211,7 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
         **({"column_checks": result.column_checks.to_json()} if result.column_checks is not None else {}),
         "engine": reader.summary(),
     })
-    _render(out, store.as_read(written))
+    _render(out, as_read(written))
     warnings += [*replayed.warnings, *caveats(catalog, recompile_limit=options.recompile_limit,
                                                       frames_followed=result.frames_followed,
                                                       torch_version=torch_compat.torch_version(), out=out)]
