@@ -28,14 +28,18 @@ class RecordColumns:
     count[r] - 1``; ``full[r]``: the sample of its signature kept in full (-1: none);
     ``numbers[p]``: for the template's tensor position ``p`` (its slot ``call.tensor_parts[p]``) a
     ``rows x (2 * ndim + 1)`` int64 array of each row's sizes, strides and storage offset — the
-    numbers a record's key holds for that tensor (:meth:`key`)."""
+    numbers a record's key holds for that tensor (:meth:`key`). ``scanned``: where a Dask worker
+    already checked the rows against the graphs known when it read them, those graphs' ids and per
+    row the number of the first that accepts it (-1: none); a slice of the rows drops it."""
 
-    __slots__ = ("call", "count", "first", "full", "numbers", "_placement")
+    __slots__ = ("call", "count", "first", "full", "numbers", "scanned", "_placement")
 
     def __init__(self, call: CallTemplate, first: np.ndarray, count: np.ndarray, full: np.ndarray,
-                 numbers: list[np.ndarray], placement: Any) -> None:
+                 numbers: list[np.ndarray], placement: Any,
+                 scanned: tuple[tuple[str, ...], np.ndarray] | None = None) -> None:
         self.call, self.first, self.count, self.full, self.numbers = call, first, count, full, numbers
         self._placement = placement
+        self.scanned = scanned
 
     def __len__(self) -> int:
         return len(self.first)
@@ -82,6 +86,8 @@ class RecordColumns:
         row = int(np.searchsorted(self.first + self.count, index, side="right"))
         if row >= len(self):
             return None
+        if row == 0 and index <= int(self.first[0]):
+            return self
         cut = self.rows(row, len(self))
         skipped = index - int(cut.first[0])
         if skipped > 0:

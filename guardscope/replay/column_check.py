@@ -39,9 +39,14 @@ class ColumnStats:
     samples: int = 0
     calls: int = 0
     reasons: dict[str, str] = field(default_factory=dict)
+    # Rows whose checks against the graphs known then a Dask worker made as it read them.
+    scanned_rows: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"samples": self.samples, "calls": self.calls, "reasons": dict(sorted(self.reasons.items()))}
+        found = {"samples": self.samples, "calls": self.calls, "reasons": dict(sorted(self.reasons.items()))}
+        if self.scanned_rows:
+            found["scanned_on_cluster"] = self.scanned_rows
+        return found
 
 
 class ColumnChecks:
@@ -103,25 +108,97 @@ class ColumnChecks:
         return [known[compile_id] for compile_id, _ in entries if compile_id in known]
 
 
+    def scan_plans(self) -> dict[Any, ScanPlan]:
+        """For each call template met so far, what a worker reading its rows can check there
+        (:func:`scan`): its columns and the graphs' predicates, earliest compiled first, up to
+        the first graph that only this process can check (Dynamo's own check, or guards left
+        out of the predicate and not yet confirmed here) — a worker that stopped there leaves
+        the rest to :meth:`ColumnBatch.find`, in the same order."""
+        plans: dict[Any, ScanPlan] = {}
+        order = [compile_id for compile_id, _ in self.runner.entries()]
+        for call, known in self._translated.items():
+            layout = self._layouts.get(call)
+            if layout is None:
+                continue
+            graphs = []
+            for compile_id in sorted(order, key=compile_order):
+                guards = known.get(compile_id)
+                if guards is None or guards.predicate is None or (
+                        guards.assumed and not self.assumed.get((call, compile_id), False)):
+                    break
+                graphs.append((compile_id, guards.predicate))
+            if graphs:
+                plans[call] = ScanPlan([(name, position, call.slots[slot_index][1])
+                                        for name, position, slot_index in layout[1]], graphs)
+        return plans
+
+
+@dataclass
+class ScanPlan:
+    """What :func:`scan` needs of one call template: for each varying tensor its local's name,
+    tensor position and ndim; the graphs' ids and predicates, earliest compiled first (plain data,
+    pickled to a Dask worker)."""
+
+    places: list[tuple[str, int, int]]
+    graphs: list[tuple[str, Any]]
+
+
+def columns_of(numbers: list[np.ndarray], places: list[tuple[str, int, int]]) -> dict[tuple, np.ndarray]:
+    """The columns guard predicates read — ``(local, "size"|"stride", dim)`` and ``(local,
+    "offset")`` — as views of a run's per-tensor numbers."""
+    columns: dict[tuple, np.ndarray] = {}
+    for name, position, ndim in places:
+        block = numbers[position]
+        for dim in range(ndim):
+            columns[(name, "size", dim)] = block[:, dim]
+            columns[(name, "stride", dim)] = block[:, ndim + dim]
+        columns[(name, "offset")] = block[:, 2 * ndim]
+    return columns
+
+
+def _taken(columns: dict[tuple, np.ndarray], rows: np.ndarray, size: int) -> dict[tuple, np.ndarray]:
+    """The columns at ``rows`` (the columns themselves when that is every row)."""
+    if len(rows) == size:
+        return columns
+    return {name: column[rows] for name, column in columns.items()}
+
+
+def scan(numbers: list[np.ndarray], plan: ScanPlan) -> tuple[tuple[str, ...], np.ndarray]:
+    """A run's rows checked against ``plan``'s graphs in order, as :meth:`ColumnBatch.find` does:
+    the graphs tried, and per row the number of the first that accepts it (-1: none)."""
+    columns = columns_of(numbers, plan.places)
+    size = len(numbers[0]) if numbers else 0
+    graph = np.full(size, -1, dtype=np.int64)
+    unserved = np.ones(size, dtype=bool)
+    for number, (_, predicate) in enumerate(plan.graphs):
+        rows = np.flatnonzero(unserved)
+        if not len(rows):
+            break
+        accepted = rows[predicate(_taken(columns, rows, size))]
+        unserved[accepted] = False
+        graph[accepted] = number
+    return tuple(compile_id for compile_id, _ in plan.graphs), graph
+
+
 class ColumnBatch:
     """The rows of one call template, in order: their columns, and the graph found for each."""
 
     def __init__(self, checks: ColumnChecks, chunk: RecordColumns, plan: RecordPlan, layout: tuple) -> None:
         self.checks, self.chunk, self.call, self.plan, self.layout = checks, chunk, chunk.call, plan, layout
         self.size = len(chunk)
-        self.columns: dict[tuple, np.ndarray] = {}
-        for name, position, slot_index in layout[1]:
-            ndim = self.call.slots[slot_index][1]
-            numbers = chunk.numbers[position]
-            for dim in range(ndim):
-                self.columns[(name, "size", dim)] = numbers[:, dim]
-                self.columns[(name, "stride", dim)] = numbers[:, ndim + dim]
-            self.columns[(name, "offset")] = numbers[:, 2 * ndim]
+        self.columns = columns_of(chunk.numbers, [(name, position, self.call.slots[slot_index][1])
+                                                  for name, position, slot_index in layout[1]])
         # Per row, the number of the graph that serves it in ``graphs`` (-1: none found yet).
         self.graph = np.full(self.size, -1, dtype=np.int64)
         self.graphs: list[str] = []
-        self._unserved = np.ones(self.size, dtype=bool)
         self._tried: set[str] = set()
+        scanned = chunk.scanned
+        if scanned is not None and len(scanned[1]) == self.size:  # graphs a Dask worker already tried
+            self.graphs, self.graph = list(scanned[0]), scanned[1]
+            self._tried = set(self.graphs)
+            stats = checks.stats
+            stats.scanned_rows += self.size
+        self._unserved = self.graph < 0
 
     def find(self) -> None:
         """Try every graph not tried yet, earliest-compiled first, on the records no graph
@@ -136,7 +213,7 @@ class ColumnBatch:
             if not len(rows):
                 return
             if guards.predicate is not None:
-                accepted = rows[guards.predicate({name: column[rows] for name, column in self.columns.items()})]
+                accepted = rows[guards.predicate(_taken(self.columns, rows, self.size))]
                 if guards.assumed and len(accepted) and not self._assumed_hold(guards, int(accepted[0])):
                     accepted = accepted[:0]
             else:  # Dynamo's own check, record by record

@@ -3,11 +3,15 @@ start) or on a Dask cluster (``dask``).
 
 A traffic log's shards are read, checked and decoded into columns
 (:meth:`~guardscope.corpus.reader.Corpus.load_columns`: the Parquet read, the checksum, the
-per-row checks and the arrays of sizes, strides and offsets) — the part of an analysis that grows
-with the calls. With the Dask engine each shard is one task on the cluster's workers, a window of
-them ahead of the replay; the replay itself stays here, in order, because each compile changes
-what later calls need and the model lives here: it takes each shard's columns as they come back,
-under this process's own call templates, so the catalog is the embedded engine's byte for byte.
+per-row checks and the arrays of sizes, strides and offsets), and their rows checked against the
+compiled graphs' guards over those columns — the part of an analysis that grows with the calls.
+With the Dask engine each shard is one task on the cluster's workers, a window of them ahead of
+the replay, and the task checks its rows against the graphs compiled when it was sent
+(:func:`~.column_check.scan`, the predicates pickled as plain data). The replay itself stays
+here, in order, because each compile changes what later calls need and the model lives here: it
+takes each shard's columns as they come back, under this process's own call templates, tries only
+the graphs compiled since on the rows the worker left unserved, and replays the first row none
+accepts — so the catalog is the embedded engine's byte for byte.
 
 A shard whose rows are not all columns (calls kept in full, int arguments, containers) is read
 here, as the embedded engine reads it. One task per Parquet file rather than ``dask.dataframe``:
@@ -28,6 +32,7 @@ from typing import Any, Callable
 from ..corpus.format import ShardInfo
 from ..corpus.log_columns import RecordColumns
 from ..errors import EngineError
+from .column_check import ScanPlan, scan
 from ..text import message_line
 
 ENGINES = ("embedded", "dask")
@@ -40,7 +45,7 @@ class EmbeddedEngine:
 
     name = "embedded"
 
-    def start(self, corpus: Any, shards: list[ShardInfo]) -> None:
+    def start(self, corpus: Any, shards: list[ShardInfo], plans: Callable[[], dict] | None = None) -> None:
         pass
 
     def records(self, corpus: Any, shard: ShardInfo, columns: bool) -> list[Any]:
@@ -56,11 +61,12 @@ class EmbeddedEngine:
         return {"name": self.name}
 
 
-def _decoded(directory: str, shard: dict[str, Any]) -> list[tuple] | None:
+def _decoded(directory: str, shard: dict[str, Any], plans: list[tuple[Any, ScanPlan]]) -> list[tuple] | None:
     """On a worker: a traffic log shard's runs of columns as plain values — for each run its
-    template's signature (JSON), first, count, full and per-tensor numbers — or None when the
-    shard has rows that are not columns (read by the driver). ``ShardError`` as the reader
-    raises it."""
+    template's signature (JSON), first, count, full, per-tensor numbers, and the rows checked
+    against the graphs of ``plans`` (``(tried, graph)`` from :func:`~.column_check.scan`, for a
+    run whose template matches a plan's example signature; else None) — or None when the shard
+    has rows that are not columns (read by the driver). ``ShardError`` as the reader raises it."""
     from ..corpus.format import ShardInfo
     from ..corpus.reader import load_corpus
     from ..corpus.signature import signature_to_json
@@ -71,8 +77,12 @@ def _decoded(directory: str, shard: dict[str, Any]) -> list[tuple] | None:
     items = load_corpus(directory).load_columns(info)
     if any(type(item) is not RecordColumns for item in items):
         return None
-    return [(signature_to_json(item.record(0).signature), item.first, item.count, item.full, item.numbers)
-            for item in items]
+    runs = []
+    for item in items:
+        plan = next((plan for example, plan in plans if item.call.match(example) is not None), None)
+        runs.append((signature_to_json(item.record(0).signature), item.first, item.count, item.full, item.numbers,
+                     scan(item.numbers, plan) if plan is not None else None))
+    return runs
 
 
 class DaskEngine:
@@ -108,6 +118,8 @@ class DaskEngine:
         self._futures: OrderedDict[str, Any] = OrderedDict()
         self._pending: list[ShardInfo] = []
         self._directory = ""
+        self._plans: Callable[[], dict] | None = None
+        self._examples: dict[Any, Any] = {}  # call template -> a signature of it (JSON), as a worker matches it
         self.on_cluster = 0  # shards whose columns the cluster decoded
         self.here = 0  # shards read here (rows that are not columns, or not a traffic log)
 
@@ -117,16 +129,21 @@ class DaskEngine:
     def summary(self) -> dict[str, Any]:
         return {"name": self.name, "shards_on_cluster": self.on_cluster, "shards_here": self.here}
 
-    def start(self, corpus: Any, shards: list[ShardInfo]) -> None:
-        """The shards the replay will ask for, in order: the first ``window`` are submitted."""
+    def start(self, corpus: Any, shards: list[ShardInfo], plans: Callable[[], dict] | None = None) -> None:
+        """The shards the replay will ask for, in order: the first ``window`` are submitted.
+        ``plans()``: the replay's :class:`~.column_check.ScanPlan` per call template now, sent
+        with each shard so its worker checks the rows against the graphs compiled so far."""
         self._directory = str(corpus.path.resolve())
+        self._plans = plans
         self._pending = [shard for shard in shards if shard.file.endswith(".parquet")]
         self._top_up()
 
     def _top_up(self) -> None:
         while self._pending and len(self._futures) < self.window:
             shard = self._pending.pop(0)
-            self._futures[shard.file] = self.client.submit(_decoded, self._directory, shard.to_json(),
+            known = self._plans() if self._plans is not None else {}
+            plans = [(self._examples[call], plan) for call, plan in known.items() if call in self._examples]
+            self._futures[shard.file] = self.client.submit(_decoded, self._directory, shard.to_json(), plans,
                                                            key=f"guardscope-decode-{shard.file}-{id(self)}", pure=False)
 
     def records(self, corpus: Any, shard: ShardInfo, columns: bool) -> list[Any]:
@@ -143,8 +160,12 @@ class DaskEngine:
             self.here += 1
             return EmbeddedEngine().records(corpus, shard, columns)
         self.on_cluster += 1
-        return [RecordColumns(corpus.call_of(array), first, count, full, numbers, corpus._placement)
-                for array, first, count, full, numbers in runs]
+        found = []
+        for array, first, count, full, numbers, scanned in runs:
+            call = corpus.call_of(array)
+            self._examples.setdefault(call, array)
+            found.append(RecordColumns(call, first, count, full, numbers, corpus._placement, scanned))
+        return found
 
     def close(self) -> None:
         for future in getattr(self, "_futures", {}).values():

@@ -341,7 +341,7 @@ def replay_corpus(
             shards = [shard for shard in corpus.manifest.shards
                       if not (shard.first + shard.samples <= started and shard.file in skipped_before)]
             if session.takes_columns:
-                reader.start(corpus, shards)
+                reader.start(corpus, shards, session.scan_plans)
             try:
                 for shard in shards:
                     end = shard.first + shard.samples

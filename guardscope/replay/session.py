@@ -171,6 +171,11 @@ class ReplaySession:
         as :class:`~guardscope.corpus.log_columns.RecordColumns` (``Corpus.load_columns``)."""
         return self._columns is not None
 
+    def scan_plans(self) -> dict[Any, Any]:
+        """What a worker reading a traffic log's rows can check of them against the graphs
+        compiled so far, per call template (:meth:`.column_check.ColumnChecks.scan_plans`)."""
+        return self._columns.scan_plans() if self._columns is not None else {}
+
     def _mark(self) -> bool:
         if not self.options.mark_unbacked:
             return False

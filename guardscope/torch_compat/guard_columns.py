@@ -450,7 +450,8 @@ def _translate(entry: Any, layout: Mapping[str, Any], constants: Mapping[str, An
                 assumed.append(_strip(text))  # constant over the rows: checked on one by the caller
                 continue
             try:
-                exprs.append(compiler.compile(_strip(text)))
+                compiler.compile(_strip(text))  # translatable?
+                exprs.append(_strip(text))
             except (_Untranslatable, SyntaxError, ValueError, TypeError):
                 refused.append(_strip(text))
     if missing:
@@ -459,25 +460,50 @@ def _translate(entry: Any, layout: Mapping[str, Any], constants: Mapping[str, An
     result.constant_ok = _constant_ok(root, varying, constants)
     result.assumed = tuple(assumed)
     if not (result.constant_ok and static):  # some guard fails whatever the row
-        result.predicate = lambda columns: np.zeros(_rows(columns), dtype=bool)
+        result.predicate = Never()
     elif refused:
         result.reason = refused[0]
     else:
-        result.predicate = _conjunction(fixed, exprs)
+        result.predicate = Conjunction(tuple(fixed), tuple(exprs), dict(layout))
     return result
 
 
-def _conjunction(fixed: list, exprs: list) -> Callable[[Columns], np.ndarray]:
-    """Rows where every fixed size/stride/value holds and every shape guard holds."""
-    def predicate(columns: Columns) -> np.ndarray:
+class Never:
+    """The predicate of an entry some guard of which fails whatever the row."""
+
+    def __call__(self, columns: Columns) -> np.ndarray:
+        return np.zeros(_rows(columns), dtype=bool)
+
+
+class Conjunction:
+    """Rows where every fixed size/stride/value holds and every shape guard holds.
+
+    Plain data (the fixed keys and values, the shape guards' texts, the layout), so it pickles:
+    a Dask worker evaluates it on the shards it reads (:mod:`guardscope.replay.engines`); the
+    texts are compiled to numpy on first use, once per process."""
+
+    def __init__(self, fixed: tuple, texts: tuple[str, ...], layout: Mapping[str, Any]) -> None:
+        self.fixed, self.texts, self.layout = fixed, texts, layout
+        self._exprs: list | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"fixed": self.fixed, "texts": self.texts, "layout": self.layout}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.fixed, self.texts, self.layout = state["fixed"], state["texts"], state["layout"]
+        self._exprs = None
+
+    def __call__(self, columns: Columns) -> np.ndarray:
+        if self._exprs is None:
+            compiler = _ExprCompiler(self.layout)
+            self._exprs = [compiler.compile(text) for text in self.texts]
         n = _rows(columns)
         out = np.ones(n, dtype=bool)
-        for key, value in fixed:
+        for key, value in self.fixed:
             out &= np.asarray(columns[key]) == value
-        for holds in exprs:
+        for holds in self._exprs:
             out &= holds(columns, n)
         return out
-    return predicate
 
 
 def _order(entry: Any) -> tuple:

@@ -4,6 +4,8 @@ In-process torch.compile (backend="eager", tiny functions), hence tests/integrat
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -95,6 +97,8 @@ def _agree(code, layout: dict, constants: dict | None = None, seed: int = 0,
             continue
         got = entry.predicate(columns)
         want = np.array([entry.check(row) for row in rows])
+        # What a Dask worker evaluates: the predicate pickled, compiled again from its texts.
+        assert np.array_equal(pickle.loads(pickle.dumps(entry.predicate))(columns), got)
         assert got.dtype == bool and got.shape == (ROWS,)
         bad = np.flatnonzero(got != want)
         assert not bad.size, (entry.compile_id, {k: int(v[bad[0]]) for k, v in columns.items()},

@@ -1,10 +1,10 @@
 """Issue 38: ``analyze --engine dask`` reads and decodes a traffic log's shards on a Dask cluster
-(a ``LocalCluster`` of 2 worker processes here, reached by its address as a remote one is) while
-the replay stays in this process, and the catalog is the embedded engine's byte for byte: for a
-seed traffic log whose shards are all columns, for a log whose shards hold calls kept in full
-(read here), and for the shipped fleet merged. An unreachable scheduler is one line naming it,
-before the output folder is touched; a corrupt shard is skipped and counted as the embedded
-engine skips it."""
+(a ``LocalCluster`` of 2 worker processes here, reached by its address as a remote one is) and
+checks their rows there against the graphs compiled so far, while the replay stays in this
+process, and the catalog is the embedded engine's byte for byte: for a seed traffic log whose
+shards are all columns, for a log whose shards hold calls kept in full (read here), and for the
+shipped fleet merged. An unreachable scheduler is one line naming it, before the output folder is
+touched; a corrupt shard is skipped and counted as the embedded engine skips it."""
 
 from __future__ import annotations
 
@@ -62,6 +62,10 @@ def test_the_dask_engine_gives_the_embedded_catalog_byte_for_byte(tmp_path, sche
     assert json.loads(catalog)["summary"]["compile_samples"]
     if full_per_signature == 0:  # every shard is columns: decoded on the cluster
         assert engine == {"name": "dask", "shards_on_cluster": shards, "shards_here": 0}
+        # ... and the shards submitted once the replay had graphs were checked there too, against
+        # the graphs compiled by then (later compiles are tried here, on the rows left unserved).
+        checks = json.loads((tmp_path / "dask" / "timings.json").read_text())["column_checks"]
+        assert 0 < checks["scanned_on_cluster"] < checks["samples"]
     else:  # each signature's first call is kept in full: those shards are read here
         assert engine["shards_here"] > 0 and engine["shards_on_cluster"] + engine["shards_here"] == shards
 
