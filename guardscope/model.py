@@ -305,6 +305,10 @@ class Topology:
     graphs: tuple[str, ...] = ()
     # A fleet's analysis (several replicas' traffic): its calls per replica name, those that saw it.
     replicas: dict[str, int] | None = None
+    # A traffic log whose rows carry timestamps: when its first call was recorded and its last
+    # (ISO 8601, UTC, to the microsecond).
+    first_seen: str | None = None
+    last_seen: str | None = None
 
     @property
     def count(self) -> int:
@@ -321,6 +325,7 @@ class Topology:
             "samples": self.samples if type(self.samples) is array else list(self.samples),
             "facts": list(self.facts),
             **({"replicas": dict(self.replicas)} if self.replicas is not None else {}),
+            **({"first_seen": self.first_seen, "last_seen": self.last_seen} if self.first_seen is not None else {}),
         }
 
 

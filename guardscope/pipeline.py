@@ -16,12 +16,12 @@ from . import store, torch_compat
 from .catalog.buckets import SHAPES_PER_GRAPH
 from .catalog.builder import CatalogBuilder
 from .catalog.caveats import caveats
-from .catalog.fleet import with_replicas
+from .catalog.fleet import with_replicas, with_seen
 from .catalog.limits import production_limits, production_section
 from .catalog.cudagraphs import CudagraphSettings
 from .catalog.requests import request_summary
 from .corpus import load_corpus, load_model
-from .corpus.fleet import replica_of_samples
+from .corpus.fleet import replica_of_samples, seen_of_rows
 from .corpus.weights import recorded_model_warning
 from .errors import CompileOptionsError, CorpusError, TraceParseError
 from .json_text import as_read
@@ -199,6 +199,9 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
     fleet = replica_of_samples(corpus)  # a merged fleet corpus: its calls per replica
     if fleet is not None and len(fleet[0]) > 1 and len(fleet[1]) == catalog.samples:
         catalog = with_replicas(catalog, *fleet)
+    seen = seen_of_rows(corpus)  # a traffic log with timestamps: each topology's first and last sighting
+    if seen is not None and catalog.samples:
+        catalog = with_seen(catalog, *seen)
     recording_times = builder.cudagraph_tally.recording_times() if options.uses_cudagraphs else None
     written = catalog.to_json()
     catalog_path, timings_path = store.write_analysis(out, written, corpus=corpus.path.resolve(), timings={

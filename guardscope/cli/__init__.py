@@ -31,7 +31,7 @@ def main() -> None:
       guardscope diff before/ after/                     # what changed between two analyses
       guardscope whatif out/ --transform cast:x:float32  # what an input transform would save
       guardscope convert corpus/ traffic/                # a corpus as Parquet traffic logs
-      guardscope merge traffic/ --out fleet/             # many replicas' traffic, in fleet order
+      guardscope merge traffic/ --out fleet/             # many replicas' traffic as one compact corpus
     """
 
 

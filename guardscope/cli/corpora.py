@@ -49,29 +49,37 @@ def convert(source: str, destination: str, overwrite: bool, replica: str | None)
               "nothing else).")
 @click.option("--skip-bad-shards", is_flag=True,
               help="Leave out a replica's unreadable shard (its calls are lost, and counted) and merge the rest.")
+@click.option("--keep-order", is_flag=True,
+              help="Keep every row in fleet order (what 'analyze' merges) instead of one row per signature.")
 @friendly_errors
-def merge(replicas: tuple[str, ...], destination: str, overwrite: bool, skip_bad_shards: bool) -> None:
-    """Merge several replicas' traffic logs into one corpus, in fleet order.
+def merge(replicas: tuple[str, ...], destination: str, overwrite: bool, skip_bad_shards: bool,
+          keep_order: bool) -> None:
+    """Merge several replicas' traffic logs into one compact corpus, to archive or ship.
 
     Each REPLICA is a corpus folder a TrafficRecorder wrote (a Parquet traffic log), a folder of
-    such folders, or a quoted glob. The calls are ordered by first-seen time (each replica's clock
-    made monotone), then replica name, then each replica's own order; rows keep their replica's
-    name, so the merged log still says who saw what. Replicas recorded from different models or
-    with different compile options, Dynamo settings, grad modes or torch versions are refused,
-    naming which differ. The replicas are not changed.
+    such folders, or a quoted glob. The calls are put in fleet order (first-seen time, each
+    replica's clock made monotone, then replica name, then each replica's own order); then each
+    distinct signature becomes one row at its first call, with its calls counted per replica
+    (the 'replicas' column), its first and last time, and one call of it kept in full. Its
+    analysis finds the fleet's topologies, counts, replicas and times; only the order of repeats
+    and the request tags are gone. --keep-order keeps every row instead (a replica's row names
+    it), as 'analyze' merges several replicas. Replicas recorded from different models or with
+    different compile options, Dynamo settings, grad modes or torch versions are refused, naming
+    which differ. The replicas are not changed.
 
     \b
     Examples:
       guardscope merge traffic/web-1 traffic/web-2 --out fleet/
       guardscope merge traffic/ --out fleet/            # every corpus folder in traffic/
+      guardscope merge traffic/ --out ordered/ --keep-order
       guardscope analyze fleet/ --out out/
-      duckdb -c "SELECT replica, sum(count) FROM 'fleet/shard-*.parquet' GROUP BY replica"
+      duckdb -c "SELECT digest, sum(count) FROM 'fleet/shard-*.parquet' GROUP BY digest"
     """
     from ..corpus.fleet import merge_fleet, open_fleet
 
     fleet = open_fleet(replicas)
     merged = merge_fleet(fleet, destination, overwrite=overwrite, skip_bad_shards=skip_bad_shards,
-                         progress=lambda line: click.echo(line, err=True))
+                         compact=not keep_order, progress=lambda line: click.echo(line, err=True))
     for reason in merged.skipped:
         click.secho(f"skipped     {reason}", fg="yellow", err=True)
     click.echo(f"wrote       {destination}: {merged.summary()}")

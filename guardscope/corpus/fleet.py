@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CorpusError, ShardError
+from .fleet_compact import compact_rows, digest_codes
 from .format import MANIFEST_NAME, TRAFFIC_FORMAT_VERSION, ShardInfo
 from .reader import Corpus, load_corpus
 from .shards import read_checked, read_shard
@@ -62,10 +63,12 @@ class Merged:
     shards: int = 0
     replicas: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
+    compact: bool = False
 
     def summary(self) -> str:
         names = len(self.replicas)
-        text = (f"{self.samples:,} calls of {names} replica{'s' * (names != 1)} in {self.rows:,} rows, "
+        text = (f"{self.samples:,} calls of {names} replica{'s' * (names != 1)} in {self.rows:,} rows"
+                f"{' (one per signature, compact)' if self.compact else ''}, "
                 f"{self.shards} shard{'s' * (self.shards != 1)}")
         if self.skipped:
             text += f"; {len(self.skipped)} unreadable shard{'s' * (len(self.skipped) != 1)} skipped"
@@ -196,12 +199,14 @@ def _listed(labels: list[str], shown: int = 3) -> str:
 
 
 def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str], *, overwrite: bool = False,
-                skip_bad_shards: bool = False, shard_rows: int = SHARD_ROWS,
+                skip_bad_shards: bool = False, shard_rows: int = SHARD_ROWS, compact: bool = False,
                 progress: Callable[[str], None] | None = None) -> Merged:
     """Write the replicas' calls as one traffic log corpus at ``destination``, in fleet order
     (the module's docstring). With ``skip_bad_shards`` an unreadable shard is left out (its
     calls lost, counted in :attr:`Merged.skipped`) and the rest merged; without, its
-    ``ShardError``. ``progress(line)`` is told of each replica read.
+    ``ShardError``. ``progress(line)`` is told of each replica read. ``compact``: one row per
+    distinct signature with its calls per replica, and one call of it kept in full
+    (:mod:`.fleet_compact`); request tags are not kept.
 
     Two passes, so memory holds a few numbers per row and a shard per replica, never the fleet's
     rows: the first reads and checks every shard, keeping only what places a row (its time,
@@ -209,14 +214,16 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
     shards in fleet order, reading each source shard again when a merged shard first needs its
     rows and dropping it after its last."""
     import numpy as np
+    import pyarrow as pa
 
     target = pathlib.Path(destination)
     for replica in replicas:
         if target.exists() and target.resolve() == replica.corpus.path.resolve():
             raise CorpusError(f"{target} is the replica {replica.label}; write the merged corpus to another folder")
-    merged = Merged()
+    merged = Merged(compact=compact)
     sources: list[tuple[int, ShardInfo]] = []  # the shards read, in order: (replica number, shard)
-    columns: dict[str, list] = {name: [] for name in ("first", "count", "seen", "name", "full", "data")}
+    columns: dict[str, list] = {name: [] for name in ("first", "count", "seen", "name", "full", "data", "last",
+                                                      "digest")}
     templates: dict[str, str] = {}
     structured = False
     owner: dict[str, str] = {}  # replica name -> the folder whose rows carry it
@@ -230,6 +237,9 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
                     raise
                 merged.skipped.append(str(exc))
                 continue
+            if "replicas" in table.column_names:
+                raise CorpusError(f"replica {replica.label} is a compact merge (its rows count several replicas' "
+                                  "calls, their order lost): merge the replicas' own traffic logs instead")
             if table.column("first_seen").null_count:
                 raise CorpusError(f"replica {replica.label}: {corpus.path / shard.file} has rows without a timestamp "
                                   "(a converted corpus): they have no place in the fleet's order")
@@ -248,6 +258,12 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
             columns["name"].append(np.array(spelled, dtype=object)[encoded.indices.to_numpy()])
             columns["full"].append(table.column("full").fill_null(-1).to_numpy())
             columns["data"].append(table.column("data").fill_null(-1).to_numpy())
+            if compact:
+                try:
+                    columns["digest"].append(digest_codes(table.column("digest")))
+                except ValueError as exc:
+                    raise ShardError(f"traffic log {corpus.path / shard.file}: {exc}; re-record the corpus") from None
+                columns["last"].append(table.column("last_seen").cast("int64").to_numpy())
         if progress is not None:
             progress(f"read        {replica.label}: {corpus.manifest.samples:,} calls")
     if not sources:
@@ -258,6 +274,7 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
     source = np.array([number for number, _ in sources], dtype=np.int64)[shard_of]
     old_first, counts, seen, full_old, data = (np.concatenate(columns[name])
                                                for name in ("first", "count", "seen", "full", "data"))
+    digest, last = ((np.concatenate(columns["digest"]), np.concatenate(columns["last"])) if compact else (None, None))
     names = np.concatenate(columns.pop("name"))
     sorted_names = sorted(set(owner))
     name_rank = np.searchsorted(np.array(sorted_names, dtype=object), names)
@@ -268,7 +285,7 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
     for begin, end in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [len(source)]))):
         clock[begin:end] = np.maximum.accumulate(seen[begin:end])
     order = np.lexsort((np.arange(len(source)), source, name_rank, clock))
-    del clock, seen
+    del clock
     source, old_first, counts, full_old = source[order], old_first[order], counts[order], full_old[order]
     shard_of, row_in_shard, data, name_rank = shard_of[order], row_in_shard[order], data[order], name_rank[order]
     new_first = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
@@ -281,8 +298,24 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
     hit = (full_old >= 0) & (key[by_key][found] == wanted)
     full_new = np.where(hit, new_first[by_key][found], -1)
     del key, by_key, wanted, found, hit
-    requests = _requests(replicas, source, old_first, counts, new_first, [sorted_names[r] for r in name_rank]
-                         if any(replica.corpus.requests is not None for replica in replicas) else [])
+    if compact:
+        plan = compact_rows(digest[order], counts, data, seen[order], last[order], name_rank, sorted_names)
+        del digest, last
+        pick = plan.rows
+        requests: list[tuple[int, str, int]] = []
+        # A row for a signature's other calls keeps no tensors, though it takes a full row's columns.
+        written = (shard_of[pick], row_in_shard[pick], np.where(plan.kept_in_full, data[pick], -1), plan.first,
+                   plan.full, plan.count)
+    else:
+        plan = None
+        requests = _requests(replicas, source, old_first, counts, new_first, [sorted_names[r] for r in name_rank]
+                             if any(replica.corpus.requests is not None for replica in replicas) else [])
+        written = (shard_of, row_in_shard, data, new_first, full_new, counts)
+    del seen
+    calls_per_name = np.bincount(name_rank, weights=counts, minlength=len(sorted_names))
+    merged.samples = int(counts.sum())
+    shard_of, row_in_shard, data, new_first, full_new, counts = written
+    del written
 
     manifest = replicas[0].corpus.manifest
     writer = CorpusWriter(
@@ -293,13 +326,13 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
     devices = set()
     for replica in replicas:
         devices.update(part for part in replica.corpus.manifest.device.split(",") if part)
-    chunk_of = np.arange(len(order)) // shard_rows
+    chunk_of = np.arange(len(shard_of)) // shard_rows
     last_chunk = np.zeros(len(sources), dtype=np.int64)
     np.maximum.at(last_chunk, shard_of, chunk_of)
     held_shards: dict[int, tuple[Any, list]] = {}  # source shard -> (its rows, its data shard's calls)
     with writer:
-        for number, start in enumerate(range(0, len(order), shard_rows)):
-            stop = min(start + shard_rows, len(order))
+        for number, start in enumerate(range(0, len(shard_of), shard_rows)):
+            stop = min(start + shard_rows, len(shard_of))
             wanted_shards = np.unique(shard_of[start:stop])
             pieces, placed = [], []
             for index in wanted_shards:
@@ -315,6 +348,12 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
             positions = np.full(stop - start, -1, dtype=np.int64)
             positions[held] = np.arange(len(held))
             chunk = _with(chunk, first=new_first[start:stop], full=full_new[start:stop], data=positions)
+            if plan is not None:  # a compact row's calls, times and replicas are its signature's
+                chunk = _with(chunk, count=counts[start:stop])
+                for name, values in (("first_seen", plan.first_seen), ("last_seen", plan.last_seen)):
+                    chunk = chunk.set_column(chunk.schema.get_field_index(name), name,
+                                             pa.array(values[start:stop], type=pa.int64()).cast(chunk.schema.field(name).type))
+                chunk = chunk.append_column("replicas", plan.replicas.slice(start, stop - start))
             used = {name for name in chunk.column("template").unique().to_pylist() if name is not None}
             end = int(new_first[stop - 1] + counts[stop - 1])
             tags = [entry for entry in requests if int(new_first[start]) <= entry[0] < end]
@@ -323,9 +362,7 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
             merged.shards += 1
             for index in wanted_shards[last_chunk[wanted_shards] == number]:
                 del held_shards[index]  # its last row is written
-    merged.rows = len(order)
-    merged.samples = int(counts.sum())
-    calls_per_name = np.bincount(name_rank, weights=counts, minlength=len(sorted_names))
+    merged.rows = len(shard_of)
     merged.replicas = {name: int(total) for name, total in zip(sorted_names, calls_per_name)}
     return merged
 
@@ -413,16 +450,22 @@ def replica_of_samples(corpus: Corpus) -> tuple[list[str], Any] | None:
     import pyarrow.parquet as pq
 
     for shard in corpus.manifest.shards:
-        # Two columns only, unchecked: the analysis that asks has just read every shard checked.
+        # Two columns only (three in a compact merge), unchecked: the analysis that asks has just
+        # read every shard checked.
         try:
-            table = pq.read_table(corpus.path / shard.file, columns=["replica", "count"])
+            path = corpus.path / shard.file
+            wanted = ["replica", "count"] + (["replicas"] if "replicas" in pq.read_schema(path).names else [])
+            table = pq.read_table(path, columns=wanted)
             encoded = table.column("replica").combine_chunks().dictionary_encode()
             count = table.column("count").to_numpy()
         except Exception:  # ArrowInvalid and friends, OSError: unreadable since
             return None
         local = np.array([spelled.setdefault(name, len(spelled)) for name in encoded.dictionary.to_pylist()],
                          dtype=np.int64)
-        codes.append(local[encoded.indices.to_numpy()] if len(local) else np.zeros(0, dtype=np.int64))
+        code = local[encoded.indices.to_numpy()] if len(local) else np.zeros(0, dtype=np.int64)
+        if "replicas" in wanted and table.column("replicas").null_count < table.num_rows:
+            code, count = _spread(table.column("replicas").combine_chunks(), code, count, spelled)
+        codes.append(code)
         counts.append(count)
     names = sorted(spelled)
     if len(names) <= 1:  # one replica (or none): every code is 0, no gather and repeat needed
@@ -431,5 +474,54 @@ def replica_of_samples(corpus: Corpus) -> tuple[list[str], Any] | None:
     return names, np.repeat(rank[np.concatenate(codes)], np.concatenate(counts))
 
 
+def seen_of_rows(corpus: Corpus) -> tuple[Any, Any, Any] | None:
+    """For a traffic log whose rows all carry timestamps: each row's first sample (ascending),
+    and when the first and the last of its calls were recorded (ns since the epoch, UTC), as
+    numpy arrays; None for another format, a row without a timestamp (a converted corpus), or a
+    shard that cannot be read."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    if corpus.manifest.format_version != TRAFFIC_FORMAT_VERSION:
+        return None
+    starts, firsts, lasts = [], [], []
+    for shard in corpus.manifest.shards:
+        # Three columns only, unchecked: the analysis that asks has just read every shard checked.
+        try:
+            table = pq.read_table(corpus.path / shard.file, columns=["first", "first_seen", "last_seen"])
+        except Exception:  # ArrowInvalid and friends, OSError: unreadable since
+            return None
+        if table.column("first_seen").null_count or table.column("last_seen").null_count:
+            return None
+        starts.append(table.column("first").to_numpy())
+        firsts.append(table.column("first_seen").cast("int64").to_numpy())
+        lasts.append(table.column("last_seen").cast("int64").to_numpy())
+    if not starts:
+        return None
+    start, first, last = np.concatenate(starts), np.concatenate(firsts), np.concatenate(lasts)
+    if len(start) > 1 and not (start[1:] > start[:-1]).all():
+        order = np.argsort(start, kind="stable")
+        start, first, last = start[order], first[order], last[order]
+    return start, first, last
+
+
+def _spread(lists: Any, code: Any, count: Any, spelled: dict[str, int]) -> tuple[Any, Any]:
+    """A compact merge's rows as runs of one replica's calls: a row whose ``replicas`` list is set
+    becomes one run per replica it names (in the list's order), the others stay one run."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    valid = lists.is_valid().to_numpy(zero_copy_only=False)
+    lengths = pc.list_value_length(lists).fill_null(1).to_numpy()
+    run_row = np.repeat(np.arange(len(code)), lengths)
+    run_code, run_count = code[run_row], count[run_row]
+    listed = np.flatnonzero(valid[run_row])
+    entries = lists.flatten()
+    names = entries.field("name").to_pylist()
+    run_code[listed] = np.array([spelled.setdefault(name, len(spelled)) for name in names], dtype=np.int64)
+    run_count[listed] = entries.field("count").to_numpy()
+    return run_code, run_count
+
+
 __all__ = ["Merged", "Replica", "check_fleet", "find_corpora", "merge_fleet", "names_several", "open_fleet",
-           "replica_of_samples", "split_fleet"]
+           "replica_of_samples", "seen_of_rows", "split_fleet"]

@@ -27,6 +27,9 @@ column          type                     meaning
 ``data``        int64                    this row's position in the companion data shard
                                          (null: a signature-only record)
 ``signature``   string                   the signature's JSON text, for a row with no template
+``replicas``    list<struct<name:        only in a compact merge (``guardscope merge``), and
+                string, count: int64>>   optional: the row's calls per replica, by name
+                                         (null: all of them ``replica``'s)
 ==============  =======================  ====================================================
 
 A *call template* (:class:`~guardscope.corpus.call_template.CallTemplate`) is a call structure
@@ -82,6 +85,12 @@ def schema() -> Any:
         ("offsets", pa.list_(pa.int64())), ("dtypes", pa.list_(pa.string())), ("ints", pa.list_(pa.int64())),
         ("full", pa.int64()), ("data", pa.int64()), ("signature", pa.string()),
     ])
+
+
+def replicas_type() -> Any:
+    """The optional ``replicas`` column's type: ``list<struct<name: string, count: int64>>``."""
+    pa = _pa()
+    return pa.list_(pa.struct([("name", pa.string()), ("count", pa.int64())]))
 
 
 @dataclass(frozen=True)
@@ -215,15 +224,19 @@ def encode_log(rows: list[dict[str, Any]], templates: dict[str, str]) -> bytes:
 
 
 def encode_table(table: Any, templates: dict[str, str]) -> bytes:
-    """Parquet bytes of a log's rows given as an Arrow table of :func:`schema`'s columns (extra
-    columns dropped, metadata replaced): what :func:`encode_log` writes, for rows taken from
+    """Parquet bytes of a log's rows given as an Arrow table of :func:`schema`'s columns and
+    optionally ``replicas`` (other columns dropped, metadata replaced): what :func:`encode_log` writes, for rows taken from
     other logs (``guardscope merge``). ``templates``: digest -> signature JSON text."""
     pa = _pa()
     import pyarrow.parquet as pq
 
     metadata = {_FORMAT_KEY: json.dumps({"format": LOG_FORMAT, "version": LOG_VERSION}).encode(),
                 _TEMPLATES_KEY: json.dumps(dict(sorted(templates.items())), separators=(",", ":")).encode()}
-    table = pa.Table.from_arrays([table.column(name) for name in _COLUMNS], schema=schema().with_metadata(metadata))
+    fields = schema()
+    names = list(_COLUMNS)
+    if "replicas" in table.column_names:  # a compact merge's calls per replica
+        fields, names = fields.append(pa.field("replicas", replicas_type())), names + ["replicas"]
+    table = pa.Table.from_arrays([table.column(name) for name in names], schema=fields.with_metadata(metadata))
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression="zstd", use_dictionary=["replica", "digest", "template", "dtypes",
                                                                        "signature"])
@@ -303,6 +316,9 @@ def read_log(path: pathlib.Path, data: bytes) -> Log:
         if not table.schema.field(field.name).type.equals(field.type):
             raise ShardError(f"traffic log {path}: column {field.name!r} is {table.schema.field(field.name).type}, "
                              f"not {field.type}; re-record the corpus")
+    if "replicas" in table.column_names and not table.schema.field("replicas").type.equals(replicas_type()):
+        raise ShardError(f"traffic log {path}: column 'replicas' is {table.schema.field('replicas').type}, "
+                         f"not {replicas_type()}; re-record the corpus")
     try:
         raw = json.loads(metadata.get(_TEMPLATES_KEY, b"{}"))
         if not isinstance(raw, dict):

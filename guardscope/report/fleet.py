@@ -1,5 +1,6 @@
 """The report's fleet view: for an analysis of several replicas' traffic (``catalog.json``'s
-``replicas``), which replica met which topology, and the topologies only one replica met."""
+``replicas``), which replica met which topology, when it was first and last seen, and the
+topologies only one replica met."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ def fleet_context(catalog: dict) -> dict | None:
             "replicas": len(seen),
             "only": next(iter(seen)) if len(seen) == 1 else None,
             "cells": [seen.get(name, 0) for name in shown],
+            "first_seen": seen_text(topology.get("first_seen")),
+            "last_seen": seen_text(topology.get("last_seen")),
         })
     return {
         "replicas": [{"name": name, "calls": calls, "share": percent_text(calls, catalog["corpus"]["samples"])}
@@ -33,7 +36,13 @@ def fleet_context(catalog: dict) -> dict | None:
         "hidden": len(replicas) - len(shown),
         "rows": rows,
         "single": [row["label"] for row in rows if row["only"] is not None],
+        "seen": any(row["first_seen"] for row in rows),
     }
+
+
+def seen_text(instant: str | None) -> str | None:
+    """``2026-12-05T13:02:28.123456Z`` as ``2026-12-05 13:02:28.123``, the report's way (None stays)."""
+    return instant.replace("T", " ").rstrip("Z")[:23] if instant else None
 
 
 __all__ = ["fleet_context"]

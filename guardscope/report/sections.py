@@ -34,6 +34,7 @@ from .common import (
     verification_by_name,
 )
 from .diff_page import diff_context
+from .fleet import seen_text
 
 
 def verdict_context(verification: dict | None) -> dict | None:
@@ -235,6 +236,8 @@ def topologies_context(catalog: dict, timings: dict | None) -> list[dict]:
         "facts": list(t["facts"]),
         "members": format_samples(t["samples"]),
         "runs": len(sample_runs(t["samples"])),
+        "first_seen": seen_text(t.get("first_seen")),
+        "last_seen": seen_text(t.get("last_seen")),
     } for t in catalog["topologies"]]
 
 

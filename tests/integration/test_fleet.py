@@ -2,7 +2,7 @@
 model are dealt to four replicas, each recording its share with its own timestamps; ``guardscope
 analyze`` given the four folders gives the catalog of one corpus holding the same calls in time
 order (compile samples, topologies, members, dimensions: all of it), plus each topology's calls
-per replica, which sum to its count. On the seed GNN and on the text classifier (``dynamic=None``,
+per replica, which sum to its count, and when it was first and last seen. On the seed GNN and on the text classifier (``dynamic=None``,
 torch's default), with repeats of a signature within and across replicas."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import torch
 from click.testing import CliRunner
 
 from guardscope import pipeline
+from guardscope.catalog.fleet import instant_text
 from guardscope.cli import main
 from guardscope.corpus.reader import load_corpus
 from guardscope.corpus.writer import CorpusWriter
@@ -72,6 +73,13 @@ def test_a_fleet_gives_the_catalog_of_its_calls_in_time_order_with_counts_per_re
     assert fleet["replicas"] == {f"web-{k}": len(share) for k, share in dealt.items()}
     for topology in fleet["topologies"]:
         assert sum(topology["replicas"].values()) == topology["count"]
+    # When each topology was first and last seen: alone, each call its row, sample k recorded at
+    # EPOCH + k us; the fleet's rows (aggregated or not) cover the same calls of each topology.
+    for topology in alone["topologies"]:
+        assert topology["first_seen"] == instant_text(EPOCH + 1000 * topology["first_sample"])
+        assert topology["last_seen"] == instant_text(EPOCH + 1000 * max(topology["samples"]))
+    assert ([(t["first_seen"], t["last_seen"]) for t in fleet["topologies"]]
+            == [(t["first_seen"], t["last_seen"]) for t in alone["topologies"]])
     without = {k: v for k, v in fleet.items() if k not in ("corpus", "replicas")}
     without["topologies"] = [{k: v for k, v in t.items() if k != "replicas"} for t in fleet["topologies"]]
     expected = {k: v for k, v in alone.items() if k != "corpus"}
@@ -110,7 +118,8 @@ def test_the_analyze_command_merges_a_folder_of_replicas_and_says_so(tmp_path):
     for topology in catalog["topologies"]:
         seen = topology["replicas"]
         label = f"T{topology['id']}" + (f" only {next(iter(seen))}" if len(seen) == 1 else "")
-        assert [label, str(topology["count"]), str(len(seen)),
+        when = [topology[key].replace("T", " ")[:23] for key in ("first_seen", "last_seen")]
+        assert [label, str(topology["count"]), str(len(seen)), *when,
                 *(str(seen[name]) if name in seen else "·" for name in ("r0", "r1"))] in cells
     # A second run without --force is refused before anything is merged again.
     again = CliRunner().invoke(main, ["analyze", str(tmp_path / "traffic"), "--out", str(tmp_path / "out"), "-q"])
@@ -131,8 +140,13 @@ def test_the_shipped_fleet_is_the_seed_dealt_to_four_replicas_and_analyses_as_th
     merged = pipeline.fleet_corpus([str(FLEET)], tmp_path / "out")
     fleet = json.loads(pipeline.analyze(merged, tmp_path / "out").catalog_path.read_text())
     assert sum(fleet["replicas"].values()) == 300 and set(fleet["replicas"]) == {f"web-{k}" for k in range(4)}
+    base = min(pq.read_table(path, columns=["first_seen"]).column("first_seen").cast("int64").to_numpy().min()
+               for path in FLEET.glob("*/shard-*.parquet"))
     for topology in fleet["topologies"]:
         assert sum(topology.pop("replicas").values()) == topology["count"]
+        # Request k was stamped k ms after the first.
+        assert topology.pop("first_seen") == instant_text(int(base) + 1_000_000 * topology["first_sample"])
+        assert topology.pop("last_seen") == instant_text(int(base) + 1_000_000 * max(topology["samples"]))
     for catalog in (seed, fleet):
         catalog.pop("corpus"), catalog.pop("replicas", None), catalog.pop("model")  # model: relative to each folder
     assert fleet == seed  # the fleet's order is the seed's: every compile, topology and member the same
@@ -165,3 +179,45 @@ def test_split_by_model_analyses_each_group_of_replicas_recorded_alike(tmp_path)
     assert alone.exit_code == 0, alone.output
     expected = json.loads((tmp_path / "alone" / "catalog.json").read_text())
     assert {k: v for k, v in first.items() if k != "corpus"} == {k: v for k, v in expected.items() if k != "corpus"}
+
+
+@pytest.mark.parametrize("name", ["seed", "text_classifier"])
+def test_a_compact_merge_keeps_every_topology_count_replica_and_time_of_the_fleet(tmp_path, name):
+    import pyarrow.parquet as pq
+
+    from guardscope.corpus.fleet import merge_fleet, open_fleet
+
+    spec, compile_options, calls = _calls(name)
+    rng = random.Random(3)
+    dealt: dict[int, list] = {k: [] for k in range(4)}
+    for position, (args, kwargs) in enumerate(calls):
+        dealt[rng.randrange(4)].append((EPOCH + 1000 * position, args, kwargs))
+    for k, share in dealt.items():
+        _write(tmp_path / "replicas" / f"web-{k}", spec, compile_options, f"web-{k}", share)
+    fleet = open_fleet([tmp_path / "replicas"])
+    ordered = merge_fleet(fleet, tmp_path / "ordered")
+    compact = merge_fleet(fleet, tmp_path / "compact", compact=True)
+    assert compact.samples == ordered.samples == len(calls) and compact.replicas == ordered.replicas
+
+    table = pq.read_table(sorted((tmp_path / "compact").glob("shard-*.parquet")))
+    digests = table.column("digest").to_pylist()
+    kept = table.column("data").is_valid().to_numpy(zero_copy_only=False)
+    signature_only = [d for d, full in zip(digests, kept) if not full]
+    assert len(signature_only) == len(set(signature_only))  # one row per signature for its other calls
+    assert sum(kept) == len({d for d, full in zip(digests, kept) if full})  # one call of each kept in full
+    assert compact.rows <= ordered.rows and compact.rows <= 2 * len(set(digests))
+    for row in table.to_pylist():  # a row's calls per replica sum to its count
+        if row["replicas"] is not None:
+            assert sum(entry["count"] for entry in row["replicas"]) == row["count"] and len(row["replicas"]) > 1
+
+    def seen(path, out) -> dict:
+        catalog = json.loads(pipeline.analyze(path, tmp_path / out).catalog_path.read_text())
+        return {"replicas": catalog["replicas"], "compiles": catalog["summary"]["compiles"],
+                "dimensions": catalog["dimensions"],
+                "topologies": [(t["graphs"], t["count"], t["facts"], t["replicas"], t["first_seen"], t["last_seen"])
+                               for t in catalog["topologies"]]}
+
+    assert seen(tmp_path / "compact", "compact-out") == seen(tmp_path / "ordered", "ordered-out")
+    again = CliRunner().invoke(main, ["merge", str(tmp_path / "compact"), str(tmp_path / "replicas" / "web-0"),
+                                      "--out", str(tmp_path / "twice")])
+    assert again.exit_code == 2 and "is a compact merge" in again.output

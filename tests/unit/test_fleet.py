@@ -175,7 +175,11 @@ def test_the_merge_command_says_what_it_wrote_and_refuses_in_one_line(tmp_path):
     result = CliRunner().invoke(main, ["merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out",
                                        str(tmp_path / "fleet")])
     assert result.exit_code == 0, result.output
-    assert f"wrote       {tmp_path / 'fleet'}: 3 calls of 2 replicas in 3 rows, 1 shard" in result.output
+    assert f"wrote       {tmp_path / 'fleet'}: 3 calls of 2 replicas in 3 rows (one per signature, compact), 1 shard" \
+        in result.output
+    ordered = CliRunner().invoke(main, ["merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out",
+                                        str(tmp_path / "ordered"), "--keep-order"])
+    assert f"wrote       {tmp_path / 'ordered'}: 3 calls of 2 replicas in 3 rows, 1 shard" in ordered.output
     again = CliRunner().invoke(main, ["merge", str(tmp_path / "a"), "--out", str(tmp_path / "fleet")])
     assert again.exit_code == 2 and "already holds a corpus" in again.output
 
@@ -209,3 +213,25 @@ def test_verify_s_replicas_line_names_the_replicas_that_would_compile():
     alone["c"] = {"status": "crashed", "samples": None, "recompiles": None, "recompile_samples": [], "from": "replayed"}
     assert format_replicas(alone) == ("replicas  2 of 3 would compile: b 2 recompiles, first at sample 12; "
                                       "c crashed")
+
+
+def test_a_compact_merge_is_one_row_per_signature_with_its_calls_per_replica(tmp_path):
+    import pyarrow.parquet as pq
+
+    write_replica(tmp_path / "a", "a", [(1, EPOCH), (1, EPOCH + 2), (1, EPOCH + 4), (2, EPOCH + 6)])
+    write_replica(tmp_path / "b", "b", [(1, EPOCH + 1), (1, EPOCH + 3)])
+    merged = merge_fleet(open_fleet([tmp_path / "a", tmp_path / "b"]), tmp_path / "fleet", compact=True)
+    assert (merged.samples, merged.rows, merged.replicas) == (6, 3, {"a": 4, "b": 2})
+    table = pq.read_table(tmp_path / "fleet" / "shard-00000.parquet")
+    times = [table.column(name).cast("int64").to_pylist() for name in ("first_seen", "last_seen")]
+    rows = table.drop_columns(["first_seen", "last_seen"]).to_pylist()
+    # a's first call of size 1 kept in full; the other four (b's full one too) on one row at the
+    # first of them (b's), with their times and calls per replica; a's call of size 2 in full.
+    assert [(r["first"], r["count"], r["replica"], r["replicas"], r["full"], r["data"] is not None) for r in rows] == [
+        (0, 1, "a", None, None, True),
+        (1, 4, "b", [{"name": "a", "count": 2}, {"name": "b", "count": 2}], 0, False),
+        (5, 1, "a", None, None, True)]
+    assert [(first - EPOCH, last - EPOCH) for first, last in zip(*times)] == [(0, 0), (1, 4), (6, 6)]
+    # Read back, each sample has its replica: a row's calls in the order of its list.
+    assert rows_of(tmp_path / "fleet") == [("a", 1), ("a", 1), ("a", 1), ("b", 1), ("b", 1), ("a", 2)]
+    assert len(load_corpus(tmp_path / "fleet")) == 6
