@@ -167,15 +167,37 @@ def column_runs(arrays: tuple, templates: np.ndarray, eligible: np.ndarray, call
             continue
         call = calls[number]
         assert call is not None
-        base = tensors[start:stop]
-        numbers = []
-        for position, slot in enumerate(call.tensor_parts):
-            ndim = call.slots[slot][1]
-            tensor = base + position
-            span = np.arange(ndim, dtype=np.int64)
-            numbers.append(np.concatenate([
-                sizes[size_starts[tensor][:, None] + span],
-                strides[stride_starts[tensor][:, None] + span],
-                offsets[tensor][:, None]], axis=1))
-        runs.append((start, stop, call, numbers))
+        runs.append((start, stop, call, _numbers(arrays, call, tensors[start:stop])))
     return runs
+
+
+def _numbers(arrays: tuple, call: CallTemplate, base: np.ndarray) -> list[np.ndarray]:
+    """:class:`RecordColumns`'s ``numbers`` of consecutive rows of ``call`` whose first tensors
+    are ``base``. Every row holds the template's tensors, each of its rank, so the rows' sizes
+    (and strides, and offsets) are one contiguous block of the flat column, a row's after the
+    row before's: sliced and reshaped, not gathered number by number."""
+    tensors, size_starts, sizes, stride_starts, strides, offsets = arrays[:6]
+    ndims = [call.slots[slot][1] for slot in call.tensor_parts]
+    count, width, rows = len(ndims), sum(ndims), len(base)
+    first, end = int(base[0]), int(base[-1]) + count
+    low, high = int(size_starts[first]), int(size_starts[end])
+    stride_low, stride_high = int(stride_starts[first]), int(stride_starts[end])
+    if high - low == rows * width and stride_high - stride_low == rows * width and end - first == rows * count:
+        size_block = sizes[low:high].reshape(rows, width)
+        stride_block = strides[stride_low:stride_high].reshape(rows, width)
+        offset_block = offsets[first:end].reshape(rows, count)
+        numbers, at = [], 0
+        for position, ndim in enumerate(ndims):
+            numbers.append(np.concatenate([size_block[:, at:at + ndim], stride_block[:, at:at + ndim],
+                                           offset_block[:, position:position + 1]], axis=1))
+            at += ndim
+        return numbers
+    numbers = []  # not one block (cannot happen for rows that fit): number by number
+    for position, ndim in enumerate(ndims):
+        tensor = base + position
+        span = np.arange(ndim, dtype=np.int64)
+        numbers.append(np.concatenate([
+            sizes[size_starts[tensor][:, None] + span],
+            strides[stride_starts[tensor][:, None] + span],
+            offsets[tensor][:, None]], axis=1))
+    return numbers
