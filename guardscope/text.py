@@ -299,17 +299,17 @@ def production_lines(production: dict[str, Any]) -> list[str]:
     for frame in production["frames"]:
         where = frame["reached_at"]
         if where is None:
-            lines.append(f"{head}: {frame['label']} needs {_count(frame['graphs_needed'], 'graph')}, "
+            lines.append(f"{head}: {frame['label']} needs {counted(frame['graphs_needed'], 'graph')}, "
                          f"{frame['margin']} under the limit")
             continue
         at = f"sample {where['sample']}" + (f" (request {where['request']} step {where['step']})"
                                            if "request" in where else "")
         # A frame's calls past its limit all fail (the first frame under fullgraph) or all run eagerly.
         if frame["failed"]:
-            lost = (f"; {_count(frame['failed'], 'sample')} ({frame['share']:.1%} of traffic) would FAIL with "
+            lost = (f"; {counted(frame['failed'], 'sample')} ({frame['share']:.1%} of traffic) would FAIL with "
                     "FailOnRecompileLimitHit")
         elif frame["eager"]:
-            lost = (f"; {_count(frame['eager'], 'sample')} ({frame['share']:.1%} of traffic) would run it without a "
+            lost = (f"; {counted(frame['eager'], 'sample')} ({frame['share']:.1%} of traffic) would run it without a "
                     "compiled graph, for the life of the process")
         else:
             lost = ""
@@ -320,14 +320,15 @@ def production_lines(production: dict[str, Any]) -> list[str]:
                      "frame production runs eagerly, and would not exist there")
     after_eager = production.get("eager_state_samples") or []
     if after_eager:
-        lines.append(f"{_count(len(after_eager), 'decode step')} follow an eager step of their request: their KV "
+        lines.append(f"{counted(len(after_eager), 'decode step')} follow an eager step of their request: their KV "
                      "caches were extended by eager code and carry its layout, not the compiled forward's (the "
                      f"warmup rebuilds caches through the compiled forward; first, sample {after_eager[0]})")
     return lines
 
 
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" + ("" if number == 1 else "s")
+def counted(number: int, noun: str) -> str:
+    """``1 sample``, ``1,234 samples``."""
+    return f"{number:,} {noun}" + ("" if number == 1 else "s")
 
 
 # --- a guard expression read in words (operator guards: torch printed only the expression) ---

@@ -19,7 +19,7 @@ import torch
 from .. import torch_compat
 from ..errors import CorpusError, SampleError
 from ..files import write_atomic
-from ..text import message_line
+from ..text import counted, message_line
 from .format import (
     FORMAT_VERSION,
     KEEP_CHOICES,
@@ -479,7 +479,7 @@ class CorpusWriter:
         bytes kept in full against ``max_full_bytes``, and how many signatures got no full
         sample because of that bound (``keep="signatures"``)."""
         shards = len(self._shards) + bool(self._pending or self._window)
-        head = f"{_counted(self._count, 'sample')} in {_counted(shards, 'shard')}"
+        head = f"{counted(self._count, 'sample')} in {counted(shards, 'shard')}"
         if self.keep != "signatures":
             return f"{head}, every one in full (keep=\"all\")"
         if not self.full_per_signature:
@@ -491,7 +491,7 @@ class CorpusWriter:
         text += f" of at most {_size(self.max_full_bytes)} (max_full_bytes={self.max_full_bytes})"
         if not self.bounded_signatures:
             return f"{text}; the bound left no signature without a full sample"
-        return (f"{text}; {_counted(self.bounded_signatures, 'signature')} got no full sample because of it "
+        return (f"{text}; {counted(self.bounded_signatures, 'signature')} got no full sample because of it "
                 "(a larger max_full_bytes, or None, keeps them)")
 
     def flush(self) -> None:
@@ -631,10 +631,6 @@ def _check_signature(sig: tuple) -> None:
         materialise(sig, device="meta")
     except (ValueError, RuntimeError, TypeError) as exc:
         raise SampleError(f"not a call signature this corpus format can store: {message_line(exc)}") from None
-
-
-def _counted(count: int, noun: str) -> str:
-    return f"{count:,} {noun}{'s' * (count != 1)}"
 
 
 def _size(count: int) -> str:
