@@ -149,15 +149,25 @@ def analyze(corpora: tuple[str, ...], out_dir: str, model: str | None, backend: 
             _analyze_in_child(out_dir, ", ".join(corpora))  # every group in one child
             return
         groups = pipeline.fleet_groups(corpora)
-        given = locals()
-        options = {param.name: given[param.name] for param in analyze.params  # type: ignore[attr-defined]
-                   if param.name not in ("corpora", "out_dir", "split_by")}
+        options = {name: value for name, value in click.get_current_context().params.items()
+                   if name not in ("corpora", "out_dir", "split_by")}
+        failed: list[tuple[str, int]] = []
         for number, (name, paths, differing) in enumerate(groups):
             shown = "; ".join(f"{what} {value}" for what, value in differing.items()) or "recorded alike"
             click.echo(f"{'' if not number else chr(10)}group       {name}: {len(paths)} "
                        f"replica{'' if len(paths) == 1 else 's'} ({shown}) -> {Path(out_dir) / name}")
-            analyze.callback(corpora=tuple(paths), out_dir=str(Path(out_dir) / name), split_by=None,
-                             **{**options, "isolate": False})
+            try:  # a group that fails (bad input, samples that raised) does not stop the next ones
+                analyze.callback(corpora=tuple(paths), out_dir=str(Path(out_dir) / name), split_by=None,
+                                 **{**options, "isolate": False})
+            except SystemExit as exit_:
+                if exit_.code == 130:  # interrupted: the later groups are not started
+                    raise
+                if exit_.code:
+                    failed.append((name, int(exit_.code) if isinstance(exit_.code, int) else 2))
+        if failed:
+            click.secho(f"error: {len(failed)} of {len(groups)} groups did not analyse cleanly: "
+                        + ", ".join(f"{name} (exit {code})" for name, code in failed), fg="red", err=True)
+            sys.exit(max(code for _, code in failed))
         return
     if pipeline.is_fleet(corpora):
         corpus = str(pipeline.fleet_corpus(corpora, out_dir, force=force, resume=resume,

@@ -179,6 +179,17 @@ def test_split_by_model_analyses_each_group_of_replicas_recorded_alike(tmp_path)
     assert alone.exit_code == 0, alone.output
     expected = json.loads((tmp_path / "alone" / "catalog.json").read_text())
     assert {k: v for k, v in first.items() if k != "corpus"} == {k: v for k, v in expected.items() if k != "corpus"}
+    # A group that fails (here: its folder already holds an analysis) does not stop the others;
+    # the command says which failed and exits with its status.
+    import shutil
+
+    shutil.copytree(tmp_path / "out" / "group-1", tmp_path / "again" / "group-1")
+    again = CliRunner().invoke(main, ["analyze", str(tmp_path / "traffic"), "--out", str(tmp_path / "again"), "-q",
+                                      "--split-by", "model"])
+    assert again.exit_code == 2 and "already holds an analysis" in again.output
+    assert "1 of 2 groups did not analyse cleanly: group-1 (exit 2)" in again.output
+    assert (tmp_path / "again" / "group-2" / "catalog.json").read_bytes() == (
+        tmp_path / "out" / "group-2" / "catalog.json").read_bytes()
 
 
 @pytest.mark.parametrize("name", ["seed", "text_classifier"])
