@@ -27,12 +27,6 @@ KIND_EXPLANATIONS: dict[str, tuple[str, str]] = {
         "1 compiles a graph of its own. Marking the dimension with mark_unbacked compiles one "
         "graph for every size, 0 and 1 included.",
     ),
-    "unbacked": (
-        "Unbacked dimension",
-        "A dimension marked with mark_unbacked is compiled without an example size, so its graph "
-        "serves every size. A failure here involves such a dimension: usually a call whose inputs "
-        "were not marked (marks apply per call) or a guard the model's own code needs on it.",
-    ),
     "size_mismatch": (
         "Size mismatch",
         "The graph was compiled with this dimension static (a fixed size: it was 0 or 1 at "

@@ -491,3 +491,11 @@ def test_a_guard_expression_torch_prints_reads_in_words():
     assert guard_reading("L['x'].size()[0] == L['y'].size()[1]") == "x dim 0 equals y dim 1"
     assert guard_reading("x.size()[0] == 1 and y.size()[0] == 1") is None
     assert guard_reading("___check_type_id(L['x'], 94)") is None
+
+
+def test_every_failure_kind_and_only_those_have_an_explanation():
+    from guardscope.model import FailureKind
+    from guardscope.report.common import KIND_EXPLANATIONS
+
+    assert set(KIND_EXPLANATIONS) == {kind.value for kind in FailureKind}
+    assert all(title and text for title, text in KIND_EXPLANATIONS.values())
