@@ -6,9 +6,11 @@ one before, so the fleet order is the draw order) by signature only, as ``Traffi
 writes them (``CorpusWriter(keep="signatures", log="parquet", full_per_signature=0)``, one
 replica name each, a log file per 4,096 rows: a recorder flushes every 30 s or 256 distinct
 rows). Then, each in a fresh process from the repository root: ``merge`` (``guardscope merge``:
-every replica's log read, checked and written again in fleet order) and ``analyze``
-(``guardscope analyze`` given the replicas' folder: the merge, then the analysis of the merged
-corpus), with wall time and peak RSS. The analysis must find the seed distribution's compiles,
+every replica's log read, checked and written again as one compact corpus, a row per signature),
+``analyze`` (``guardscope analyze`` given the replicas' folder: the merge in fleet order, then the
+analysis of the merged corpus), ``analyze_dask`` (the same on a 2-worker LocalCluster) and
+``analyze_compact`` (the compact corpus analysed: the same topologies, counts, replicas and
+times), with wall time and peak RSS. The analysis must find the seed distribution's compiles,
 and every topology's calls per replica must sum to its count.
 
 Target (issue 38, the 2-core CPU machine): 64 replicas x 100k calls merged and analysed in
@@ -92,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         # The same through a 2-worker LocalCluster (--engine dask, no address).
         "analyze_dask": common.run_analyze(replicas, arguments.work / "analysis-dask", "--engine", "dask",
                                            env={**common.child_env(), "DASK_SCHEDULER_ADDRESS": ""}).check(),
+        # The compact corpus `merge` wrote, analysed: the same topologies, counts and replicas.
+        "analyze_compact": common.run_analyze(merged, arguments.work / "analysis-compact").check(),
     }
     for name, run in runs.items():
         print(f"{name:<11} {run.wall_seconds:7.1f} s wall, peak RSS {run.max_rss_bytes / 2**20:,.0f} MiB  ({run.command})")
@@ -102,9 +106,21 @@ def main(argv: list[str] | None = None) -> int:
           f"per-replica counts sum to each topology's: {sums}")
     identical = ((arguments.work / "analysis" / "catalog.json").read_bytes()
                  == (arguments.work / "analysis-dask" / "catalog.json").read_bytes())
-    engine = common.read_json(arguments.work / "analysis-dask" / "timings.json").get("engine")
-    print(f"dask        catalog identical to embedded: {identical}; {engine}; "
-          f"{runs['analyze_dask'].wall_seconds / runs['analyze'].wall_seconds:.2f}x the embedded engine's wall time")
+    dask_timings = common.read_json(arguments.work / "analysis-dask" / "timings.json")
+    engine = dask_timings.get("engine")
+    scanned = (dask_timings.get("column_checks") or {}).get("scanned_on_cluster", 0)
+    print(f"dask        catalog identical to embedded: {identical}; {engine}; {scanned:,} rows checked on the "
+          f"cluster; {runs['analyze_dask'].wall_seconds / runs['analyze'].wall_seconds:.2f}x the embedded engine's "
+          "wall time")
+    compact = common.read_json(arguments.work / "analysis-compact" / "catalog.json")
+
+    def kept(found: dict) -> list:
+        return [(t["graphs"], t["count"], t.get("replicas"), t.get("first_seen"), t.get("last_seen"))
+                for t in found["topologies"]]
+
+    compact_same = kept(compact) == kept(catalog) and compact["replicas"] == catalog["replicas"]
+    print(f"compact     {compact['corpus']['samples']:,} calls; topologies, counts, replicas and times the fleet "
+          f"analysis's: {compact_same}")
     analyze = runs["analyze"]
     print(f"target      analysed in {analyze.wall_seconds:.1f} s (<= 90 s: "
           f"{'MET' if analyze.wall_seconds <= 90 else 'MISSED'}), peak RSS {analyze.max_rss_bytes / 2**30:.2f} GiB "
@@ -112,8 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     common.write_results(arguments.json, {
         "machine": common.machine(), "tree": common.tree(), "replicas": arguments.replicas, "calls": arguments.calls,
         "written": written, "runs": {name: run.to_json() for name, run in runs.items()},
-        "per_replica_sums": sums, "dask_identical": identical, "dask_engine": engine, "summary": catalog["summary"]})
-    return 0 if sums and identical else 1
+        "per_replica_sums": sums, "dask_identical": identical, "dask_engine": engine, "dask_scanned_rows": scanned,
+        "compact_same": compact_same, "summary": catalog["summary"]})
+    return 0 if sums and identical and compact_same else 1
 
 
 if __name__ == "__main__":
