@@ -268,13 +268,16 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
             progress(f"read        {replica.label}: {corpus.manifest.samples:,} calls")
     if not sources:
         raise CorpusError("no readable traffic log in the replicas given")
+    _release_arrow_memory()  # the shards' tables are gone: their pages back before the sort
     rows_of = np.array([len(part) for part in columns["first"]], dtype=np.int64)
     shard_of = np.repeat(np.arange(len(sources), dtype=np.int64), rows_of)
     row_in_shard = np.arange(len(shard_of), dtype=np.int64) - np.repeat(np.cumsum(rows_of) - rows_of, rows_of)
     source = np.array([number for number, _ in sources], dtype=np.int64)[shard_of]
-    old_first, counts, seen, full_old, data = (np.concatenate(columns[name])
+    # Each column concatenated and its per-shard parts dropped before the next (memory: one copy).
+    old_first, counts, seen, full_old, data = (np.concatenate(columns.pop(name))
                                                for name in ("first", "count", "seen", "full", "data"))
-    digest, last = ((np.concatenate(columns["digest"]), np.concatenate(columns["last"])) if compact else (None, None))
+    digest, last = ((np.concatenate(columns.pop("digest")), np.concatenate(columns.pop("last"))) if compact
+                    else (None, None))
     names = np.concatenate(columns.pop("name"))
     sorted_names = sorted(set(owner))
     name_rank = np.searchsorted(np.array(sorted_names, dtype=object), names)
@@ -284,38 +287,46 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
     bounds = np.flatnonzero(np.diff(source)) + 1  # a replica's rows are one run of the concatenation
     for begin, end in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [len(source)]))):
         clock[begin:end] = np.maximum.accumulate(seen[begin:end])
-    order = np.lexsort((np.arange(len(source)), source, name_rank, clock))
+    # lexsort is stable, and a replica name belongs to one folder: ties keep the concatenation's
+    # order (the folders' order, then each one's rows).
+    order = np.lexsort((name_rank, clock))
     del clock
-    source, old_first, counts, full_old = source[order], old_first[order], counts[order], full_old[order]
-    shard_of, row_in_shard, data, name_rank = shard_of[order], row_in_shard[order], data[order], name_rank[order]
-    new_first = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
-    # A row's full recording: the same replica's sample it names, at its new index (none when that
-    # sample's shard was skipped).
-    key = source * (1 << 40) + old_first
-    by_key = np.argsort(key, kind="stable")
-    wanted = source * (1 << 40) + full_old
-    found = np.clip(np.searchsorted(key[by_key], wanted), 0, len(key) - 1)
-    hit = (full_old >= 0) & (key[by_key][found] == wanted)
-    full_new = np.where(hit, new_first[by_key][found], -1)
-    del key, by_key, wanted, found, hit
+    if not compact:
+        del seen
+    # One array at a time, each old one freed before the next is taken (memory: one extra array).
+    counts = counts[order]
+    shard_of = shard_of[order]
+    row_in_shard = row_in_shard[order]
+    data = data[order]
+    name_rank = name_rank[order]
+    calls_per_name = np.bincount(name_rank, weights=counts, minlength=len(sorted_names))
+    merged.samples = int(counts.sum())
     if compact:
-        plan = compact_rows(digest[order], counts, data, seen[order], last[order], name_rank, sorted_names)
-        del digest, last
+        del old_first, full_old, source
+        digest = digest[order]
+        last = last[order]
+        seen = seen[order]
+        del order
+        plan = compact_rows(digest, counts, data, seen, last, name_rank, sorted_names)
+        del digest, last, seen, name_rank
         pick = plan.rows
         requests: list[tuple[int, str, int]] = []
         # A row for a signature's other calls keeps no tensors, though it takes a full row's columns.
-        written = (shard_of[pick], row_in_shard[pick], np.where(plan.kept_in_full, data[pick], -1), plan.first,
-                   plan.full, plan.count)
+        shard_of = shard_of[pick]
+        row_in_shard = row_in_shard[pick]
+        data = np.where(plan.kept_in_full, data[pick], -1)
+        new_first, full_new, counts = plan.first, plan.full, plan.count
     else:
         plan = None
+        source = source[order]
+        old_first = old_first[order]
+        full_old = full_old[order]
+        del order
+        new_first = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+        full_new = _full_moved(source, old_first, full_old, data, new_first)
         requests = _requests(replicas, source, old_first, counts, new_first, [sorted_names[r] for r in name_rank]
                              if any(replica.corpus.requests is not None for replica in replicas) else [])
-        written = (shard_of, row_in_shard, data, new_first, full_new, counts)
-    del seen
-    calls_per_name = np.bincount(name_rank, weights=counts, minlength=len(sorted_names))
-    merged.samples = int(counts.sum())
-    shard_of, row_in_shard, data, new_first, full_new, counts = written
-    del written
+        del source, old_first, full_old, name_rank
 
     manifest = replicas[0].corpus.manifest
     writer = CorpusWriter(
@@ -326,9 +337,9 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
     devices = set()
     for replica in replicas:
         devices.update(part for part in replica.corpus.manifest.device.split(",") if part)
-    chunk_of = np.arange(len(shard_of)) // shard_rows
-    last_chunk = np.zeros(len(sources), dtype=np.int64)
-    np.maximum.at(last_chunk, shard_of, chunk_of)
+    last_chunk = np.zeros(len(sources), dtype=np.int64)  # the last merged shard needing each source shard
+    for number, start in enumerate(range(0, len(shard_of), shard_rows)):
+        last_chunk[np.unique(shard_of[start:start + shard_rows])] = number
     held_shards: dict[int, tuple[Any, list]] = {}  # source shard -> (its rows, its data shard's calls)
     with writer:
         for number, start in enumerate(range(0, len(shard_of), shard_rows)):
@@ -363,8 +374,40 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
             for index in wanted_shards[last_chunk[wanted_shards] == number]:
                 del held_shards[index]  # its last row is written
     merged.rows = len(shard_of)
+    _release_arrow_memory()  # for an analysis that follows in this process
     merged.replicas = {name: int(total) for name, total in zip(sorted_names, calls_per_name)}
     return merged
+
+
+def _full_moved(source: Any, old_first: Any, full_old: Any, data: Any, new_first: Any) -> Any:
+    """Each fleet-ordered row's full recording (the same replica's sample it names, ``full_old``)
+    at its new index; -1 for none, or when that sample's shard was skipped. Such a sample is a
+    row kept in full (``data``): only those are looked up."""
+    import numpy as np
+
+    full_new = np.full(len(full_old), -1, dtype=np.int64)
+    naming = np.flatnonzero(full_old >= 0)
+    held = np.flatnonzero(data >= 0)
+    if not len(naming) or not len(held):
+        return full_new
+    key = source[held] * (1 << 40) + old_first[held]
+    by_key = np.argsort(key, kind="stable")
+    key, held = key[by_key], held[by_key]
+    wanted = source[naming] * (1 << 40) + full_old[naming]
+    found = np.clip(np.searchsorted(key, wanted), 0, len(key) - 1)
+    hit = key[found] == wanted
+    full_new[naming[hit]] = new_first[held[found[hit]]]
+    return full_new
+
+
+def _release_arrow_memory() -> None:
+    """Give back the pages pyarrow's allocator keeps for reuse after its tables are freed
+    (mimalloc or jemalloc hold a few hundred MB after a merge's reads otherwise)."""
+    import pyarrow as pa
+
+    pool = pa.default_memory_pool()
+    if hasattr(pool, "release_unused"):
+        pool.release_unused()
 
 
 def _concat(tables: list[Any]) -> Any:
