@@ -82,6 +82,9 @@ def merge(replicas: tuple[str, ...], destination: str, overwrite: bool, skip_bad
                          compact=not keep_order, progress=lambda line: click.echo(line, err=True))
     for reason in merged.skipped:
         click.secho(f"skipped     {reason}", fg="yellow", err=True)
+    if merged.requests_dropped:
+        click.secho(f"note        {merged.requests_dropped:,} calls were tagged with a request; a compact merge keeps "
+                    "the calls, not the tags (--keep-order keeps them)", fg="yellow", err=True)
     click.echo(f"wrote       {destination}: {merged.summary()}")
     for name, calls in merged.replicas.items():
         click.echo(f"  {name:<24} {calls:,} calls")

@@ -64,6 +64,7 @@ class Merged:
     replicas: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     compact: bool = False
+    requests_dropped: int = 0  # request-tagged calls a compact merge kept without their tags
 
     def summary(self) -> str:
         names = len(self.replicas)
@@ -311,6 +312,8 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
         del digest, last, seen, name_rank
         pick = plan.rows
         requests: list[tuple[int, str, int]] = []
+        merged.requests_dropped = sum(run[3] for replica in replicas if replica.corpus.requests is not None
+                                      for run in replica.corpus.requests.runs)
         # A row for a signature's other calls keeps no tensors, though it takes a full row's columns.
         shard_of = shard_of[pick]
         row_in_shard = row_in_shard[pick]

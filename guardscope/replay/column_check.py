@@ -107,7 +107,6 @@ class ColumnChecks:
                     self.stats.reasons.setdefault(guards.compile_id, guards.reason)
         return [known[compile_id] for compile_id, _ in entries if compile_id in known]
 
-
     def scan_plans(self) -> dict[Any, ScanPlan]:
         """For each call template met so far, what a worker reading its rows can check there
         (:func:`scan`): its columns and the graphs' predicates, earliest compiled first, up to

@@ -235,3 +235,18 @@ def test_a_compact_merge_is_one_row_per_signature_with_its_calls_per_replica(tmp
     # Read back, each sample has its replica: a row's calls in the order of its list.
     assert rows_of(tmp_path / "fleet") == [("a", 1), ("a", 1), ("a", 1), ("b", 1), ("b", 1), ("a", 2)]
     assert len(load_corpus(tmp_path / "fleet")) == 6
+
+
+def test_a_compact_merge_says_it_drops_request_tags_and_keep_order_keeps_them(tmp_path):
+    write_replica(tmp_path / "a", "a", [(1, EPOCH), (1, EPOCH + 2)], requests=["q1", "q1"])
+    write_replica(tmp_path / "b", "b", [(1, EPOCH + 1)])
+    result = CliRunner().invoke(main, ["merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out",
+                                       str(tmp_path / "compact")])
+    assert result.exit_code == 0, result.output
+    assert "note        2 calls were tagged with a request; a compact merge keeps the calls, not the tags" \
+        in result.output
+    assert load_corpus(tmp_path / "compact").requests is None and len(load_corpus(tmp_path / "compact")) == 3
+    ordered = CliRunner().invoke(main, ["merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out",
+                                        str(tmp_path / "ordered"), "--keep-order"])
+    assert ordered.exit_code == 0 and "note" not in ordered.output
+    assert load_corpus(tmp_path / "ordered").requests is not None
