@@ -56,14 +56,15 @@ def merge(replicas: tuple[str, ...], destination: str, overwrite: bool, skip_bad
           keep_order: bool) -> None:
     """Merge several replicas' traffic logs into one compact corpus, to archive or ship.
 
-    Each REPLICA is a corpus folder a TrafficRecorder wrote (a Parquet traffic log), a folder of
-    such folders, or a quoted glob. The calls are put in fleet order (first-seen time, each
-    replica's clock made monotone, then replica name, then each replica's own order); then each
-    distinct signature becomes one row at its first call, with its calls counted per replica
-    (the 'replicas' column), its first and last time, and one call of it kept in full. Its
-    analysis finds the fleet's topologies, counts, replicas and times; only the order of repeats
-    and the request tags are gone. --keep-order keeps every row instead (a replica's row names
-    it), as 'analyze' merges several replicas. Replicas recorded from different models or with
+    Each REPLICA is a corpus folder a TrafficRecorder wrote (a Parquet traffic log), a compact
+    merge of other replicas, a folder of such folders, or a quoted glob. The calls are put in
+    fleet order (first-seen time, each replica's clock made monotone, then replica name, then
+    each replica's own order); then each distinct signature becomes one row at its first call,
+    with its calls counted per replica (the 'replicas' column), its first and last time, and one
+    call of it kept in full. Its analysis finds the fleet's topologies, counts, replicas and
+    times; only the order of repeats and the request tags are gone. --keep-order keeps every row
+    instead (a replica's row names it), as 'analyze' merges several replicas; it refuses a
+    compact merge, whose order is gone. Replicas recorded from different models or with
     different compile options, Dynamo settings, grad modes or torch versions are refused, naming
     which differ. The replicas are not changed.
 
@@ -72,6 +73,7 @@ def merge(replicas: tuple[str, ...], destination: str, overwrite: bool, skip_bad
       guardscope merge traffic/web-1 traffic/web-2 --out fleet/
       guardscope merge traffic/ --out fleet/            # every corpus folder in traffic/
       guardscope merge traffic/ --out ordered/ --keep-order
+      guardscope merge web-1-day/ web-2-day/ --out fleet-day/   # compact merges, merged again
       guardscope analyze fleet/ --out out/
       duckdb -c "SELECT digest, sum(count) FROM 'fleet/shard-*.parquet' GROUP BY digest"
     """

@@ -17,9 +17,10 @@ compile is reported at), never which topologies exist or how many calls each has
 The merged corpus is an ordinary format 5 corpus: its rows keep their replica names, the calls
 kept in full keep their tensors (in new data shards), a signature's full recording keeps
 pointing at it, and request tags become ``"replica/tag"`` (two replicas' request 7 are two
-requests). Replicas must have been recorded from one model, with one set of compile options,
-Dynamo settings, grad mode and torch version: anything else is refused naming the replicas
-that differ, before anything is written.
+requests). A compact merge (:mod:`.fleet_compact`) keeps a row per signature instead, and takes
+compact merges as replicas too. Replicas must have been recorded from one model, with one set
+of compile options, Dynamo settings, grad mode and torch version: anything else is refused
+naming the replicas that differ, before anything is written.
 """
 
 from __future__ import annotations
@@ -228,6 +229,7 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
     templates: dict[str, str] = {}
     structured = False
     owner: dict[str, str] = {}  # replica name -> the folder whose rows carry it
+    lists: list[tuple[Any, list[str], Any]] = []  # compact inputs' calls per replica, by row
     for number, replica in enumerate(replicas):
         corpus = replica.corpus
         for shard in corpus.manifest.shards:
@@ -238,15 +240,24 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
                     raise
                 merged.skipped.append(str(exc))
                 continue
-            if "replicas" in table.column_names:
+            # A compact merge's rows that count several replicas' calls (a ShardError when a list is off).
+            try:
+                listed = _replica_lists(table, corpus.path / shard.file)
+            except ShardError as exc:
+                if not skip_bad_shards:
+                    raise
+                merged.skipped.append(str(exc))
+                continue
+            if "replicas" in table.column_names and not compact:
                 raise CorpusError(f"replica {replica.label} is a compact merge (its rows count several replicas' "
-                                  "calls, their order lost): merge the replicas' own traffic logs instead")
+                                  "calls, their order lost): merge it compactly (guardscope merge, without "
+                                  "--keep-order), then analyse the merged corpus")
             if table.column("first_seen").null_count:
                 raise CorpusError(f"replica {replica.label}: {corpus.path / shard.file} has rows without a timestamp "
                                   "(a converted corpus): they have no place in the fleet's order")
             encoded = table.column("replica").combine_chunks().dictionary_encode()
             spelled = encoded.dictionary.to_pylist()
-            for name in spelled:
+            for name in spelled + (sorted(set(listed[1])) if listed is not None else []):
                 if owner.setdefault(name, replica.label) != replica.label:
                     raise CorpusError(f"replicas {owner[name]} and {replica.label} both name their calls {name!r}: "
                                       "two processes must record under two names")
@@ -259,6 +270,9 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
             columns["name"].append(np.array(spelled, dtype=object)[encoded.indices.to_numpy()])
             columns["full"].append(table.column("full").fill_null(-1).to_numpy())
             columns["data"].append(table.column("data").fill_null(-1).to_numpy())
+            if listed is not None:  # (row, replica name, calls), the row counted from all rows read so far
+                offset = sum(len(part) for part in columns["first"]) - table.num_rows
+                lists.append((listed[0] + offset, listed[1], listed[2]))
             if compact:
                 try:
                     columns["digest"].append(digest_codes(table.column("digest")))
@@ -283,6 +297,15 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
     sorted_names = sorted(set(owner))
     name_rank = np.searchsorted(np.array(sorted_names, dtype=object), names)
     del names, columns
+    # Rows of compact inputs that count several replicas' calls: (row, replica rank, calls).
+    listed_input = None
+    if lists:
+        listed_input = (np.concatenate([rows for rows, _, _ in lists]),
+                        np.searchsorted(np.array(sorted_names, dtype=object),
+                                        np.array([name for _, spelled_of, _ in lists for name in spelled_of],
+                                                 dtype=object)),
+                        np.concatenate([calls for _, _, calls in lists]))
+    del lists
     # Each replica's clock made monotone, so its own order stays (the module's docstring).
     clock = np.empty_like(seen)
     bounds = np.flatnonzero(np.diff(source)) + 1  # a replica's rows are one run of the concatenation
@@ -302,13 +325,23 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
     name_rank = name_rank[order]
     calls_per_name = np.bincount(name_rank, weights=counts, minlength=len(sorted_names))
     merged.samples = int(counts.sum())
+    listed = None
+    if listed_input is not None:  # a compact input's listed rows: their calls by their list, not their replica
+        position = np.empty(len(order), dtype=np.int64)
+        position[order] = np.arange(len(order))
+        listed = (position[listed_input[0]], listed_input[1], listed_input[2])
+        del position, listed_input
+        rows = np.unique(listed[0])  # each such row's calls once off its replica, then its list's on theirs
+        calls_per_name -= np.bincount(name_rank[rows], weights=counts[rows], minlength=len(sorted_names))
+        calls_per_name += np.bincount(listed[1], weights=listed[2], minlength=len(sorted_names))
+        del rows
     if compact:
         del old_first, full_old, source
         digest = digest[order]
         last = last[order]
         seen = seen[order]
         del order
-        plan = compact_rows(digest, counts, data, seen, last, name_rank, sorted_names)
+        plan = compact_rows(digest, counts, data, seen, last, name_rank, sorted_names, listed)
         del digest, last, seen, name_rank
         pick = plan.rows
         requests: list[tuple[int, str, int]] = []
@@ -403,6 +436,30 @@ def _full_moved(source: Any, old_first: Any, full_old: Any, data: Any, new_first
     return full_new
 
 
+def _replica_lists(table: Any, path: Any) -> tuple[Any, list[str], Any] | None:
+    """A compact merge's shard: for each row whose ``replicas`` list is set, each entry as
+    ``(row, replica name, calls)`` (three parallel sequences); None for a shard of a replica's own
+    log (no such column) or one whose every row is its ``replica``'s. ``ShardError`` when a row's
+    list does not count its calls."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    if "replicas" not in table.column_names or table.column("replicas").null_count == table.num_rows:
+        return None
+    lists = table.column("replicas").combine_chunks()
+    lengths = pc.list_value_length(lists).fill_null(0).to_numpy()
+    entries = lists.flatten()
+    counts = entries.field("count").to_numpy()
+    rows = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    summed = np.bincount(rows, weights=counts, minlength=len(lengths))
+    own = table.column("count").to_numpy()
+    if entries.field("name").null_count or (counts < 1).any() or (
+            (lengths > 0) & (summed != own)).any():
+        raise ShardError(f"traffic log {path}: a row's 'replicas' list does not count its calls; merge the "
+                         "replicas again")
+    return rows, entries.field("name").to_pylist(), counts
+
+
 def _release_arrow_memory() -> None:
     """Give back the pages pyarrow's allocator keeps for reuse after its tables are freed
     (mimalloc or jemalloc hold a few hundred MB after a merge's reads otherwise)."""
@@ -453,6 +510,8 @@ def _reread_shard(corpus: Corpus, shard: ShardInfo) -> tuple[Any, list[dict[str,
     """A shard :func:`_read_shard` checked, read again for its rows and its calls kept in full."""
     path = corpus.path / shard.file
     table = read_log(path, read_checked(path, shard.sha256)).table.replace_schema_metadata(None)
+    if "replicas" in table.column_names:  # a compact input's: the merge writes its own
+        table = table.drop_columns(["replicas"])
     return table, _data_of(corpus, shard)[0]
 
 

@@ -15,6 +15,10 @@ merge then keeps, for each signature (its digest),
 Each signature's first call keeps its place in fleet order, so every topology, its count, its
 calls per replica and when it was first and last seen are the full merge's; what is lost is the
 order of the repeats (a topology's later members are numbered together) and the request tags.
+
+A compact merge's own rows may be merged again (each replica compacting its day where it runs,
+the fleet merging the compacts): a row whose ``replicas`` list is set counts its calls by that
+list, and the result is the compact merge of all their replicas at once.
 """
 
 from __future__ import annotations
@@ -71,10 +75,12 @@ class CompactRows:
 
 
 def compact_rows(digest: Any, counts: Any, data: Any, first_seen: Any, last_seen: Any, rank: Any,
-                 names: list[str]) -> CompactRows:
+                 names: list[str], listed: tuple[Any, Any, Any] | None = None) -> CompactRows:
     """The compact form of fleet-ordered rows (the module's docstring): per row its signature's
     digest code, calls, position in its data shard (-1: signature only), first/last-seen times
-    (ns) and replica (``names[rank[row]]``)."""
+    (ns) and replica (``names[rank[row]]``). ``listed``: rows of compact inputs whose calls are
+    several replicas', as ``(row, replica rank, calls)`` entries; such a row's calls count by
+    its entries, not its replica."""
     import numpy as np
     import pyarrow as pa
 
@@ -99,10 +105,18 @@ def compact_rows(digest: Any, counts: Any, data: Any, first_seen: Any, last_seen
     np.minimum.at(earliest, member_group, first_seen[members])
     latest = np.full(groups, np.iinfo(np.int64).min, dtype=np.int64)
     np.maximum.at(latest, member_group, last_seen[members])
-    # Calls per (signature, replica).
-    pair, pair_calls = np.unique(member_group * len(names) + rank[members], return_inverse=True)
+    # Calls per (signature, replica): a member's calls on its replica, a listed row's by its list.
+    pair_key, pair_count = member_group * len(names) + rank[members], counts[members]
+    if listed is not None and len(listed[0]):
+        is_listed = np.zeros(size, dtype=bool)
+        is_listed[listed[0]] = True
+        plain = ~is_listed[members]
+        entry = others[listed[0]]  # entries of rows that are members (a kept full row has no list)
+        pair_key = np.concatenate((pair_key[plain], group[listed[0][entry]] * len(names) + listed[1][entry]))
+        pair_count = np.concatenate((pair_count[plain], listed[2][entry]))
+    pair, pair_calls = np.unique(pair_key, return_inverse=True)
     per_pair = np.zeros(len(pair), dtype=np.int64)
-    np.add.at(per_pair, pair_calls.reshape(-1), counts[members])
+    np.add.at(per_pair, pair_calls.reshape(-1), pair_count)
     split = np.searchsorted(pair // len(names), np.arange(groups + 1))
 
     rows = np.concatenate((kept_full, lead))

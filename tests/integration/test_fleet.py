@@ -229,6 +229,11 @@ def test_a_compact_merge_keeps_every_topology_count_replica_and_time_of_the_flee
                                for t in catalog["topologies"]]}
 
     assert seen(tmp_path / "compact", "compact-out") == seen(tmp_path / "ordered", "ordered-out")
+    # Its rows' order is gone: an ordered merge (what analyze makes of several folders) refuses it,
+    # and merging it with a replica it already holds is two folders for one name.
+    ordered_again = CliRunner().invoke(main, ["merge", str(tmp_path / "compact"), "--out", str(tmp_path / "o2"),
+                                              "--keep-order"])
+    assert ordered_again.exit_code == 2 and "is a compact merge" in ordered_again.output
     again = CliRunner().invoke(main, ["merge", str(tmp_path / "compact"), str(tmp_path / "replicas" / "web-0"),
                                       "--out", str(tmp_path / "twice")])
-    assert again.exit_code == 2 and "is a compact merge" in again.output
+    assert again.exit_code == 2 and "both name their calls 'web-0'" in again.output

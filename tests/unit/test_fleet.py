@@ -250,3 +250,29 @@ def test_a_compact_merge_says_it_drops_request_tags_and_keep_order_keeps_them(tm
                                         str(tmp_path / "ordered"), "--keep-order"])
     assert ordered.exit_code == 0 and "note" not in ordered.output
     assert load_corpus(tmp_path / "ordered").requests is not None
+
+
+def test_compact_merges_of_parts_of_a_fleet_merge_into_the_compact_merge_of_the_whole(tmp_path):
+    import pyarrow.parquet as pq
+
+    calls = {"a": [(1, EPOCH), (1, EPOCH + 3), (2, EPOCH + 6), (1, EPOCH + 9)],
+             "b": [(1, EPOCH + 1), (3, EPOCH + 4), (1, EPOCH + 7)],
+             "c": [(2, EPOCH + 2), (1, EPOCH + 5), (3, EPOCH + 8), (1, EPOCH + 10)]}
+    for name, recorded in calls.items():
+        write_replica(tmp_path / name, name, recorded)
+    whole = merge_fleet(open_fleet([tmp_path / name for name in calls]), tmp_path / "whole", compact=True)
+    merge_fleet(open_fleet([tmp_path / "a", tmp_path / "b"]), tmp_path / "ab", compact=True)
+    # Each replica compacted where it runs, then the fleet: the same rows as the whole at once.
+    parts = merge_fleet(open_fleet([tmp_path / "ab", tmp_path / "c"]), tmp_path / "parts", compact=True)
+    assert (parts.samples, parts.rows, parts.replicas) == (whole.samples, whole.rows, whole.replicas)
+    assert whole.replicas == {"a": 4, "b": 3, "c": 4}
+
+    def rows(folder) -> list:
+        table = pq.read_table(sorted((tmp_path / folder).glob("shard-*.parquet")))
+        return table.drop_columns(["first_seen", "last_seen"]).to_pylist(), [
+            table.column(name).cast("int64").to_pylist() for name in ("first_seen", "last_seen")]
+
+    assert rows("parts") == rows("whole")
+    assert rows_of(tmp_path / "parts") == rows_of(tmp_path / "whole")
+    with pytest.raises(CorpusError, match="is a compact merge"):
+        merge_fleet(open_fleet([tmp_path / "ab", tmp_path / "c"]), tmp_path / "ordered")
