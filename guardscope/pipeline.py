@@ -21,7 +21,7 @@ from .catalog.limits import production_limits, production_section
 from .catalog.cudagraphs import CudagraphSettings
 from .catalog.requests import request_summary
 from .corpus import load_corpus, load_model
-from .corpus.fleet import replica_of_samples, seen_of_rows
+from .corpus.fleet_samples import replica_of_samples, seen_of_rows
 from .corpus.weights import recorded_model_warning
 from .errors import CompileOptionsError, CorpusError, TraceParseError
 from .json_text import as_read

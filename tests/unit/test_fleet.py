@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from guardscope.catalog.fleet import single_replica_topologies, with_replicas
 from guardscope.cli import main
-from guardscope.corpus.fleet import find_corpora, merge_fleet, open_fleet, replica_of_samples
+from guardscope.corpus.fleet import find_corpora, merge_fleet, open_fleet
+from guardscope.corpus.fleet_samples import replica_of_samples
 from guardscope.corpus.format import read_manifest
 from guardscope.corpus.reader import load_corpus
 from guardscope.corpus.signature import signature
