@@ -290,24 +290,25 @@ def replay_corpus(
 
         held = HeldSignals(notice)
 
+        def advanced(next_sample: int) -> None:
+            """The checkpoint's next sample and stream sizes after the builder took a sample or rows
+            (under ``held``: the two move together), and a checkpoint when one is due."""
+            done["next"] = next_sample
+            done["trace"] = trace_sized.size() if trace_sized is not None else None
+            if cudagraph_sized is not None:
+                done["cudagraphs"] = cudagraph_sized.size()
+            if time.monotonic() - done["time"] >= checkpoint_every:
+                checkpoint()
+
         def recorded(meta: Any) -> None:
-            # The builder's samples and the checkpoint's next sample move together (HeldSignals).
             with held.holding():
                 builder.add_sample(meta)
-                done["next"] = meta.index + 1
-                done["trace"] = trace_sized.size() if trace_sized is not None else None
-                if cudagraph_sized is not None:
-                    done["cudagraphs"] = cudagraph_sized.size()
-                if time.monotonic() - done["time"] >= checkpoint_every:
-                    checkpoint()
+                advanced(meta.index + 1)
 
         def recorded_rows(rows: Any) -> None:
             with held.holding():
                 builder.add_rows(rows)
-                done["next"] = rows.end
-                done["trace"] = trace_sized.size() if trace_sized is not None else None
-                if time.monotonic() - done["time"] >= checkpoint_every:
-                    checkpoint()
+                advanced(rows.end)
 
         with held.installed(), ReplaySession(
             model,
