@@ -37,11 +37,10 @@ class InPlaceWorker:
     name = "embedded"
 
     def __init__(self) -> None:
-        from guardscope.replay.engines import EmbeddedEngine
+        from guardscope.replay.engines import EmbeddedEngine, TaskPlans
 
         self._here = EmbeddedEngine()
-        self._plans: Any = None
-        self._examples: dict[Any, Any] = {}
+        self._tasks = TaskPlans()
         self._directory = ""
         self.seconds = 0.0  # in the worker's task
         self.rows = 0
@@ -50,16 +49,16 @@ class InPlaceWorker:
         self.result_bytes = 0
 
     def start(self, corpus: Any, shards: list, plans: Any = None) -> None:
-        self._directory, self._plans = str(corpus.path.resolve()), plans
+        from guardscope.replay.engines import TaskPlans
+
+        self._directory, self._tasks = str(corpus.path.resolve()), TaskPlans(plans)
 
     def records(self, corpus: Any, shard: Any, columns: bool) -> list[Any]:
-        from guardscope.corpus.log_columns import RecordColumns
         from guardscope.replay.engines import _decoded
 
         if not columns or not shard.file.endswith(".parquet"):
             return self._here.records(corpus, shard, columns)
-        known = self._plans() if self._plans is not None else {}
-        plans = [(self._examples[call], plan) for call, plan in known.items() if call in self._examples]
+        plans = self._tasks.for_task()
         started = time.perf_counter()
         runs = _decoded(self._directory, shard.to_json(), plans)
         self.seconds += time.perf_counter() - started
@@ -67,13 +66,9 @@ class InPlaceWorker:
             return self._here.records(corpus, shard, columns)
         self.shards += 1
         self.result_bytes += len(pickle.dumps(runs, protocol=pickle.HIGHEST_PROTOCOL))
-        found = []
-        for array, first, count, full, numbers, scanned in runs:
-            call = corpus.call_of(array)
-            self._examples.setdefault(call, array)
-            self.rows += len(first)
-            self.scanned += len(first) if scanned is not None else 0
-            found.append(RecordColumns(call, first, count, full, numbers, corpus._placement, scanned))
+        found = self._tasks.columns(corpus, runs)
+        self.rows += sum(len(run) for run in found)
+        self.scanned += sum(len(run) for run in found if run.scanned is not None)
         return found
 
     def close(self) -> None:

@@ -85,6 +85,30 @@ def _decoded(directory: str, shard: dict[str, Any], plans: list[tuple[Any, ScanP
     return runs
 
 
+class TaskPlans:
+    """The driver's side of a worker's task: what to send with it — the replay's
+    :class:`~.column_check.ScanPlan` per call template, each with a signature of it as the worker
+    matches its own rows (``plans()``: the replay's plans now) — and its result made columns again
+    under this process's call templates (whose signatures it remembers for the next tasks)."""
+
+    def __init__(self, plans: Callable[[], dict] | None = None) -> None:
+        self._plans = plans
+        self._examples: dict[Any, Any] = {}  # call template -> a signature of it (JSON)
+
+    def for_task(self) -> list[tuple[Any, ScanPlan]]:
+        known = self._plans() if self._plans is not None else {}
+        return [(self._examples[call], plan) for call, plan in known.items() if call in self._examples]
+
+    def columns(self, corpus: Any, runs: list[tuple]) -> list[RecordColumns]:
+        """:func:`_decoded`'s runs as :class:`RecordColumns` of ``corpus``'s call templates."""
+        found = []
+        for array, first, count, full, numbers, scanned in runs:
+            call = corpus.call_of(array)
+            self._examples.setdefault(call, array)
+            found.append(RecordColumns(call, first, count, full, numbers, corpus._placement, scanned))
+        return found
+
+
 class DaskEngine:
     """Traffic log shards decoded on a Dask cluster, ``window`` tasks ahead of the replay."""
 
@@ -118,8 +142,7 @@ class DaskEngine:
         self._futures: OrderedDict[str, Any] = OrderedDict()
         self._pending: list[ShardInfo] = []
         self._directory = ""
-        self._plans: Callable[[], dict] | None = None
-        self._examples: dict[Any, Any] = {}  # call template -> a signature of it (JSON), as a worker matches it
+        self._tasks = TaskPlans()
         self.on_cluster = 0  # shards whose columns the cluster decoded
         self.here = 0  # shards read here (rows that are not columns, or not a traffic log)
 
@@ -134,15 +157,14 @@ class DaskEngine:
         ``plans()``: the replay's :class:`~.column_check.ScanPlan` per call template now, sent
         with each shard so its worker checks the rows against the graphs compiled so far."""
         self._directory = str(corpus.path.resolve())
-        self._plans = plans
+        self._tasks = TaskPlans(plans)
         self._pending = [shard for shard in shards if shard.file.endswith(".parquet")]
         self._top_up()
 
     def _top_up(self) -> None:
         while self._pending and len(self._futures) < self.window:
             shard = self._pending.pop(0)
-            known = self._plans() if self._plans is not None else {}
-            plans = [(self._examples[call], plan) for call, plan in known.items() if call in self._examples]
+            plans = self._tasks.for_task()
             self._futures[shard.file] = self.client.submit(_decoded, self._directory, shard.to_json(), plans,
                                                            key=f"guardscope-decode-{shard.file}-{id(self)}", pure=False)
 
@@ -160,12 +182,7 @@ class DaskEngine:
             self.here += 1
             return EmbeddedEngine().records(corpus, shard, columns)
         self.on_cluster += 1
-        found = []
-        for array, first, count, full, numbers, scanned in runs:
-            call = corpus.call_of(array)
-            self._examples.setdefault(call, array)
-            found.append(RecordColumns(call, first, count, full, numbers, corpus._placement, scanned))
-        return found
+        return self._tasks.columns(corpus, runs)
 
     def close(self) -> None:
         for future in getattr(self, "_futures", {}).values():
