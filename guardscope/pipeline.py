@@ -21,7 +21,7 @@ from .catalog.limits import production_limits, production_section
 from .catalog.cudagraphs import CudagraphSettings
 from .catalog.requests import request_summary
 from .corpus import load_corpus, load_model
-from .corpus.fleet_samples import replica_of_samples, seen_of_rows
+from .corpus.fleet_samples import fleet_view
 from .corpus.weights import recorded_model_warning
 from .errors import CompileOptionsError, CorpusError, TraceParseError
 from .json_text import as_read
@@ -196,10 +196,11 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
     limits = production_limits(corpus.manifest.dynamo_config, corpus.manifest.compile, torch_compat.dynamo_defaults())
     catalog = replace(catalog, production=production_section(catalog, limits, corpus.requests,
                                                               carries_state(corpus)))
-    fleet = replica_of_samples(corpus)  # a merged fleet corpus: its calls per replica
+    # A merged fleet corpus: its calls per replica; a traffic log with timestamps: each topology's
+    # first and last sighting (one read of the shards' few columns for both).
+    fleet, seen = fleet_view(corpus)
     if fleet is not None and len(fleet[0]) > 1 and len(fleet[1]) == catalog.samples:
         catalog = with_replicas(catalog, *fleet)
-    seen = seen_of_rows(corpus)  # a traffic log with timestamps: each topology's first and last sighting
     if seen is not None and catalog.samples:
         catalog = with_seen(catalog, *seen)
     recording_times = builder.cudagraph_tally.recording_times() if options.uses_cudagraphs else None
