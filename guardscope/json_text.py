@@ -12,13 +12,31 @@ from typing import Any
 
 # Lists of more ints than this are written on one line (a topology's samples: millions at scale).
 _INLINE_INTS = 32
+# Lists of more ints than this are formatted by Arrow (:func:`ints_text`), this many at a time.
+_ARROW_INTS = 4096
+_ARROW_STEP = 1 << 20
 
 
-def _ints_text(values: Any) -> str:
-    """A list of ints as compact JSON (``[1, 2, 3]``), a million at a time (no list of all of them)."""
-    step = 1 << 20
-    return "[" + ", ".join(", ".join(map(str, values[start:start + step]))
-                           for start in range(0, len(values), step)) + "]"
+def ints_text(values: Any, separator: str = ", ") -> str:
+    """A list of ints as compact JSON (``[1, 2, 3]``). A long one (an analysis's members: millions
+    at scale) is formatted by Arrow's cast to strings, a million at a time: ~4x faster than
+    Python's ``str`` an int, and no list of them all."""
+    if len(values) <= _ARROW_INTS:
+        return "[" + separator.join(map(str, values)) + "]"
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        numbers = np.asarray(values, dtype=np.int64)  # an array('q') is not copied
+    except OverflowError:  # an int beyond 64 bits
+        return "[" + separator.join(map(str, values)) + "]"
+    parts = []
+    for start in range(0, len(numbers), _ARROW_STEP):
+        strings = pc.cast(pa.array(numbers[start:start + _ARROW_STEP]), pa.string())
+        whole = pa.ListArray.from_arrays(pa.array([0, len(strings)], pa.int32()), strings)
+        parts.append(pc.binary_join(whole, separator)[0].as_py())
+    return "[" + separator.join(parts) + "]"
 
 
 class _LongInts:
@@ -63,7 +81,7 @@ def dumps(data: Any) -> str:
     text = json.dumps(held.out(data), indent=2, ensure_ascii=False, allow_nan=False)
     if held.lists:
         text = re.sub(f'"{re.escape(json.dumps(held.nonce)[1:-1])}([0-9]+)"',
-                      lambda match: _ints_text(held.lists[int(match.group(1))]), text)
+                      lambda match: ints_text(held.lists[int(match.group(1))]), text)
     return text + "\n"
 
 

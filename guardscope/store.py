@@ -17,11 +17,12 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from .errors import CatalogError, OutputError
 from .files import write_atomic
-from .json_text import dumps
+from .json_text import dumps, ints_text
 
 CATALOG = "catalog.json"
 TIMINGS = "timings.json"
@@ -350,7 +351,7 @@ def read_checkpoint(directory: str | Path, fingerprint: dict[str, Any]) -> dict[
     return state
 
 
-def append_members(directory: str | Path, found: dict[str, list[int]], keep_bytes: int) -> int:
+def append_members(directory: str | Path, found: Mapping[str, Sequence[int]], keep_bytes: int) -> int:
     """Append the members found since the last checkpoint (topology key -> sample indices) to
     :data:`MEMBERS`, after cutting it back to ``keep_bytes`` (its size at that checkpoint);
     returns its size, which the next checkpoint records."""
@@ -359,7 +360,8 @@ def append_members(directory: str | Path, found: dict[str, list[int]], keep_byte
         with open(path, "ab") as stream:
             stream.truncate(keep_bytes)
             if found:
-                stream.write((json.dumps(found, separators=(",", ":")) + "\n").encode())
+                stream.write(("{" + ",".join(f"{json.dumps(key)}:{ints_text(values, ',')}"
+                                             for key, values in found.items()) + "}\n").encode())
             stream.flush()
             os.fsync(stream.fileno())
             return stream.seek(0, os.SEEK_END)

@@ -257,10 +257,10 @@ class CatalogBuilder:
                 self.first_shapes[key] = {path: list(t.shape) for path, t in meta.tensors}
                 self.first_arguments[key] = passed_arguments(meta)
 
-    def members_after(self, counts: dict[str, int]) -> dict[str, list[int]]:
+    def members_after(self, counts: dict[str, int]) -> dict[str, array]:
         """Each topology's members after the first ``counts[key]`` (those a checkpoint streamed
-        already), for the topologies that have more."""
-        return {key: list(found[counts.get(key, 0):]) for key, found in self.members.items()
+        already), for the topologies that have more (``array('q')`` copies)."""
+        return {key: found[counts.get(key, 0):] for key, found in self.members.items()
                 if len(found) > counts.get(key, 0)}
 
     def member_counts(self) -> dict[str, int]:
