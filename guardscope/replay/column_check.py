@@ -16,6 +16,7 @@ check record by record (:attr:`ColumnStats.calls`, with the reason), never guess
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -155,11 +156,34 @@ def columns_of(numbers: list[np.ndarray], places: list[tuple[str, int, int]]) ->
     return columns
 
 
-def _taken(columns: dict[tuple, np.ndarray], rows: np.ndarray, size: int) -> dict[tuple, np.ndarray]:
-    """The columns at ``rows`` (the columns themselves when that is every row)."""
-    if len(rows) == size:
-        return columns
-    return {name: column[rows] for name, column in columns.items()}
+class _Taken(Mapping):
+    """The columns at ``rows``, each gathered when a predicate first reads it (a graph's guards
+    read a few of a call's columns)."""
+
+    def __init__(self, columns: dict[tuple, np.ndarray], rows: np.ndarray) -> None:
+        self._columns, self._rows, self._taken = columns, rows, {}
+
+    def __getitem__(self, key: tuple) -> np.ndarray:
+        column = self._taken.get(key)
+        if column is None:
+            column = self._taken[key] = self._columns[key][self._rows]
+        return column
+
+    def __iter__(self) -> Iterator[tuple]:
+        return iter(self._columns)
+
+    def __len__(self) -> int:
+        return len(self._columns)
+
+
+def _accepted(predicate: Any, columns: dict[tuple, np.ndarray], rows: np.ndarray, size: int) -> np.ndarray:
+    """Those of ``rows`` (ascending) ``predicate`` accepts. When they are most of the ``size``
+    rows, the predicate reads every row (comparing a column costs less than gathering it; its
+    verdict on a row does not depend on the others); else it reads the columns it needs at
+    ``rows``."""
+    if len(rows) * 4 >= size:
+        return rows[predicate(columns)[rows]] if len(rows) < size else np.flatnonzero(predicate(columns))
+    return rows[predicate(_Taken(columns, rows))]
 
 
 def scan(numbers: list[np.ndarray], plan: ScanPlan) -> tuple[tuple[str, ...], np.ndarray]:
@@ -173,7 +197,7 @@ def scan(numbers: list[np.ndarray], plan: ScanPlan) -> tuple[tuple[str, ...], np
         rows = np.flatnonzero(unserved)
         if not len(rows):
             break
-        accepted = rows[predicate(_taken(columns, rows, size))]
+        accepted = _accepted(predicate, columns, rows, size)
         unserved[accepted] = False
         graph[accepted] = number
     return tuple(compile_id for compile_id, _ in plan.graphs), graph
@@ -212,7 +236,7 @@ class ColumnBatch:
             if not len(rows):
                 return
             if guards.predicate is not None:
-                accepted = rows[guards.predicate(_taken(self.columns, rows, self.size))]
+                accepted = _accepted(guards.predicate, self.columns, rows, self.size)
                 if guards.assumed and len(accepted) and not self._assumed_hold(guards, int(accepted[0])):
                     accepted = accepted[:0]
             else:  # Dynamo's own check, record by record

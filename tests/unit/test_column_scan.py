@@ -35,7 +35,14 @@ def test_each_row_goes_to_the_first_graph_that_accepts_it():
     tried, graph = scan(_numbers([(3, 4), (5, 4), (9, 4), (3, 4), (5, 4), (7, 4)]), plan)
     assert tried == ("0/0", "0/1", "0/2")
     assert graph.tolist() == [0, 1, -1, 0, 1, 2]  # 3 stays with 0/0 though 0/1 accepts it too
-    assert seen == [6, 4, 2]  # each graph sees only the rows no earlier graph took
+    assert seen == [6, 6, 6]  # most rows unserved: each predicate reads every row, none gathered
+
+    # Few rows left unserved: a later graph reads only those rows' columns, gathered.
+    seen.clear()
+    many = [(3, 4)] * 20 + [(5, 4), (7, 4)]
+    tried, graph = scan(_numbers(many), plan)
+    assert graph.tolist() == [0] * 20 + [1, 2]
+    assert seen == [22, 2, 1]
 
 
 def test_a_slice_of_scanned_rows_drops_the_scan_but_the_whole_run_keeps_it():
