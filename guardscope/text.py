@@ -5,6 +5,7 @@ seconds, guard texts, dimensions and errors are written. No torch, no files.
 from __future__ import annotations
 
 import re
+from array import array
 from typing import Any, Iterable
 
 SAMPLE_RANGES_SHOWN = 200  # a member list shows this many runs, then "and N more"
@@ -124,10 +125,12 @@ def sample_runs(samples: Iterable[int]) -> list[tuple[int, int]]:
     """Sorted sample indices as runs of consecutive indices: [1, 2, 3, 5] -> [(1, 3), (5, 5)]."""
     import numpy as np  # a topology of an analysis of millions of calls lists millions
 
-    indices = np.fromiter(samples, dtype=np.int64)
+    if isinstance(samples, (array, np.ndarray)):  # a topology's members: viewed, not copied
+        indices = np.asarray(samples, dtype=np.int64)
+    else:
+        indices = np.fromiter(samples, dtype=np.int64)
     if len(indices) > 1 and not (indices[1:] > indices[:-1]).all():  # members come sorted: no sort then
-        indices.sort()
-        indices = indices[np.concatenate([[True], indices[1:] != indices[:-1]])]
+        indices = np.unique(indices)
     if not len(indices):
         return []
     breaks = np.flatnonzero(np.diff(indices) != 1)
