@@ -16,12 +16,12 @@ from . import store, torch_compat
 from .catalog.buckets import SHAPES_PER_GRAPH
 from .catalog.builder import CatalogBuilder
 from .catalog.caveats import caveats
-from .catalog.fleet import with_replicas, with_seen
+from .catalog.fleet import sample_groups, with_fleet
 from .catalog.limits import production_limits, production_section
 from .catalog.cudagraphs import CudagraphSettings
 from .catalog.requests import request_summary
 from .corpus import load_corpus, load_model
-from .corpus.fleet_samples import fleet_view
+from .corpus.fleet_samples import group_tally
 from .corpus.weights import recorded_model_warning
 from .errors import CompileOptionsError, CorpusError, TraceParseError
 from .json_text import as_read
@@ -197,12 +197,10 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
     catalog = replace(catalog, production=production_section(catalog, limits, corpus.requests,
                                                               carries_state(corpus)))
     # A merged fleet corpus: its calls per replica; a traffic log with timestamps: each topology's
-    # first and last sighting (one read of the shards' few columns for both).
-    fleet, seen = fleet_view(corpus)
-    if fleet is not None and len(fleet[0]) > 1 and len(fleet[1]) == catalog.samples:
-        catalog = with_replicas(catalog, *fleet)
-    if seen is not None and catalog.samples:
-        catalog = with_seen(catalog, *seen)
+    # first and last sighting (one read of the shards' few columns for both, a shard at a time).
+    tally = group_tally(corpus, sample_groups(catalog), len(catalog.topologies)) if catalog.samples else None
+    if tally is not None:
+        catalog = with_fleet(catalog, tally.names, tally.calls, tally.first_ns, tally.last_ns)
     recording_times = builder.cudagraph_tally.recording_times() if options.uses_cudagraphs else None
     written = catalog.to_json()
     catalog_path, timings_path = store.write_analysis(out, written, corpus=corpus.path.resolve(), timings={

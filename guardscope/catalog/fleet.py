@@ -2,9 +2,10 @@
 (issue 38).
 
 The samples of a merged fleet corpus (:mod:`guardscope.corpus.fleet`) each come from one replica;
-given the replica of every sample, a topology's members are counted per replica, so the catalog
-says which replica meets which topology, and a topology one replica meets once a day is not lost
-in the fleet's total."""
+its rows, tallied by topology (:func:`sample_groups`, then
+:func:`guardscope.corpus.fleet_samples.group_tally`), give each topology's calls per replica, so
+the catalog says which replica meets which topology, and a topology one replica meets once a day
+is not lost in the fleet's total."""
 
 from __future__ import annotations
 
@@ -14,41 +15,44 @@ from typing import Any
 from ..model import Catalog
 
 
-def with_replicas(catalog: Catalog, names: list[str], codes: Any) -> Catalog:
-    """``catalog`` with its calls per replica (``names[codes[sample]]`` is sample ``sample``'s
-    replica): top-level, every replica's calls; per topology, the replicas whose calls it holds
-    (by name, those with none left out). The counts of a topology's replicas sum to its count."""
+def sample_groups(catalog: Catalog) -> Any:
+    """Each sample's topology, by position in ``catalog.topologies`` (-1: in none, as a failed
+    sample), as an int32 numpy array: what :func:`guardscope.corpus.fleet_samples.group_tally`
+    tallies a traffic log's rows by."""
     import numpy as np
 
-    if len(codes) != catalog.samples:
-        raise ValueError(f"{len(codes)} replica codes for a catalog of {catalog.samples} samples")
-    totals = np.bincount(codes, minlength=len(names))
-    topologies = []
-    for topology in catalog.topologies:
-        counts = np.bincount(codes[np.asarray(topology.samples, dtype=np.int64)], minlength=len(names))
-        topologies.append(replace(topology, replicas={names[i]: int(counts[i]) for i in np.flatnonzero(counts)}))
+    group = np.full(catalog.samples, -1, dtype=np.int32)
+    for position, topology in enumerate(catalog.topologies):
+        group[np.asarray(topology.samples, dtype=np.int64)] = position
+    return group
+
+
+def with_fleet(catalog: Catalog, names: list[str], calls: Any, first_ns: Any | None = None,
+               last_ns: Any | None = None) -> Catalog:
+    """``catalog`` with its calls per replica, when it has more than one replica (``calls[t, r]``:
+    topology ``t``'s calls from replica ``names[r]``; a last row for samples in no topology):
+    top-level, every replica's calls; per topology, the replicas whose calls it holds (by name,
+    those with none left out; they sum to its count). With ``first_ns`` and ``last_ns`` (ns since
+    the epoch, UTC, per topology): each topology's first and last sighting."""
+    import numpy as np
+
+    topologies = list(catalog.topologies)
+    if len(calls) != len(topologies) + 1:
+        raise ValueError(f"calls of {len(calls) - 1} topologies for a catalog of {len(topologies)}")
+    replicas = None
+    if len(names) > 1:
+        totals = calls.sum(axis=0)
+        if int(totals.sum()) != catalog.samples:
+            raise ValueError(f"{int(totals.sum())} calls tallied for a catalog of {catalog.samples} samples")
+        replicas = {name: int(total) for name, total in zip(names, totals)}
+        topologies = [replace(topology, replicas={names[i]: int(calls[t, i]) for i in np.flatnonzero(calls[t])})
+                      for t, topology in enumerate(topologies)]
+    if first_ns is not None and last_ns is not None:
+        topologies = [replace(topology, first_seen=instant_text(int(first_ns[t])),
+                              last_seen=instant_text(int(last_ns[t]))) if len(topology.samples) else topology
+                      for t, topology in enumerate(topologies)]
     return replace(catalog, topologies=tuple(topologies),
-                   replicas={name: int(total) for name, total in zip(names, totals)})
-
-
-def with_seen(catalog: Catalog, starts: Any, first_ns: Any, last_ns: Any) -> Catalog:
-    """``catalog`` with each topology's first and last sighting: the earliest first-seen and the
-    latest last-seen time of the traffic log rows holding its samples (row ``r`` holds samples
-    ``starts[r]`` up to the next row's start; times in ns since the epoch, UTC)."""
-    import numpy as np
-
-    topologies = []
-    for topology in catalog.topologies:
-        members = np.asarray(topology.samples, dtype=np.int64)
-        if not len(members):
-            topologies.append(topology)
-            continue
-        rows = np.searchsorted(starts, members, side="right") - 1
-        if rows.min() < 0:
-            raise ValueError(f"topology {topology.id} has samples before the log's first row")
-        topologies.append(replace(topology, first_seen=instant_text(int(first_ns[rows].min())),
-                                  last_seen=instant_text(int(last_ns[rows].max()))))
-    return replace(catalog, topologies=tuple(topologies))
+                   **({"replicas": replicas} if replicas is not None else {}))
 
 
 def instant_text(ns: int) -> str:
@@ -64,4 +68,4 @@ def single_replica_topologies(catalog: Catalog) -> list[int]:
     return [t.id for t in catalog.topologies if t.replicas is not None and len(t.replicas) == 1]
 
 
-__all__ = ["instant_text", "single_replica_topologies", "with_replicas", "with_seen"]
+__all__ = ["instant_text", "sample_groups", "single_replica_topologies", "with_fleet"]

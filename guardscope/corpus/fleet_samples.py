@@ -1,116 +1,148 @@
-"""A merged fleet corpus read back for its analysis: which replica each sample came from, and
-when each row's calls were recorded (the catalog's per-replica counts and first/last-seen times,
-:mod:`guardscope.catalog.fleet`).
+"""A merged fleet corpus read back for its analysis: which replica each sample came from
+(:func:`replica_of_samples`, for ``verify``), and an analysis's topologies' calls per replica and
+first and last sightings (:func:`group_tally`, for :mod:`guardscope.catalog.fleet`).
 
 Both read only the few Parquet columns they need of a corpus the analysis has just read whole and
-checked, so a shard that cannot be read now gives None (no per-replica view), never an error.
+checked, a shard at a time, so a shard that cannot be read now gives None (no per-replica view),
+never an error.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from .format import TRAFFIC_FORMAT_VERSION
 from .reader import Corpus
 
 
-def fleet_view(corpus: Corpus) -> tuple[tuple[list[str], Any] | None, tuple[Any, Any, Any] | None]:
-    """:func:`replica_of_samples` and :func:`seen_of_rows` from one read of each shard (an
-    analysis asks for both); each None as those functions say."""
-    import numpy as np
+def _shard_tables(corpus: Corpus, columns: list[str]) -> Iterator[Any]:
+    """Each shard's ``columns`` (and ``replicas``, where the shard has it), a shard at a time;
+    unchecked: the analysis that asks has just read every shard checked. ``_Unreadable`` when a
+    shard cannot be read now."""
     import pyarrow.parquet as pq
 
-    if corpus.manifest.format_version != TRAFFIC_FORMAT_VERSION:
-        return None, None
-    replicas: _Replicas | None = _Replicas()
-    seen: _Seen | None = _Seen()
     for shard in corpus.manifest.shards:
-        # A few columns only, unchecked: the analysis that asks has just read every shard checked.
         try:
             path = corpus.path / shard.file
-            wanted = ["first", "count", "first_seen", "last_seen", "replica"]
-            table = pq.read_table(path, columns=wanted + (["replicas"] if "replicas" in pq.read_schema(path).names
-                                                          else []))
-            if replicas is not None:
-                replicas.add(table)
-            if seen is not None and not seen.add(table):
-                seen = None
+            extra = ["replicas"] if "replicas" in pq.read_schema(path).names else []
+            yield pq.read_table(path, columns=columns + extra)
         except Exception:  # ArrowInvalid and friends, OSError: unreadable since
-            return None, None
-    return (replicas.result() if replicas is not None else None), (seen.result(np) if seen is not None else None)
+            raise _Unreadable from None
+
+
+class _Unreadable(Exception):
+    pass
 
 
 def replica_of_samples(corpus: Corpus) -> tuple[list[str], Any] | None:
     """For a traffic log corpus: the replica names its rows carry (sorted) and, per sample, the
     position of its replica's name in them (a numpy array); None for another format, or when
     a shard cannot be read."""
-    return fleet_view(corpus)[0]
+    import numpy as np
+
+    if corpus.manifest.format_version != TRAFFIC_FORMAT_VERSION:
+        return None
+    spelled: dict[str, int] = {}
+    codes, counts = [], []
+    try:
+        for table in _shard_tables(corpus, ["count", "replica"]):
+            code, count = _runs(table, spelled)
+            codes.append(code)
+            counts.append(count)
+    except _Unreadable:
+        return None
+    names = sorted(spelled)
+    if len(names) <= 1:  # one replica (or none): every code is 0, no gather and repeat needed
+        return names, np.zeros(sum(int(count.sum()) for count in counts), dtype=np.int32)
+    rank = np.array([names.index(name) for name in spelled], dtype=np.int32)
+    return names, np.repeat(rank[np.concatenate(codes)], np.concatenate(counts))
 
 
-def seen_of_rows(corpus: Corpus) -> tuple[Any, Any, Any] | None:
-    """For a traffic log whose rows all carry timestamps: each row's first sample (ascending),
-    and when the first and the last of its calls were recorded (ns since the epoch, UTC), as
-    numpy arrays; None for another format, a row without a timestamp (a converted corpus), or a
-    shard that cannot be read."""
-    return fleet_view(corpus)[1]
+@dataclass
+class GroupTally:
+    """A traffic log's calls tallied by a grouping of its samples (an analysis's topologies):
+    ``calls[g, r]``, group ``g``'s calls from replica ``names[r]`` (the last row: samples in no
+    group); ``first_ns[g]`` and ``last_ns[g]``, when the first and the last call of a row holding
+    one of group ``g``'s samples was recorded (ns since the epoch, UTC; None when a row has no
+    timestamp, as in a converted corpus; a group with no sample keeps int64's max and min)."""
+
+    names: list[str]
+    calls: Any
+    first_ns: Any | None
+    last_ns: Any | None
 
 
-class _Replicas:
-    """Each sample's replica, a shard's rows at a time."""
+def group_tally(corpus: Corpus, group: Any, groups: int) -> GroupTally | None:
+    """:class:`GroupTally` of a traffic log whose sample ``s`` is in group ``group[s]`` (-1: in
+    none; ``len(group)`` is the corpus's samples), read a shard at a time (no array of every
+    row's times or every sample's replica). None for another format, a shard that cannot be
+    read, or a log holding more samples than ``group``."""
+    import numpy as np
 
-    def __init__(self) -> None:
-        self.spelled: dict[str, int] = {}  # name -> its code in order of first appearance
-        self.codes: list[Any] = []
-        self.counts: list[Any] = []
+    if corpus.manifest.format_version != TRAFFIC_FORMAT_VERSION:
+        return None
+    spelled: dict[str, int] = {}
+    calls = np.zeros((groups + 1, 0), dtype=np.int64)
+    first = np.full(groups + 1, np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.full(groups + 1, np.iinfo(np.int64).min, dtype=np.int64)
+    timed = True
+    total = 0
+    try:
+        for table in _shard_tables(corpus, ["first", "count", "first_seen", "last_seen", "replica"]):
+            starts, count = table.column("first").to_numpy(), table.column("count").to_numpy()
+            if (count == 1).all():
+                samples, row_of = starts, None
+            else:
+                row_of = np.repeat(np.arange(len(starts)), count)
+                samples = starts[row_of] + (np.arange(len(row_of)) - np.repeat(np.cumsum(count) - count, count))
+            total += len(samples)
+            if len(samples) and (samples.min() < 0 or samples.max() >= len(group)):
+                return None
+            mine = group[samples].astype(np.int64)
+            mine[mine < 0] = groups
+            code, run_count = _runs(table, spelled)
+            if int(run_count.sum()) != len(samples):  # a compact row's replicas do not sum to its count
+                return None
+            if calls.shape[1] < len(spelled):
+                calls = np.pad(calls, ((0, 0), (0, len(spelled) - calls.shape[1])))
+            width = calls.shape[1]
+            if width:
+                calls += np.bincount(mine * width + np.repeat(code, run_count),
+                                     minlength=(groups + 1) * width).reshape(groups + 1, width)
+            if timed and (table.column("first_seen").null_count or table.column("last_seen").null_count):
+                timed = False
+            if timed:
+                seen_first = table.column("first_seen").cast("int64").to_numpy()
+                seen_last = table.column("last_seen").cast("int64").to_numpy()
+                if row_of is not None:
+                    seen_first, seen_last = seen_first[row_of], seen_last[row_of]
+                np.minimum.at(first, mine, seen_first)
+                np.maximum.at(last, mine, seen_last)
+    except _Unreadable:
+        return None
+    if total != len(group):
+        return None
+    names = sorted(spelled)
+    order = [spelled[name] for name in names]
+    return GroupTally(names, calls[:, order], first[:-1] if timed else None, last[:-1] if timed else None)
 
-    def add(self, table: Any) -> None:
-        import numpy as np
 
-        encoded = table.column("replica").combine_chunks().dictionary_encode()
-        count = table.column("count").to_numpy()
-        local = np.array([self.spelled.setdefault(name, len(self.spelled))
-                          for name in encoded.dictionary.to_pylist()], dtype=np.int64)
-        code = local[encoded.indices.to_numpy()] if len(local) else np.zeros(0, dtype=np.int64)
-        if "replicas" in table.column_names and table.column("replicas").null_count < table.num_rows:
-            code, count = _spread(table.column("replicas").combine_chunks(), code, count, self.spelled)
-        self.codes.append(code)
-        self.counts.append(count)
+def _runs(table: Any, spelled: dict[str, int]) -> tuple[Any, Any]:
+    """A shard's rows as runs of one replica's calls, in sample order: each run's replica (its
+    code in ``spelled``, name -> code in order of first appearance, which this extends) and
+    calls."""
+    import numpy as np
 
-    def result(self) -> tuple[list[str], Any]:
-        import numpy as np
-
-        names = sorted(self.spelled)
-        if len(names) <= 1:  # one replica (or none): every code is 0, no gather and repeat needed
-            return names, np.zeros(sum(int(count.sum()) for count in self.counts), dtype=np.int32)
-        rank = np.array([names.index(name) for name in self.spelled], dtype=np.int32)
-        return names, np.repeat(rank[np.concatenate(self.codes)], np.concatenate(self.counts))
-
-
-class _Seen:
-    """Each row's first sample and times, a shard's rows at a time."""
-
-    def __init__(self) -> None:
-        self.starts: list[Any] = []
-        self.firsts: list[Any] = []
-        self.lasts: list[Any] = []
-
-    def add(self, table: Any) -> bool:
-        """False when a row has no timestamp."""
-        if table.column("first_seen").null_count or table.column("last_seen").null_count:
-            return False
-        self.starts.append(table.column("first").to_numpy())
-        self.firsts.append(table.column("first_seen").cast("int64").to_numpy())
-        self.lasts.append(table.column("last_seen").cast("int64").to_numpy())
-        return True
-
-    def result(self, np: Any) -> tuple[Any, Any, Any] | None:
-        if not self.starts:
-            return None
-        start, first, last = np.concatenate(self.starts), np.concatenate(self.firsts), np.concatenate(self.lasts)
-        if len(start) > 1 and not (start[1:] > start[:-1]).all():
-            order = np.argsort(start, kind="stable")
-            start, first, last = start[order], first[order], last[order]
-        return start, first, last
+    encoded = table.column("replica").combine_chunks().dictionary_encode()
+    count = table.column("count").to_numpy()
+    local = np.array([spelled.setdefault(name, len(spelled))
+                      for name in encoded.dictionary.to_pylist()], dtype=np.int64)
+    code = local[encoded.indices.to_numpy()] if len(local) else np.zeros(0, dtype=np.int64)
+    if "replicas" in table.column_names and table.column("replicas").null_count < table.num_rows:
+        code, count = _spread(table.column("replicas").combine_chunks(), code, count, spelled)
+    return code, count
 
 
 def _spread(lists: Any, code: Any, count: Any, spelled: dict[str, int]) -> tuple[Any, Any]:
@@ -131,4 +163,4 @@ def _spread(lists: Any, code: Any, count: Any, spelled: dict[str, int]) -> tuple
     return run_code, run_count
 
 
-__all__ = ["fleet_view", "replica_of_samples", "seen_of_rows"]
+__all__ = ["GroupTally", "group_tally", "replica_of_samples"]

@@ -10,10 +10,10 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from guardscope.catalog.fleet import single_replica_topologies, with_replicas
+from guardscope.catalog.fleet import sample_groups, single_replica_topologies, with_fleet
 from guardscope.cli import main
 from guardscope.corpus.fleet import find_corpora, merge_fleet, open_fleet
-from guardscope.corpus.fleet_samples import replica_of_samples
+from guardscope.corpus.fleet_samples import group_tally, replica_of_samples
 from guardscope.corpus.format import read_manifest
 from guardscope.corpus.reader import load_corpus
 from guardscope.corpus.signature import signature
@@ -186,20 +186,52 @@ def test_the_merge_command_says_what_it_wrote_and_refuses_in_one_line(tmp_path):
 
 
 def test_a_fleet_catalog_counts_each_topology_s_calls_per_replica():
-    topologies = (Topology(0, "0/0", 0, (0, 2, 3), ()), Topology(1, "0/1", 1, (1, 4), ()))
-    catalog = Catalog("2.13", "c", 5, "m:f", {}, (), topologies, ())
+    topologies = (Topology(0, "0/0", 0, (0, 2, 3), ()), Topology(1, "0/1", 1, (1, 4), ()),
+                  Topology(2, "0/2", 5, (), ()))
+    catalog = Catalog("2.13", "c", 6, "m:f", {}, (), topologies, ())
     import numpy as np
 
-    fleet = with_replicas(catalog, ["a", "b"], np.array([0, 1, 0, 0, 1]))
-    assert fleet.replicas == {"a": 3, "b": 2}
-    assert [t.replicas for t in fleet.topologies] == [{"a": 3}, {"b": 2}]
+    assert sample_groups(catalog).tolist() == [0, 1, 0, 0, 1, -1]  # sample 5: in no topology
+    calls = np.array([[3, 0], [0, 2], [0, 0], [0, 1]])
+    fleet = with_fleet(catalog, ["a", "b"], calls, np.array([10, 20, 0]), np.array([30, 40, 0]))
+    assert fleet.replicas == {"a": 3, "b": 3}
+    assert [t.replicas for t in fleet.topologies] == [{"a": 3}, {"b": 2}, {}]
+    assert [(t.first_seen, t.last_seen) for t in fleet.topologies][1:] == [
+        ("1970-01-01T00:00:00.000000Z", "1970-01-01T00:00:00.000000Z"), (None, None)]
     assert single_replica_topologies(fleet) == [0, 1]
     document = fleet.to_json()
-    assert document["replicas"] == {"a": 3, "b": 2} and document["topologies"][1]["replicas"] == {"b": 2}
+    assert document["replicas"] == {"a": 3, "b": 3} and document["topologies"][1]["replicas"] == {"b": 2}
     assert "replicas" not in catalog.to_json() and "replicas" not in catalog.to_json()["topologies"][0]
     json.dumps(document)
-    with pytest.raises(ValueError, match="4 replica codes for a catalog of 5 samples"):
-        with_replicas(catalog, ["a"], np.zeros(4, dtype=np.int64))
+    alone = with_fleet(catalog, ["a"], calls[:, :1].copy() + np.array([[0], [2], [0], [1]]))
+    assert alone.replicas is None and alone.topologies[0].replicas is None  # one replica: no per-replica view
+    with pytest.raises(ValueError, match="5 calls tallied for a catalog of 6 samples"):
+        with_fleet(catalog, ["a", "b"], calls - np.array([[0, 0], [0, 0], [0, 0], [0, 1]]))
+    with pytest.raises(ValueError, match="calls of 2 topologies for a catalog of 3"):
+        with_fleet(catalog, ["a", "b"], calls[1:])
+
+
+def test_a_merged_fleet_s_topologies_are_tallied_a_shard_at_a_time(tmp_path):
+    import numpy as np
+
+    write_replica(tmp_path / "a", "a", [(2, EPOCH + 1000), (3, EPOCH + 3000), (2, EPOCH + 5000)])
+    write_replica(tmp_path / "b", "b", [(3, EPOCH + 2000), (4, EPOCH + 4000)])
+    replicas = [tmp_path / "a", tmp_path / "b"]
+    merge_fleet(open_fleet(replicas), tmp_path / "ordered")
+    merge_fleet(open_fleet(replicas), tmp_path / "compact", compact=True)
+    for merged in ("ordered", "compact"):
+        corpus = load_corpus(tmp_path / merged)
+        # Each sample's topology: by its rows, 2, 3 or 4.
+        group = np.array([{2: 0, 3: 1, 4: 2}[rows] for _, rows in rows_of(tmp_path / merged)], dtype=np.int32)
+        tally = group_tally(corpus, group, 3)
+        assert tally.names == ["a", "b"]
+        assert tally.calls.tolist() == [[2, 0], [1, 1], [0, 1], [0, 0]]
+        assert (tally.first_ns - EPOCH).tolist() == [1000, 2000, 4000]
+        assert (tally.last_ns - EPOCH).tolist() == [5000, 3000, 4000]
+        group[group == 2] = -1  # a sample in no topology: tallied in the last row
+        assert group_tally(corpus, group, 3).calls.tolist() == [[2, 0], [1, 1], [0, 0], [0, 1]]
+        assert group_tally(corpus, group[:4], 3) is None  # the log holds more samples than the grouping
+    assert [rows for _, rows in rows_of(tmp_path / "ordered")] == [2, 3, 3, 4, 2]
 
 
 def test_verify_s_replicas_line_names_the_replicas_that_would_compile():
