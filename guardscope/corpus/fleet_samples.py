@@ -25,11 +25,12 @@ def _shard_tables(corpus: Corpus, columns: list[str]) -> Iterator[Any]:
 
     for shard in corpus.manifest.shards:
         try:
-            path = corpus.path / shard.file
-            extra = ["replicas"] if "replicas" in pq.read_schema(path).names else []
-            yield pq.read_table(path, columns=columns + extra)
+            with pq.ParquetFile(corpus.path / shard.file) as parquet:  # opened once: schema, then columns
+                extra = ["replicas"] if "replicas" in parquet.schema_arrow.names else []
+                table = parquet.read(columns=columns + extra)
         except Exception:  # ArrowInvalid and friends, OSError: unreadable since
             raise _Unreadable from None
+        yield table
 
 
 class _Unreadable(Exception):
@@ -103,14 +104,17 @@ def group_tally(corpus: Corpus, group: Any, groups: int) -> GroupTally | None:
             mine = group[samples].astype(np.int64)
             mine[mine < 0] = groups
             code, run_count = _runs(table, spelled)
-            if int(run_count.sum()) != len(samples):  # a compact row's replicas do not sum to its count
-                return None
+            if not (len(run_count) == len(samples) and (run_count == 1).all()):
+                if int(run_count.sum()) != len(samples):  # a compact row's replicas do not sum to its count
+                    return None
+                code = np.repeat(code, run_count)
             if calls.shape[1] < len(spelled):
                 calls = np.pad(calls, ((0, 0), (0, len(spelled) - calls.shape[1])))
             width = calls.shape[1]
-            if width:
-                calls += np.bincount(mine * width + np.repeat(code, run_count),
-                                     minlength=(groups + 1) * width).reshape(groups + 1, width)
+            if width == 1:
+                calls[:, 0] += np.bincount(mine, minlength=groups + 1)
+            elif width:
+                calls += np.bincount(mine * width + code, minlength=(groups + 1) * width).reshape(groups + 1, width)
             if timed and (table.column("first_seen").null_count or table.column("last_seen").null_count):
                 timed = False
             if timed:
