@@ -141,7 +141,11 @@ def sample_runs(samples: Iterable[int]) -> list[tuple[int, int]]:
 
 def format_samples(samples: Iterable[int], limit: int = SAMPLE_RANGES_SHOWN) -> str:
     """``1–3, 5, 7–9`` for at most ``limit`` runs, then ``… and N more``."""
-    runs = sample_runs(samples)
+    return format_runs(sample_runs(samples), limit)
+
+
+def format_runs(runs: list[tuple[int, int]], limit: int = SAMPLE_RANGES_SHOWN) -> str:
+    """:func:`format_samples` of samples already as :func:`sample_runs`."""
     shown = runs[:limit]
     text = ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in shown)
     hidden = sum(b - a + 1 for a, b in runs[limit:])

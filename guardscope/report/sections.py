@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections import Counter, defaultdict
 
 from .. import plans, store
@@ -13,6 +12,7 @@ from ..text import (
     compile_failure_cause,
     format_duration,
     format_ms,
+    format_runs,
     format_samples,
     format_seconds,
     generation_lines,
@@ -223,7 +223,12 @@ def topologies_context(catalog: dict, timings: dict | None) -> list[dict]:
     seconds = compile_seconds(timings)
     compile_sample = {c["compile_id"]: c["sample"] for c in catalog["compiles"]}
     total = catalog["corpus"]["samples"]
-    return [{
+    return [_topology_context(t, total, compile_sample, seconds) for t in catalog["topologies"]]
+
+
+def _topology_context(t: dict, total: int, compile_sample: dict, seconds: dict) -> dict:
+    runs = sample_runs(t["samples"])  # millions of members at scale: their runs found once
+    return {
         "id": t["id"],
         "label": f"T{t['id']}",
         "count": t["count"],
@@ -234,11 +239,11 @@ def topologies_context(catalog: dict, timings: dict | None) -> list[dict]:
         "compile_sample": compile_sample.get(t.get("compile_id")),
         "seconds": seconds.get(t.get("compile_id")),
         "facts": list(t["facts"]),
-        "members": format_samples(t["samples"]),
-        "runs": len(sample_runs(t["samples"])),
+        "members": format_runs(runs),
+        "runs": len(runs),
         "first_seen": seen_text(t.get("first_seen")),
         "last_seen": seen_text(t.get("last_seen")),
-    } for t in catalog["topologies"]]
+    }
 
 
 def frames_context(catalog: dict, fidelity: dict | None) -> dict | None:

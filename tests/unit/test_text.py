@@ -6,7 +6,7 @@ from array import array
 
 import numpy as np
 
-from guardscope.text import format_samples, sample_runs
+from guardscope.text import format_runs, format_samples, sample_runs
 
 
 def test_sample_runs_from_lists_arrays_and_generators():
@@ -27,3 +27,8 @@ def test_format_samples_shows_the_first_runs_and_counts_the_rest():
     members = array("q", [*range(0, 3), *range(10, 2000, 2)])
     assert format_samples(members, limit=2) == "0–2, 10 … and 994 more"
     assert format_samples([]) == "none"
+
+
+def test_format_runs_is_format_samples_of_runs_found_already():
+    members = array("q", [1, 2, 3, 7, 9, 10])
+    assert format_runs(sample_runs(members)) == format_samples(members) == "1–3, 7, 9–10"
