@@ -198,8 +198,10 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
                                                               carries_state(corpus)))
     # A merged fleet corpus: its calls per replica; a traffic log with timestamps: each topology's
     # first and last sighting (one read of the shards' few columns for both, a shard at a time).
-    tally = group_tally(corpus, sample_groups(catalog), len(catalog.topologies)) if catalog.samples else None
-    if tally is not None:
+    skipped = {entry["file"] for entry in replayed.skipped_shards}
+    tally = group_tally(corpus, sample_groups(catalog, corpus.manifest.samples), len(catalog.topologies),
+                        skipped) if catalog.samples else None
+    if tally is not None and int(tally.calls.sum()) == catalog.samples:
         catalog = with_fleet(catalog, tally.names, tally.calls, tally.first_ns, tally.last_ns)
     recording_times = builder.cudagraph_tally.recording_times() if options.uses_cudagraphs else None
     written = catalog.to_json()

@@ -15,13 +15,14 @@ from typing import Any
 from ..model import Catalog
 
 
-def sample_groups(catalog: Catalog) -> Any:
-    """Each sample's topology, by position in ``catalog.topologies`` (-1: in none, as a failed
-    sample), as an int32 numpy array: what :func:`guardscope.corpus.fleet_samples.group_tally`
-    tallies a traffic log's rows by."""
+def sample_groups(catalog: Catalog, samples: int = 0) -> Any:
+    """Each of the corpus's ``samples`` samples' topology (at least the catalog's), by position in
+    ``catalog.topologies`` (-1: in none, as a failed sample or one of a skipped shard), as an int32
+    numpy array: what :func:`guardscope.corpus.fleet_samples.group_tally` tallies a traffic log's
+    rows by."""
     import numpy as np
 
-    group = np.full(catalog.samples, -1, dtype=np.int32)
+    group = np.full(max(samples, catalog.samples), -1, dtype=np.int32)
     for position, topology in enumerate(catalog.topologies):
         group[np.asarray(topology.samples, dtype=np.int64)] = position
     return group

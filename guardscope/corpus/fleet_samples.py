@@ -9,7 +9,7 @@ never an error.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,13 +17,15 @@ from .format import TRAFFIC_FORMAT_VERSION
 from .reader import Corpus
 
 
-def _shard_tables(corpus: Corpus, columns: list[str]) -> Iterator[Any]:
-    """Each shard's ``columns`` (and ``replicas``, where the shard has it), a shard at a time;
-    unchecked: the analysis that asks has just read every shard checked. ``_Unreadable`` when a
-    shard cannot be read now."""
+def _shard_tables(corpus: Corpus, columns: list[str], skip: Collection[str] = ()) -> Iterator[Any]:
+    """Each shard's ``columns`` (and ``replicas``, where the shard has it), a shard at a time,
+    but for the shards whose files ``skip`` names; unchecked: the analysis that asks has just read
+    every shard checked. ``_Unreadable`` when a shard cannot be read now."""
     import pyarrow.parquet as pq
 
     for shard in corpus.manifest.shards:
+        if shard.file in skip:
+            continue
         try:
             with pq.ParquetFile(corpus.path / shard.file) as parquet:  # opened once: schema, then columns
                 extra = ["replicas"] if "replicas" in parquet.schema_arrow.names else []
@@ -75,11 +77,11 @@ class GroupTally:
     last_ns: Any | None
 
 
-def group_tally(corpus: Corpus, group: Any, groups: int) -> GroupTally | None:
+def group_tally(corpus: Corpus, group: Any, groups: int, skip: Collection[str] = ()) -> GroupTally | None:
     """:class:`GroupTally` of a traffic log whose sample ``s`` is in group ``group[s]`` (-1: in
-    none; ``len(group)`` is the corpus's samples), read a shard at a time (no array of every
-    row's times or every sample's replica). None for another format, a shard that cannot be
-    read, or a log holding more samples than ``group``."""
+    none), read a shard at a time (no array of every row's times or every sample's replica), but
+    for the shards whose files ``skip`` names (an analysis's skipped shards). None for another
+    format, a shard that cannot be read, or a log holding more samples than ``group``."""
     import numpy as np
 
     if corpus.manifest.format_version != TRAFFIC_FORMAT_VERSION:
@@ -89,16 +91,14 @@ def group_tally(corpus: Corpus, group: Any, groups: int) -> GroupTally | None:
     first = np.full(groups + 1, np.iinfo(np.int64).max, dtype=np.int64)
     last = np.full(groups + 1, np.iinfo(np.int64).min, dtype=np.int64)
     timed = True
-    total = 0
     try:
-        for table in _shard_tables(corpus, ["first", "count", "first_seen", "last_seen", "replica"]):
+        for table in _shard_tables(corpus, ["first", "count", "first_seen", "last_seen", "replica"], skip):
             starts, count = table.column("first").to_numpy(), table.column("count").to_numpy()
             if (count == 1).all():
                 samples, row_of = starts, None
             else:
                 row_of = np.repeat(np.arange(len(starts)), count)
                 samples = starts[row_of] + (np.arange(len(row_of)) - np.repeat(np.cumsum(count) - count, count))
-            total += len(samples)
             if len(samples) and (samples.min() < 0 or samples.max() >= len(group)):
                 return None
             mine = group[samples].astype(np.int64)
@@ -125,8 +125,6 @@ def group_tally(corpus: Corpus, group: Any, groups: int) -> GroupTally | None:
                 np.minimum.at(first, mine, seen_first)
                 np.maximum.at(last, mine, seen_last)
     except _Unreadable:
-        return None
-    if total != len(group):
         return None
     names = sorted(spelled)
     order = [spelled[name] for name in names]

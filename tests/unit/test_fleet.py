@@ -231,6 +231,8 @@ def test_a_merged_fleet_s_topologies_are_tallied_a_shard_at_a_time(tmp_path):
         group[group == 2] = -1  # a sample in no topology: tallied in the last row
         assert group_tally(corpus, group, 3).calls.tolist() == [[2, 0], [1, 1], [0, 0], [0, 1]]
         assert group_tally(corpus, group[:4], 3) is None  # the log holds more samples than the grouping
+        skipped = {shard.file for shard in corpus.manifest.shards}  # an analysis's skipped shards: not read
+        assert group_tally(corpus, group[:1], 3, skipped).calls.sum() == 0
     assert [rows for _, rows in rows_of(tmp_path / "ordered")] == [2, 3, 3, 4, 2]
 
 
