@@ -27,6 +27,11 @@ class SampleError(CorpusError):
     """A sample holds a value the corpus format cannot store (an arbitrary object, a lambda...)."""
 
 
+class CallMismatchError(CorpusError):
+    """The corpus's recorded calls do not fit the model's ``forward``: recorded for another model,
+    or for another version of its signature."""
+
+
 class ModelSpecError(GuardscopeError):
     """A model spec (``pkg.mod:attr`` or ``path/file.py:attr``) cannot be resolved into a model."""
 

@@ -112,7 +112,7 @@ def analyze(
     (``cudagraph_skip_dynamic_graphs``, graph partitioning: :func:`torch_compat.cudagraph_config`).
     """
     from .replay.engines import engine as start_engine
-    from .replay.runner import check_marks
+    from .replay.runner import check_call_fits, check_marks
 
     corpus = load_corpus(corpus_dir)
     if len(corpus) == 0:
@@ -135,7 +135,9 @@ def analyze(
     # The callable production compiled: the model, or the method the corpus names (model.forward).
     method = corpus.manifest.method
     user_model = load_model(spec, base_dir=corpus.path, method=method)
-    check_marks(user_model, corpus.sample(0), options.mark_unbacked)
+    first = corpus.sample(0)
+    check_call_fits(user_model, first, str(corpus.path / corpus.manifest.shards[0].file), spec)
+    check_marks(user_model, first, options.mark_unbacked)
     warnings += [w for w in (recorded_model_warning(corpus.manifest.recorded_model, user_model),) if w]
     reader = start_engine(engine, scheduler, notice)  # an unreachable scheduler: before the folder is touched
     try:

@@ -3,8 +3,9 @@ a fresh compile of the model, and the graph that serves it found in Dynamo's cac
 
 :class:`Runner` holds the compiled model for one replay (a fresh ``torch.compile`` through
 :func:`~guardscope.replay.compiling.compile_model`); :meth:`Runner.prepare` turns a sample into a
-:class:`Call`. :func:`check_marks` refuses ``--mark-unbacked`` marks that cannot apply before
-anything runs; :meth:`Runner.apply_marks` applies them.
+:class:`Call`. :func:`check_call_fits` refuses a corpus whose calls do not fit the model's
+``forward`` and :func:`check_marks` ``--mark-unbacked`` marks that cannot apply, before anything
+runs; :meth:`Runner.apply_marks` applies them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 from .. import torch_compat
 from ..corpus.reader import SignatureRecord
 from ..corpus.structured import needs_lowering, to_device_structured
-from ..errors import CompileOptionsError
+from ..errors import CallMismatchError, CompileOptionsError
 from ..model import Sample
 from ..options import ReplayOptions
 from .arguments import CallBinder, lookup
@@ -46,6 +47,32 @@ def _to_device(value: Any, device: torch.device) -> Any:
     if type(value) is dict:
         return {k: _to_device(v, device) for k, v in value.items()}
     return to_device_structured(value, device, _to_device)
+
+
+def _call_text(args: tuple, kwargs: dict) -> str:
+    """``(Tensor, y=Tensor)``: a call's form, by its values' types."""
+    parts = [type(a).__name__ for a in args] + [f"{k}={type(v).__name__}" for k, v in kwargs.items()]
+    return f"({', '.join(parts)})"
+
+
+def check_call_fits(model: Any, sample: Sample, where: str, spec: str) -> None:
+    """Refuse a corpus whose recorded calls do not fit the model's ``forward`` before anything
+    runs (a traffic log recorded for another model, or a forward whose parameters were renamed
+    since): every sample would raise the same ``TypeError``. ``where`` names the log or corpus,
+    ``spec`` the model. Checked against the signature Python binds the call to (the frame's); a
+    forward behind a ``*args, **kwargs`` wrapper accepts any call and is not checked."""
+    signature = CallBinder(model).frame_signature
+    if signature is None:
+        return
+    owner = model if isinstance(model, torch.nn.Module) else None
+    name = f"{type(owner).__name__}.forward" if owner is not None else getattr(model, "__qualname__", "forward")
+    try:
+        signature.bind(*sample.args, **sample.kwargs)
+    except TypeError as exc:
+        raise CallMismatchError(
+            f"{where}: its calls do not fit the model's {name}{signature} ({spec}): {exc}; sample "
+            f"{sample.index} passes {_call_text(sample.args, sample.kwargs)}. Was it recorded for another model? "
+            "Pass --model with the one that served these calls.") from None
 
 
 def check_marks(model: Any, sample: Sample, marks: tuple[tuple[str, int], ...]) -> None:

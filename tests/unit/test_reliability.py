@@ -15,10 +15,14 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from guardscope import CorpusWriter
 from guardscope.cli import main
 from guardscope.corpus.reader import load_corpus
-from guardscope.errors import CatalogError, ShardError
+from guardscope.corpus.spec import load_model
+from guardscope.errors import CallMismatchError, CatalogError, ShardError
 from guardscope.fixes.plan import check_identifier
+from guardscope.model import Sample
+from guardscope.replay.runner import check_call_fits
 
 from ..conftest import SEED_CORPUS
 
@@ -77,6 +81,63 @@ def test_bad_model_spec_gives_the_spec_and_the_cause(tmp_path, spec, words):
     assert spec in result.output and "Traceback" not in result.output
     for word in words:
         assert word in result.output
+
+
+_TWO_MODELS = """
+import functools
+
+import torch
+
+
+class Net(torch.nn.Module):
+    def forward(self, x, y):
+        return x.sum() + y.sum()
+
+
+class Renamed(torch.nn.Module):  # Net's next version: y became scale
+    def forward(self, x, scale=None):
+        return x.sum()
+
+
+def wrapped(forward):
+    @functools.wraps(forward)
+    def wrapper(*args, **kwargs):
+        return forward(*args, **kwargs)
+    return wrapper
+
+
+class Wrapped(torch.nn.Module):  # a decorator's *args, **kwargs: any call binds to it
+    @wrapped
+    def forward(self, x, y):
+        return x.sum() + y.sum()
+"""
+
+
+def test_a_log_whose_calls_do_not_fit_the_models_forward_is_named(tmp_path):
+    """Issue 37: a traffic log recorded for another model (or a forward renamed since) is refused
+    in one line naming the log file, forward's signature and the call, before the output folder
+    is touched, not replayed into as many TypeErrors as it has calls."""
+    (tmp_path / "nets.py").write_text(_TWO_MODELS)
+    with CorpusWriter(tmp_path / "log", model=f"{tmp_path / 'nets.py'}:Net", keep="signatures", log="parquet",
+                      full_per_signature=0) as writer:
+        for rows in (2, 3, 4):
+            writer.add(torch.zeros(rows, 4), y=torch.zeros(rows))
+    first = json.loads((tmp_path / "log" / "corpus.json").read_text())["shards"][0]["file"]
+    result = run_cli("analyze", str(tmp_path / "log"), "--out", str(tmp_path / "out"),
+                     "--model", f"{tmp_path / 'nets.py'}:Renamed")
+    assert result.exit_code == 2
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"error: {tmp_path / 'log' / first}: its calls do not fit the model's "
+                           "Renamed.forward(x, scale=None)"), line
+    assert "unexpected keyword argument 'y'" in line and "sample 0 passes (Tensor, y=Tensor)" in line
+    assert "--model" in line and not (tmp_path / "out").exists()
+
+    sample = Sample(index=0, args=(torch.zeros(2, 4), torch.zeros(2)), kwargs={})
+    check_call_fits(load_model(f"{tmp_path / 'nets.py'}:Net"), sample, "log", "Net")  # fits
+    check_call_fits(load_model(f"{tmp_path / 'nets.py'}:Wrapped"), sample, "log", "Wrapped")  # not checked
+    with pytest.raises(CallMismatchError, match=r"Renamed.forward\(x, scale=None\).*too many positional"):
+        check_call_fits(load_model(f"{tmp_path / 'nets.py'}:Renamed"),
+                        Sample(index=5, args=sample.args + (1,), kwargs={}), "log", "Renamed")
 
 
 def test_pickle_that_would_run_code_is_refused(tmp_path):
