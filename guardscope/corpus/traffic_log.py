@@ -200,8 +200,6 @@ def encode_log(rows: list[dict[str, Any]], templates: dict[str, str]) -> bytes:
     ``replica``, ``layout`` (a :class:`Layout`), ``full`` and ``data``; ``templates`` the
     template digest -> signature JSON of those the rows use."""
     pa = _pa()
-    import pyarrow.parquet as pq
-
     layouts = [row["layout"] for row in rows]
     columns = {
         "first": [row["first"] for row in rows],

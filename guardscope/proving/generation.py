@@ -108,9 +108,11 @@ def check_generate(out_dir: str | Path, requests: list[tuple[Any, dict[str, Any]
     forward = compiled
     if callable(getattr(module, "mark", None)):  # the unbacked plan marks every call's dims
         @functools.wraps(compiled)
-        def forward(*args: Any, **kwargs: Any) -> Any:
+        def marked(*args: Any, **kwargs: Any) -> Any:
             module.mark(*args, **kwargs)
             return compiled(*args, **kwargs)
+
+        forward = marked
 
     setup_graphs = runner.graphs()
     seen: list[dict[str, Any]] = []

@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
-
 from .. import torch_compat
 from ..replay.arguments import CallBinder
 from .background import (
