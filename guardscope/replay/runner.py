@@ -64,7 +64,7 @@ def check_call_fits(model: Any, sample: Sample, where: str, spec: str) -> None:
     signature = CallBinder(model).frame_signature
     if signature is None:
         return
-    owner = model if isinstance(model, torch.nn.Module) else None
+    owner = torch_compat.forward_owner(model)
     name = f"{type(owner).__name__}.forward" if owner is not None else getattr(model, "__qualname__", "forward")
     try:
         signature.bind(*sample.args, **sample.kwargs)
