@@ -67,6 +67,12 @@ class BundleError(GuardscopeError):
     or torch saved no cache artifacts (a backend without caches, or caches turned off)."""
 
 
+class PrecompileError(GuardscopeError):
+    """A plan could not be precompiled (torch's AOT compile): graph breaks, a compiled method, a
+    torch without the API, a backend that cannot serialize, or the process died. Nothing was
+    written; the compile-cache bundle, when there is one, stays the warm start."""
+
+
 class EngineError(GuardscopeError):
     """The engine an analysis was asked to run on cannot: Dask not installed, a scheduler that
     cannot be reached."""

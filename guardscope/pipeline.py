@@ -475,6 +475,25 @@ def bundle(
     return manifests
 
 
+def precompile(
+    out_dir: str | Path,
+    *,
+    backend: str | None = None,
+    device: str | None = None,
+    timeout: float = 3600.0,
+    corpus: str | Path | None = None,
+) -> dict[str, Any]:
+    """Precompile the warmup plan ahead of time beside its module
+    (:func:`guardscope.proving.precompiling.make_precompiled`); refreshes the report. Returns the manifest."""
+    from .proving.precompiling import make_precompiled
+
+    out = Path(out_dir)
+    manifest = make_precompiled(out, store.read_catalog(out), corpus=corpus, backend=backend, device=device,
+                                timeout=timeout)
+    _render(out)
+    return manifest
+
+
 def diff_analyses(
     old: str | Path,
     new: str | Path,

@@ -47,6 +47,9 @@ BENCH = "bench.json"
 # A plan's compile-cache bundle (guardscope bundle DIR): DIR/<plan>.compile-cache.bin + .json.
 BUNDLE_SUFFIX = ".compile-cache.bin"
 BUNDLE_MANIFEST_SUFFIX = ".compile-cache.json"
+# The warmup plan's precompiled graphs (guardscope precompile DIR): DIR/warmup.precompiled.bin + .json.
+PRECOMPILED_SUFFIX = ".precompiled.bin"
+PRECOMPILED_MANIFEST_SUFFIX = ".precompiled.json"
 REPORT = "report.html"
 EMIT_LOG = "emit-warmup.log"  # what torch logged while emit-warmup tried its plans (absent when it logged nothing)
 ANALYZE_LOG = "analyze.log"  # what torch logged while analyze replayed the corpus (absent when it logged nothing)
@@ -421,6 +424,39 @@ def bundle_files(artifact: str) -> tuple[str, str]:
     return artifact + BUNDLE_SUFFIX, artifact + BUNDLE_MANIFEST_SUFFIX
 
 
+def precompiled_files(artifact: str) -> tuple[str, str]:
+    """File names of a plan's precompiled graphs and their manifest, beside the plan's module."""
+    return artifact + PRECOMPILED_SUFFIX, artifact + PRECOMPILED_MANIFEST_SUFFIX
+
+
+def read_cache_files(folder: str | Path) -> list[tuple[str, bytes, int]]:
+    """Every file of a compile-cache folder but its lock files, as (relative path, bytes, mode),
+    sorted: the kernels a precompiled warmup carries."""
+    root = Path(folder)
+    if not root.is_dir():
+        return []
+    found = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        relative = path.relative_to(root)
+        if relative.parts[0] != "locks" and path.suffix != ".lock":
+            found.append((relative.as_posix(), path.read_bytes(), path.stat().st_mode & 0o777))
+    return found
+
+
+def place_cache_file(folder: str | Path, relative: str, data: bytes, mode: int) -> bool:
+    """Put one carried kernel file into a compile-cache folder unless it is there already (written
+    whole, then renamed); False when it was there."""
+    target = Path(folder).joinpath(*relative.split("/"))
+    if target.exists():
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    temporary.write_bytes(data)
+    os.chmod(temporary, mode or 0o644)
+    os.replace(temporary, target)
+    return True
+
+
 def read_json(path: str | Path, what: str) -> Any:
     """Read one of guardscope's JSON results; a missing or broken file says how to make it."""
     path = Path(path)
@@ -524,6 +560,14 @@ def read_bundle_manifest(directory: str | Path, artifact: str) -> dict[str, Any]
     if not path.is_file():
         return None
     return read_json(path, f"re-run 'guardscope bundle {directory} --artifact {artifact}'")
+
+
+def read_precompiled_manifest(directory: str | Path, artifact: str) -> dict[str, Any] | None:
+    """The manifest of a plan's precompiled graphs beside its module, or None."""
+    path = Path(directory) / precompiled_files(artifact)[1]
+    if not path.is_file():
+        return None
+    return read_json(path, f"re-run 'guardscope precompile {directory}'")
 
 
 def read_bundle_manifest_at(path: str | Path) -> Any:

@@ -2,7 +2,7 @@
 prints a summary. A :class:`GuardscopeError` becomes a one-paragraph message and exit status 2.
 
 One module per group of commands, in the pipeline's order: ``analysis`` (analyze, report),
-``fixes`` (emit-warmup, bundle), ``exploring`` (probe, whatif), ``proof`` (verify, bench,
+``fixes`` (emit-warmup, bundle, precompile), ``exploring`` (probe, whatif), ``proof`` (verify, bench,
 fidelity), ``compare`` (diff), ``corpora`` (convert, merge); ``common`` holds what they share (the error decorator, the options
 several commands declare). Torch-heavy modules are imported inside the command bodies, so
 ``guardscope --help`` imports no torch. ``python -m guardscope.cli`` runs ``__main__``.
@@ -25,6 +25,7 @@ def main() -> None:
       guardscope analyze samples/gnn/corpus --out out/   # catalog.json, report.html, trace/
       guardscope emit-warmup out/                        # warmup.py, unbacked.py, export_dims.py
       guardscope bundle out/ --device cuda               # compile-cache bundles: fast set-up
+      guardscope precompile out/ --device cuda           # the warmup compiled ahead of time: ready in seconds
       guardscope verify out/                             # proves each fix on the corpus
       guardscope bench out/                              # serving latency of each fix (GPU)
       guardscope report out/                             # re-renders report.html
@@ -35,7 +36,7 @@ def main() -> None:
     """
 
 
-for command in (analysis.analyze, analysis.report, fixes.emit_warmup, fixes.bundle, proof.verify, exploring.probe,
+for command in (analysis.analyze, analysis.report, fixes.emit_warmup, fixes.bundle, fixes.precompile, proof.verify, exploring.probe,
                 exploring.whatif, compare.diff, proof.fidelity, proof.bench, corpora.convert,
                 corpora.merge):
     main.add_command(command)

@@ -1,6 +1,6 @@
 """The commands that write the fixes: ``emit-warmup`` (the warmup set, the mark_unbacked plan, the
-export Dims, or with ``--transform`` the input canonicalisation) and ``bundle`` (their compile-cache
-bundles)."""
+export Dims, or with ``--transform`` the input canonicalisation), ``bundle`` (their compile-cache
+bundles) and ``precompile`` (the warmup's graphs compiled ahead of time)."""
 
 from __future__ import annotations
 
@@ -157,3 +157,39 @@ def bundle(out_dir: str, artifacts: tuple[str, ...], backend: str | None, device
                                 timeout=timeout, progress=_bundle_progress, corpus=corpus)
     _echo_bundles(out_dir, manifests)
 
+
+
+@click.command()
+@analysis_dir
+@backend_option(None, help="Production backend; default the corpus manifest's compile.backend, else inductor.")
+@device_option(None, help="Device to compile on (cpu, cuda, cuda:1...); default the analysis's device.")
+@timeout_option(3600.0, help="Seconds allowed for the build.")
+@corpus_option()
+@friendly_errors
+def precompile(out_dir: str, backend: str | None, device: str | None, timeout: float, corpus: str | None) -> None:
+    """Compile the warmup's graphs ahead of time, so a new replica loads them instead of compiling.
+
+    Traces and compiles one fullgraph graph per warmup step of DIR/warmup.py, in its order, with
+    the production backend, options and grad mode, in a fresh process with empty cache folders
+    (torch's AOT compile, torch 2.13+), and saves them with their guards to
+    DIR/warmup.precompiled.bin and a manifest DIR/warmup.precompiled.json (torch version, device
+    name, backend and settings, grad mode, plan hash, checksum). warmup.py's warmup() then loads
+    them when they fit, and a call none accepts compiles through torch.compile as usual. A model
+    with graph breaks, a compiled method or a torch without the API is refused in one line;
+    the compile-cache bundle stays the warm start. Run it on a machine of the production kind;
+    'guardscope verify DIR' then proves the precompiled graphs in a fresh process.
+
+    \b
+    Example:
+      guardscope emit-warmup out/
+      guardscope precompile out/ --device cuda
+      guardscope verify out/
+    """
+    from .. import pipeline
+
+    click.echo("precompiling the warmup (traces and compiles each step in a fresh process)...", err=True)
+    manifest = pipeline.precompile(out_dir, backend=backend, device=device, timeout=timeout, corpus=corpus)
+    compile_options = manifest["compile"]
+    click.echo(f"precompiled warmup: {manifest['graphs']} graphs built in {manifest['build_seconds']:.1f} s "
+               f"({compile_options['backend']} on {manifest['device_name']}, torch {manifest['torch_version']}, "
+               f"{manifest['grad_mode']}); {manifest['bytes'] / 1e6:.1f} MB -> {Path(out_dir) / manifest['file']}")

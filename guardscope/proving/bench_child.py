@@ -45,6 +45,7 @@ from ..corpus.chains import CarriedState
 from ..options import production_options
 from ..text import exception_line
 from .isolation import import_file
+from .setup import precompiled_off
 
 
 
@@ -86,7 +87,8 @@ def _set_up(strategy: str, module: Any, runner: Any, out_dir: Path, catalog: dic
         return compiled, 0, None
     if strategy in plans.BUNDLED:  # the plans with a warmup (and a bundle to load)
         load = module.load_bundle(runner.compiled, options.device).to_json()
-        module.warmup(runner.compiled, device=options.device, grad_mode=options.grad_mode, bundle=False)
+        module.warmup(runner.compiled, device=options.device, grad_mode=options.grad_mode, bundle=False,
+                      **precompiled_off(module))
         return (compiled if strategy == "warmup" else marked), 0, load
     # export: torch.export with the emitted Dims, AOTInductor, one call of the example.
     from .verify_export import module_example

@@ -53,10 +53,11 @@ def cache_dirs_empty() -> bool:
 
 
 def set_up_plan(name: str, out_dir: Path, model: Any, options: Any, *, use_bundle: bool,
-                warm_sample: Any = None) -> tuple[Any, Any, float, dict | None]:
+                warm_sample: Any = None, use_precompiled: bool = False) -> tuple[Any, Any, float, dict | None]:
     """Apply a plan as its module's docstring says, in this process: configure (unbacked), compile,
-    load the compile-cache bundle (``use_bundle``), run the warmup. Returns (module, runner,
-    set-up seconds, what the bundle load did).
+    load the compile-cache bundle (``use_bundle``) or the precompiled graphs (``use_precompiled``,
+    the warmup plan: when they load, nothing more runs), run the warmup. Returns (module, runner,
+    set-up seconds, what the bundle or precompiled load did).
 
     Set-up is timed the same way everywhere guardscope reports it (verify, bundle, bench): from a
     warm device — ``warm_sample``, when given, runs once eagerly first, untimed (see
@@ -77,11 +78,22 @@ def set_up_plan(name: str, out_dir: Path, model: Any, options: Any, *, use_bundl
     if warm_sample is not None:
         runner.warm_device(warm_sample)
     started = time.perf_counter()
-    load = module.load_bundle(runner.compiled, options.device).to_json() if use_bundle else None
-    module.warmup(runner.compiled, device=options.device, grad_mode=options.grad_mode, bundle=False,
-                  **({"spec": True} if spec else {}))
+    load = None
+    if use_precompiled:
+        load = module.load_precompiled(runner.compiled, options.device, options.grad_mode).to_json()
+    elif use_bundle:
+        load = module.load_bundle(runner.compiled, options.device).to_json()
+    if not (use_precompiled and load["status"] == "loaded"):
+        module.warmup(runner.compiled, device=options.device, grad_mode=options.grad_mode, bundle=False,
+                      **({"spec": True} if spec else {}), **precompiled_off(module))
     torch_compat.synchronize(runner.device)
     return module, runner, time.perf_counter() - started, load
+
+
+def precompiled_off(module: Any) -> dict[str, bool]:
+    """The keyword that keeps a warmup module from loading its precompiled graphs (the plan itself
+    is what is set up); nothing for a module generated before they existed."""
+    return {"precompiled": False} if hasattr(module, "load_precompiled") else {}
 
 
 def check_spec(made: Any, dims: tuple[tuple[str, int, int], ...]) -> None:

@@ -19,6 +19,10 @@ When a plan has a compile-cache bundle (``guardscope bundle DIR``), two more fre
 with new, empty cache folders, measure its set-up with the bundle's backend and device: once
 without the bundle and once loading it (then replaying the corpus, so the bundled graphs are
 proven too). The result's ``bundle`` holds both, with inductor's cache hits and misses.
+
+When the warmup has precompiled graphs (``guardscope precompile DIR``), one more fresh child
+loads them and replays the corpus through them (:mod:`.verify_precompiled`): the warmup
+result's ``precompiled``.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from .isolation import child_environment, import_file, run_module
 from .results import OK_STATUSES, PARTIAL, result as _result
 from .setup import cache_dirs_empty, isolated_caches, set_up_plan
 from .verify_export import verify_export
+from .verify_precompiled import measure_precompiled, precompiled_outcome
 from .verify_replicas import replica_results
 
 # The input canonicalisation emit-warmup --transform writes: verified beside the plans, not one.
@@ -196,6 +201,8 @@ def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: fl
                 result["reason"] = (f"after loading its compile-cache bundle ({measured['backend']}, "
                                     f"{measured['device']}) the replay recompiled {recompiles} time(s), first at "
                                     f"sample {measured['with']['recompile_samples'][0]}")
+    if bundle and name == plans.WARMUP and result["status"] != "crashed":
+        _add_precompiled(result, measure_precompiled(out_dir, split, _run_child, timeout=timeout))
     where = Path(corpus) if corpus is not None else store.corpus_dir_of(out_dir, store.read_catalog(out_dir), None)
     replicas = replica_results(out_dir, where, result, holdout, lambda replica: _run_child(
         out_dir, name, f"{name}-replica", [*split, "--prove-backend", backend, "--replica", replica], timeout=timeout))
@@ -207,6 +214,17 @@ def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: fl
             result["reason"] = (f"replayed alone, {len(failing)} of {len(replicas)} replicas compile: "
                                 + ", ".join(failing))
     return result
+
+
+def _add_precompiled(result: dict[str, Any], measured: dict[str, Any] | None) -> None:
+    """The precompiled warmup's proof on the warmup's result; a precompiled warmup that compiles,
+    differs or crashes fails the warmup (it is what a replica would deploy)."""
+    if measured is None:
+        return
+    result["precompiled"] = measured
+    if measured["status"] in ("failed", "crashed") and result["status"] == "passed":
+        result["status"] = "failed"
+        result["reason"] = f"its precompiled graphs ({measured['backend']}, {measured['device']}): {measured['reason']}"
 
 
 def planned_status(out_dir: Path, name: str) -> str | None:
@@ -337,12 +355,14 @@ def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout:
     # than the default allows must raise it itself.
     with TraceCapture() as capture:
         capture.set_sample(None)
+        precompiled = bool(setup and setup.get("use_precompiled"))
         module, runner, setup_seconds, load = set_up_plan(
             name, out_dir, model, options, use_bundle=bool(setup and setup["use_bundle"]),
-            warm_sample=corpus.sample(0) if len(corpus) else None)
+            warm_sample=corpus.sample(0) if len(corpus) else None, use_precompiled=precompiled)
         if setup is not None:
-            measured.update(cache=torch_compat.compile_cache_counters(), bundle_load=load,
-                            backend=options.backend, device=options.device)
+            measured.update({"cache": torch_compat.compile_cache_counters(),
+                             "precompiled_load" if precompiled else "bundle_load": load,
+                             "backend": options.backend, "device": options.device})
         # Every graph the set-up compiled, in every frame (a model with graph breaks compiles
         # several frames; counting the first frame's cache alone would undercount them).
         setup_events = events_from_records(capture.records).events
@@ -385,6 +405,9 @@ def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout:
                         raised += 1
             replayed += 1
         capture.set_sample(None)
+    if precompiled:
+        measured["precompiled"] = precompiled_outcome(runner.compiled, runner.model, runner, corpus,
+                                                      store.read_catalog(out_dir))
     events = events_from_records(capture.records).events
     # A sample that raises in the model fails its compile as it did in the analysis: the model's.
     recompiles = [e for e in events if e.sample is not None
@@ -535,6 +558,8 @@ def child_main(argv: list[str]) -> int:
     parser.add_argument("--backend", default=None, help="set-up measurement: compile with this backend")
     parser.add_argument("--device", default=None, help="set-up measurement: on this device")
     parser.add_argument("--bundle", action="store_true", help="set-up measurement: load the plan's bundle")
+    parser.add_argument("--precompiled", action="store_true",
+                        help="set-up measurement: load the warmup's precompiled graphs")
     parser.add_argument("--corpus", type=Path, default=None, help="the corpus, when not where the analysis found it")
     parser.add_argument("--prove-backend", default=None, help="compile the plan with this backend (production's)")
     parser.add_argument("--replica", default=None, help="a fleet's corpus: replay this replica's calls only")
@@ -557,7 +582,7 @@ def child_main(argv: list[str]) -> int:
             result = _result(arguments.artifact, "skipped", str(exc))
         else:
             result = _verify_compiled(arguments.artifact, out, corpus, model, arguments.holdout, options,
-                                      setup={"use_bundle": arguments.bundle})
+                                      setup={"use_bundle": arguments.bundle, "use_precompiled": arguments.precompiled})
     store.write_json(arguments.result, result)
     return 0
 

@@ -18,6 +18,9 @@ docstring names the private APIs it uses, and why):
 * ``export``: whether an exported program accepts a call, constraint violations, AOTInductor;
 * ``compile_cache``: compile-cache artifacts saved and loaded, cache counters, compiled settings;
 * ``measurements``: device synchronisation, graphs compiled, the device's name (bench);
+* ``aot_compile``: torch 2.13's ahead-of-time compile of a module (precompiled warmups): the
+  feature test, building, saving and loading the graphs, and the guard check guardscope's own
+  dispatch makes;
 * ``shapes_specs``: torch 2.13's declarative ``shapes_spec`` built from argument paths;
 * ``guard_columns``: a cache entry's guards as a predicate over columns of recorded calls
   (sizes, strides, offsets, ints), Dynamo's own check where a guard cannot be translated.
@@ -41,6 +44,9 @@ from .export import aoti_compile_and_load, export_input_checker, is_constraint_v
 from .compile_cache import (cache_device_name, compile_cache_counters, compiled_settings, load_compile_cache,
                             save_compile_cache)
 from .measurements import device_name, graphs_compiled, synchronize
+from .aot_compile import (aot_compile_missing, aot_compile_module, dynamic_shapes, graph_accepts, graph_rejection,
+                          inductor_caches_off, kernel_cache_dirs, load_aot_graphs, pack_artifact, run_graph,
+                          save_aot_module, unpack_artifact)
 from .shapes_specs import shapes_spec_of, supports_shapes_spec
 from .guard_columns import ColumnGuards, ScalarColumn, TensorColumn, column_guards
 
@@ -62,6 +68,9 @@ __all__ = [
     "aoti_compile_and_load", "export_input_checker", "is_constraint_violation",
     "cache_device_name", "compile_cache_counters", "compiled_settings", "load_compile_cache", "save_compile_cache",
     "device_name", "graphs_compiled", "synchronize",
+    "aot_compile_missing", "aot_compile_module", "dynamic_shapes", "graph_accepts", "graph_rejection",
+    "inductor_caches_off", "kernel_cache_dirs", "load_aot_graphs", "pack_artifact", "run_graph", "save_aot_module",
+    "unpack_artifact",
     "shapes_spec_of", "supports_shapes_spec",
     "ColumnGuards", "ScalarColumn", "TensorColumn", "column_guards",
 ]

@@ -6,6 +6,7 @@ from typing import Any
 
 from ..plan import WarmupPlan
 from . import render
+from ...store import precompiled_files
 from .common import base_context, bundle_file, topology_words
 
 
@@ -28,6 +29,7 @@ def render_warmup(catalog: dict[str, Any], plan: WarmupPlan) -> str:
         "warmup.py.j2",
         **base_context(catalog, plan.graphs),
         bundle_file=bundle_file("warmup"),
+        precompiled_file=precompiled_files("warmup")[0],
         steps=steps,
         handing_on=sum(1 for step in plan.steps if step.hands_on),
         graphs=plan.graphs,

@@ -1,0 +1,116 @@
+"""Precompiled warmups on the CPU with inductor: a tiny model's warmup compiled ahead of time in
+a fresh process, then loaded by a plain serving script in another fresh process with empty cache
+folders, which serves the corpus without compiling, sends a call no graph accepts to the ordinary
+compile path, and works under both no_grad and inference_mode; verify proves it. The pure parts
+are in tests/unit/test_precompiled.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import guardscope
+from guardscope import pipeline
+from guardscope.corpus.writer import CorpusWriter
+from guardscope.proving.setup import isolated_caches
+
+from ..conftest import REPO, model_spec
+from ..sessions import made_once
+
+pytestmark = pytest.mark.slow
+
+SIZES = (5, 1, 7, 9, 1, 3)  # sizes >= 2 share one graph, size 1 (0/1 specialization) needs its own
+
+
+def _precompile(root, grad_mode):
+    corpus = root / "corpus"
+    generator = torch.Generator().manual_seed(0)
+    with CorpusWriter(corpus, model=model_spec("Elementwise"), compile={"dynamic": True, "fullgraph": True},
+                      grad_mode=grad_mode) as writer:
+        for size in SIZES:
+            writer.add(torch.randn(size, generator=generator))
+    out = root / "out"
+    guardscope.analyze(corpus, out, strict=True)
+    pipeline.emit_warmup(out)
+    return out, pipeline.precompile(out)
+
+
+@pytest.fixture(scope="module", params=["inference_mode", "no_grad"])
+def precompiled(request, tmp_path_factory):
+    return made_once(tmp_path_factory, f"precompiled-{request.param}", lambda root: _precompile(root, request.param))
+
+
+SERVE = """
+import json, sys, torch
+sys.path.insert(0, {out!r}); sys.path.insert(0, {repo!r})
+import warmup
+from guardscope import load_corpus
+from tests.models import Elementwise
+model = Elementwise()
+compiled = torch.compile(model, dynamic=True, fullgraph=True)
+ran = warmup.warmup(compiled)
+unique = lambda: torch._dynamo.utils.counters["stats"]["unique_graphs"]
+corpus = list(load_corpus({corpus!r}))  # outside inference mode, as served
+grad = torch.inference_mode if {grad_mode!r} == "inference_mode" else torch.no_grad
+unseen = torch.randn(4, dtype=torch.float64)  # a dtype no precompiled graph was built for
+with grad():
+    outputs = [compiled(*sample.args) for sample in corpus]
+    served = unique()
+    fallback = compiled(unseen)
+equal = all(torch.allclose(o, model(*s.args), atol=1e-5) for o, s in zip(outputs, corpus))
+print(json.dumps({{"ran": ran, "served_compiles": served, "equal": equal, "fallback_equal":
+                  bool(torch.allclose(fallback, model(unseen))), "stats": compiled.forward.stats.to_json()}}))
+"""
+
+
+def test_precompiled_manifest(precompiled):
+    out, manifest = precompiled
+    assert manifest["graphs"] == 2 and len(manifest["steps"]) == 2
+    assert manifest["compile"] == {"backend": "inductor", "dynamic": True, "fullgraph": True, "mode": None}
+    assert manifest["kernel_files"] > 0 and manifest["device_name"].startswith("cpu")
+    saved = json.loads((out / "warmup.precompiled.json").read_text())
+    assert saved == manifest and (out / "warmup.precompiled.bin").stat().st_size == manifest["bytes"]
+    code = (out / "warmup.py").read_text()
+    assert "PRECOMPILED = WARMUP_DIR.parent / 'warmup.precompiled.bin'" in code and str(out) not in code
+
+
+def test_a_fresh_process_serves_from_the_precompiled_warmup_and_falls_back_on_a_miss(precompiled):
+    """Empty caches: the warmup runs nothing, the corpus compiles nothing and matches eager; a
+    float64 call no graph accepts compiles once through torch.compile, counted and logged."""
+    out, manifest = precompiled
+    script = SERVE.format(out=str(out), repo=str(REPO), corpus=str(out.parent / "corpus"),
+                          grad_mode=manifest["grad_mode"])
+    with isolated_caches() as caches:
+        completed = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
+                                   timeout=600, env={**os.environ, **caches})
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert result["ran"] == 0 and result["served_compiles"] == 0 and result["equal"]
+    assert result["stats"]["precompiled_calls"] == len(SIZES)
+    assert result["stats"]["misses"] == 1 and result["stats"]["compiles"] == 1 and result["fallback_equal"]
+    assert "dtype mismatch" in result["stats"]["missed_guards"][0]
+    assert "loaded precompiled warmup warmup.precompiled.bin (2 graphs" in completed.stderr
+    assert "a call no precompiled graph of warmup.precompiled.bin accepts compiled 1 graph(s)" in completed.stderr
+
+
+def test_verify_proves_the_precompiled_warmup(precompiled, tmp_path):
+    source, _ = precompiled
+    out = tmp_path / "out"
+    import shutil
+
+    shutil.copytree(source, out)
+    document = pipeline.verify(out, artifacts=("warmup",))
+    (warmup,) = document["artifacts"]
+    assert warmup["status"] == "passed", warmup["reason"]
+    proof = warmup["precompiled"]
+    assert proof["status"] == "used", proof["reason"]
+    run = proof["run"]
+    assert run["precompiled_load"]["status"] == "loaded" and run["cache_dirs_empty"] is True
+    assert run["replay_recompiles"] == 0 and run["samples_replayed"] == len(SIZES)
+    assert run["precompiled"]["stats"]["misses"] == 0 and run["precompiled"]["outputs"]["equal"]
