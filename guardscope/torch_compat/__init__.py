@@ -18,7 +18,8 @@ docstring names the private APIs it uses, and why):
 * ``export``: whether an exported program accepts a call, constraint violations, AOTInductor;
 * ``compile_cache``: compile-cache artifacts saved and loaded, cache counters, compiled settings;
 * ``measurements``: device synchronisation, graphs compiled, the device's name (bench);
-* ``shapes_specs``: torch 2.13's declarative ``shapes_spec`` built from argument paths;
+* ``shapes_specs``: torch's declarative spec (``ShapesSpec``) built from argument paths, under the
+  ``torch.compile`` keyword detected (``shapes_spec=`` in 2.13, ``dynamic_shapes=`` in 2.14);
 * ``guard_columns``: a cache entry's guards as a predicate over columns of recorded calls
   (sizes, strides, offsets, ints), Dynamo's own check where a guard cannot be translated.
 """
@@ -41,7 +42,8 @@ from .export import aoti_compile_and_load, export_input_checker, is_constraint_v
 from .compile_cache import (cache_device_name, compile_cache_counters, compiled_settings, load_compile_cache,
                             save_compile_cache)
 from .measurements import device_name, graphs_compiled, synchronize
-from .shapes_specs import shapes_spec_of, supports_shapes_spec
+from .shapes_specs import (KEYWORD_DYNAMIC_SHAPES, KEYWORD_SHAPES_SPEC, SpecSupport, shapes_spec_of, spec_compile_kwargs, spec_keyword,
+                           spec_support, supports_shapes_spec)
 from .guard_columns import ColumnGuards, ScalarColumn, TensorColumn, column_guards
 
 __all__ = [
@@ -62,6 +64,6 @@ __all__ = [
     "aoti_compile_and_load", "export_input_checker", "is_constraint_violation",
     "cache_device_name", "compile_cache_counters", "compiled_settings", "load_compile_cache", "save_compile_cache",
     "device_name", "graphs_compiled", "synchronize",
-    "shapes_spec_of", "supports_shapes_spec",
+    "KEYWORD_DYNAMIC_SHAPES", "KEYWORD_SHAPES_SPEC", "SpecSupport", "shapes_spec_of", "spec_compile_kwargs", "spec_keyword", "spec_support", "supports_shapes_spec",
     "ColumnGuards", "ScalarColumn", "TensorColumn", "column_guards",
 ]
