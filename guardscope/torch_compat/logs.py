@@ -6,9 +6,10 @@ terminal log lines and warnings.
 * ``torch._logging._internal.log_registry`` / ``_is_torch_handler``: the loggers torch registers
   and the terminal handlers it put on them, which :func:`torch_logs_captured` swaps for a
   collector while ``emit-warmup`` tries its plans. The terminal handler's class depends on the
-  release (read in the installed sources): a plain ``logging.StreamHandler`` on stderr in torch
-  2.9 to 2.13 (2.13.0 read), ``torch._logging._internal._StderrHandler`` (a ``logging.Handler``
-  that writes to the current ``sys.stderr``) in torch 2.14 (2.14.1 read).
+  release: a plain ``logging.StreamHandler`` on stderr in torch 2.9 to 2.13 (versions read:
+  2.9.1, 2.10.0, 2.11.0, 2.12.1 and 2.13.0 have no ``_StderrHandler``),
+  ``torch._logging._internal._StderrHandler`` (a ``logging.Handler`` that writes to the current
+  ``sys.stderr``) in torch 2.14 (2.14.1 read).
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ version (:func:`spec_support`):
   (``shapes_spec=`` is gone), and ``dynamic_spec(spec)`` attaches a spec to a function or ``forward``;
 * torch 2.9 to 2.12 have no ``torch.fx.experimental.dynamic_spec``.
 
-(Read in the installed sources of torch 2.13.0+cpu and 2.14.1; the names in the module did not
-change between them: ``ShapeVar``, ``TensorSpec``, ``ObjectSpec``, ``SeqSpec``, ``DictSpec``,
-``ShapesSpec``.)
+(Versions read: the installed sources of torch 2.13.0+cpu and 2.14.1, whose modules have the same
+names: ``ShapeVar``, ``TensorSpec``, ``ObjectSpec``, ``SeqSpec``, ``DictSpec``, ``ShapesSpec``;
+the wheels of 2.9.1, 2.10.0, 2.11.0 and 2.12.1, which have no such module.)
 
 A spec names the dims that are unbacked (a ``ShapeVar`` in a ``TensorSpec``) by the compiled
 function's parameter names, nested through ``ObjectSpec`` (attributes), ``SeqSpec`` (list and
