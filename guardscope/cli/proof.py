@@ -90,10 +90,13 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
             click.echo(f"          {format_bundle_setup(result['bundle'])}")
         if result.get("replicas"):
             click.echo(f"          {format_replicas(result['replicas'])}")
+        said = []
         if result.get("keyword") and result["setup_graphs"] is not None:  # the spec form: the keyword it compiled with
-            click.echo(f"          compiled with torch.compile({result['keyword']}=unbacked.shapes_spec())")
+            said.append(f"compiled with torch.compile({result['keyword']}=unbacked.shapes_spec())")
         if result.get("same_as_unbacked"):
-            click.echo("          the same verdict as the mark_unbacked module")
+            said.append("the same verdict as the mark_unbacked module")
+        if said:
+            click.echo(f"          {'; '.join(said)}")
         if result.get("outputs"):
             outputs = result["outputs"]
             differing = [f"T{t['topology']}" for t in outputs["topologies"] if not t["equal"]]
