@@ -89,3 +89,21 @@ def test_the_compile_arguments_carry_the_spec_under_the_detected_keyword():
     (keyword, spec), = torch_compat.spec_compile_kwargs([("x", 0, 2)]).items()
     assert keyword == torch_compat.spec_keyword() and isinstance(spec, ShapesSpec)
     assert keyword in inspect.signature(torch.compile).parameters
+
+
+def test_verify_names_both_keywords_when_unbacked_py_was_written_for_another_torch():
+    """An analysis emitted on torch 2.13 (shapes_spec=, or no keyword in fixes.json: written before
+    torch 2.14) and verified on 2.14 (dynamic_shapes=), or the other way round."""
+    from guardscope.proving.verify import spec_keyword_mismatch
+
+    taken = torch_compat.spec_keyword()
+    if taken is not None:
+        assert spec_keyword_mismatch({"keyword": taken}) is None
+    other = "shapes_spec" if taken == "dynamic_shapes" else "dynamic_shapes"
+    said = spec_keyword_mismatch({"keyword": other})
+    assert said.startswith(f"unbacked.py's usage line says torch.compile({other}=...)")
+    if taken is not None:
+        assert said.endswith(f"which torch {torch_compat.torch_version()} does not take (it takes {taken}=)")
+    else:
+        assert torch_compat.spec_support().reason.split(" (")[0] in said
+    assert (spec_keyword_mismatch({}) is None) == (taken == "shapes_spec")
