@@ -87,7 +87,7 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool, make_bundles:
             click.secho(f"            the marks add a graph break: {added}", fg="yellow")
         spec = fixes.spec
         if spec is not None and spec.status == "ok":
-            click.echo(f"shapes_spec the same dims as torch.compile(shapes_spec=unbacked.shapes_spec()), every other "
+            click.echo(f"shapes_spec the same dims as torch.compile({spec.keyword}=unbacked.shapes_spec()), every other "
                        f"dim static: residual warmup {list(spec.residual)} ({spec.graphs} graphs)")
         elif spec is not None:
             click.echo(f"shapes_spec not written: {first_line(spec.reason)}")

@@ -29,8 +29,8 @@ from .common import (
 @click.command()
 @analysis_dir
 @artifact_option((*NAMES, SHAPES_SPEC, "canonical"),
-                 help="Verify only these artifacts (repeatable); default all three, unbacked.py's shapes_spec form "
-                 "(shapes_spec, torch 2.13) when emit-warmup made one, and canonicalise.py (canonical) when "
+                 help="Verify only these artifacts (repeatable); default all three, unbacked.py's declarative spec form "
+                 "(shapes_spec, torch 2.13 and later) when emit-warmup made one, and canonicalise.py (canonical) when "
                  "emit-warmup --transform wrote it.")
 @click.option("--holdout", type=float, default=None,
               help="Replay only the last FRACTION of the corpus (e.g. 0.3), to test on samples the plan did not see first.")
@@ -47,7 +47,7 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
     """Prove the fixes in DIR on the corpus, each in a fresh subprocess.
 
     Each artifact is applied as its docstring says (warmup; configure + mark + warmup; export;
-    shapes_spec: configure + torch.compile(shapes_spec=) + warmup(spec=True)),
+    shapes_spec: configure + torch.compile(dynamic_shapes=), shapes_spec= on torch 2.13, + warmup(spec=True)),
     then the corpus is replayed with every compile counted as a failure. Writes
     DIR/verification.json and refreshes DIR/report.html. The verdict is PASSED, PARTIAL (nothing
     failed, but a fix serves only part of the corpus: an export with topologies outside its Dims)
@@ -90,8 +90,13 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
             click.echo(f"          {format_bundle_setup(result['bundle'])}")
         if result.get("replicas"):
             click.echo(f"          {format_replicas(result['replicas'])}")
+        said = []
+        if result.get("keyword") and result["setup_graphs"] is not None:  # the spec form: the keyword it compiled with
+            said.append(f"compiled with torch.compile({result['keyword']}=unbacked.shapes_spec())")
         if result.get("same_as_unbacked"):
-            click.echo("          the same verdict as the mark_unbacked module")
+            said.append("the same verdict as the mark_unbacked module")
+        if said:
+            click.echo(f"          {'; '.join(said)}")
         if result.get("outputs"):
             outputs = result["outputs"]
             differing = [f"T{t['topology']}" for t in outputs["topologies"] if not t["equal"]]

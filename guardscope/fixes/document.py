@@ -39,7 +39,7 @@ class Fixes:
     warmup: Any
     unbacked: Any
     export: Any
-    spec: Any = None  # the unbacked plan's shapes_spec form (spec_plan.SpecPlan), None when not tried
+    spec: Any = None  # the unbacked plan's declarative spec form (spec_plan.SpecPlan), None when not tried
     # What torch logged while the plans were tried (pipeline.emit_warmup fills these): each
     # distinct cause of its warnings and errors as (level, cause, records), and the file of its lines.
     torch_log: tuple[tuple[str, str, int], ...] = ()
@@ -79,8 +79,8 @@ def unbacked_summary(plan: Any, warmup_graphs: int, spec: Any = None) -> str:
     if plan.skipped:
         line += f"; {len(plan.skipped)} dim(s) not markable"
     if spec is not None and spec.status == "ok":
-        line += (f"; as a shapes_spec (every other dim static): {len(spec.residual)} residual warmup samples, "
-                 f"{spec.graphs} graphs")
+        line += (f"; as a shapes_spec (torch.compile({spec.keyword}=), every other dim static): "
+                 f"{len(spec.residual)} residual warmup samples, {spec.graphs} graphs")
     elif spec is not None and spec.status == "infeasible":
         line += f"; as a shapes_spec not possible: {first_line(spec.reason)}"
     return line
@@ -120,7 +120,8 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
     export_plan = plan_export(model, catalog, sample_at, margin,
                               records=itertools.chain(corpus.iter_records(), probed))
     unbacked_ok = unbacked_plan.status == "ok"
-    # The same dims as torch 2.13's shapes_spec: its own replay (every other dim static).
+    # The same dims as torch's declarative spec (shapes_spec= in 2.13, dynamic_shapes= in 2.14): its own
+    # replay (every other dim static).
     spec_plan = plan_spec(model, itertools.chain(corpus.iter_records(), probed), unbacked_plan, options, catalog) \
         if unbacked_ok else None
     spec_ok = spec_plan is not None and spec_plan.status == "ok"

@@ -67,11 +67,16 @@ def set_up_plan(name: str, out_dir: Path, model: Any, options: Any, *, use_bundl
     from .. import torch_compat
     from ..replay.runner import Runner
 
-    spec = name == plans.SHAPES_SPEC  # unbacked.py's dims through torch.compile(shapes_spec=...)
+    spec = name == plans.SHAPES_SPEC  # unbacked.py's dims through torch.compile(SPEC_KEYWORD=...)
     module = import_file(out_dir / plans.MODULES[plans.SOURCE_PLAN[name]])
     if name in (plans.UNBACKED, plans.SHAPES_SPEC):
         module.configure()
     if spec:
+        # the keyword its usage line names must be the one this torch takes (compile_model uses that)
+        written, taken = getattr(module, "SPEC_KEYWORD", None) or "shapes_spec", torch_compat.spec_support()
+        if written != taken.keyword:
+            raise GuardscopeError(f"{plans.MODULES[plans.UNBACKED]} compiles with torch.compile({written}=...), but "
+                                  + (f"this torch takes {taken.keyword}=" if taken.keyword else str(taken.reason)))
         options = replace(options, shapes_spec=tuple(tuple(d) for d in module.SPEC_DIMS), dynamic=None)
         check_spec(module.shapes_spec(), options.shapes_spec)
     runner = Runner(model, options)

@@ -38,6 +38,7 @@ from ..catalog.classify import classify_reasons
 from ..catalog.frames import hit_recompile_limit
 from ..errors import CompileOptionsError, GuardscopeError
 from ..options import production_backend, production_options
+from ..text import first_line
 from .isolation import child_environment, import_file, run_module
 from .results import OK_STATUSES, PARTIAL, result as _result
 from .setup import cache_dirs_empty, isolated_caches, set_up_plan
@@ -47,8 +48,9 @@ from .verify_replicas import replica_results
 
 # The input canonicalisation emit-warmup --transform writes: verified beside the plans, not one.
 CANONICAL = "canonical"
-# The unbacked plan's shapes_spec form (unbacked.py's shapes_spec(), torch 2.13): verified
-# beside the plans when emit-warmup made one, and compared with the marks' verdict.
+# The unbacked plan's declarative spec form (unbacked.py's shapes_spec(), handed to torch.compile as
+# shapes_spec= on torch 2.13, dynamic_shapes= on 2.14): verified beside the plans when emit-warmup
+# made one, and compared with the marks' verdict. The artifact keeps its name whatever the keyword.
 SHAPES_SPEC = plans.SHAPES_SPEC
 ARTIFACTS = (*plans.NAMES, SHAPES_SPEC, CANONICAL)
 
@@ -131,6 +133,22 @@ def spec_entry(out_dir: Path) -> dict[str, Any] | None:
     return spec if spec and spec.get("status") in ("ok", "infeasible") else None
 
 
+def spec_keyword_mismatch(spec: dict[str, Any]) -> str | None:
+    """Why unbacked.py's usage line does not work on the installed torch, None where it does: the
+    keyword fixes.json says it was written with (``shapes_spec`` when it says none: written before
+    torch 2.14) against the one this torch takes (:func:`guardscope.torch_compat.spec_support`)."""
+    from .. import torch_compat
+
+    written = spec.get("keyword") or torch_compat.KEYWORD_SHAPES_SPEC
+    support = torch_compat.spec_support()
+    if support.keyword == written:
+        return None
+    usage = f"{plans.MODULES[plans.UNBACKED]}'s usage line says torch.compile({written}=...)"
+    if support.keyword is None:
+        return f"{usage}, but {first_line(support.reason or '')}"
+    return f"{usage}, which torch {torch_compat.torch_version()} does not take (it takes {support.keyword}=)"
+
+
 def compare_spec(results: list[dict[str, Any]]) -> None:
     """Say on the shapes_spec result whether it holds as the marks do (``same_as_unbacked``), and
     where not, why (its own reason: the dims it leaves static)."""
@@ -173,10 +191,14 @@ def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: fl
     if name == SHAPES_SPEC:
         spec = spec_entry(out_dir)
         if spec is None or not (out_dir / plans.MODULES[plans.UNBACKED]).is_file():
-            return _result(name, "skipped", f"no shapes_spec form in {plans.MODULES[plans.UNBACKED]}: run 'guardscope "
-                                            f"emit-warmup {out_dir}' with torch 2.13 or later")
+            return _result(name, "skipped", f"no declarative spec form in {plans.MODULES[plans.UNBACKED]}: run "
+                                            f"'guardscope emit-warmup {out_dir}' with torch 2.13 or later")
         if spec["status"] != "ok":
             return _result(name, "infeasible", spec.get("reason"))
+        stale = spec_keyword_mismatch(spec)
+        if stale is not None:
+            return _result(name, "failed", f"{stale}: run 'guardscope emit-warmup {out_dir}' again with this torch",
+                           keyword=spec.get("keyword") or "shapes_spec")
     planned = planned_status(out_dir, plans.SOURCE_PLAN[name])
     if planned is not None:
         return _result(name, "infeasible", planned)
@@ -187,6 +209,10 @@ def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: fl
     if corpus is not None:
         split += ["--corpus", str(Path(corpus).resolve())]
     result = _run_child(out_dir, name, name, [*split, "--prove-backend", backend], timeout=timeout)
+    if name == SHAPES_SPEC:  # the torch.compile keyword it was proven under
+        from .. import torch_compat
+
+        result["keyword"] = torch_compat.spec_keyword()
     if bundle and name in plans.BUNDLED and result["status"] != "crashed":
         measured = measure_bundle(out_dir, name, split, timeout=timeout)
         if measured is not None:

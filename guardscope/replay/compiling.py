@@ -5,7 +5,8 @@ module that calls ``torch.compile``.
 raised to the options', duck shaping off unless asked for, production's recorded settings that
 change guards) and restores them on exit;
 :func:`compile_model` compiles a model with the options' backend, ``dynamic``, ``fullgraph`` and
-(inductor only) mode, or instead of ``dynamic`` a ``shapes_spec``: the replay's :class:`~guardscope.replay.runner.Runner` and the served model
+(inductor only) mode, or instead of ``dynamic`` a ``ShapesSpec`` (under the keyword this torch takes:
+``shapes_spec=`` in 2.13, ``dynamic_shapes=`` in 2.14): the replay's :class:`~guardscope.replay.runner.Runner` and the served model
 compile through it.
 """
 
@@ -38,6 +39,6 @@ def compile_model(model: Any, options: ReplayOptions) -> Any:
     if options.mode is not None and options.backend == "inductor":
         kwargs["mode"] = options.mode
     if options.shapes_spec:  # torch takes no dynamic= with it: the spec says what is dynamic
-        del kwargs["dynamic"]
-        kwargs["shapes_spec"] = torch_compat.shapes_spec_of(options.shapes_spec)
+        del kwargs["dynamic"]  # under the keyword this torch takes: shapes_spec= (2.13), dynamic_shapes= (2.14)
+        kwargs.update(torch_compat.spec_compile_kwargs(options.shapes_spec))
     return torch.compile(model, **kwargs)

@@ -320,7 +320,20 @@ def bundle_context(manifest: dict | None, measured: dict | None) -> dict | None:
 
 
 # Verified artifacts that are no plan of their own (fixes.json has no entry for them).
-TITLES = {plans.SHAPES_SPEC: "shapes_spec form of the mark_unbacked configuration (torch 2.13, in unbacked.py)"}
+TITLES = {plans.SHAPES_SPEC: "declarative spec form of the mark_unbacked configuration (in unbacked.py)"}
+
+
+def spec_title(fixes: dict | None, verification: dict | None) -> str:
+    """The title of the unbacked plan's declarative form, naming the torch.compile keyword it was
+    proven under (verification.json), else the one emit-warmup wrote it for (fixes.json):
+    ``dynamic_shapes=`` (torch 2.14) or ``shapes_spec=`` (torch 2.13)."""
+    keyword = verification_by_name(verification).get(plans.SHAPES_SPEC, {}).get("keyword")
+    if keyword is None:
+        unbacked = next((a for a in (fixes or {}).get("artifacts", []) if a.get("name") == plans.UNBACKED), {})
+        keyword = ((unbacked.get("details") or {}).get(plans.SHAPES_SPEC) or {}).get("keyword")
+    if keyword is None:
+        return TITLES[plans.SHAPES_SPEC]
+    return f"declarative spec form of the mark_unbacked configuration: torch.compile({keyword}=unbacked.shapes_spec())"
 
 
 def fixes_context(fixes: dict | None, verification: dict | None, bundles: dict | None = None) -> list[dict]:
@@ -334,7 +347,8 @@ def fixes_context(fixes: dict | None, verification: dict | None, bundles: dict |
         check = verified.get(artifact["name"])
         result.append({
             "name": artifact["name"],
-            "title": artifact.get("title") or TITLES.get(artifact["name"], artifact["name"]),
+            "title": artifact.get("title") or (spec_title(fixes, verification) if artifact["name"] == plans.SHAPES_SPEC
+                                               else TITLES.get(artifact["name"], artifact["name"])),
             "file": artifact.get("file"),
             "summary": artifact.get("summary"),
             "code": artifact.get("code"),

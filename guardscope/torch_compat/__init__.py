@@ -21,7 +21,8 @@ docstring names the private APIs it uses, and why):
 * ``aot_compile``: torch 2.13's ahead-of-time compile of a module (precompiled warmups): the
   feature test, building, saving and loading the graphs, and the guard check guardscope's own
   dispatch makes;
-* ``shapes_specs``: torch 2.13's declarative ``shapes_spec`` built from argument paths;
+* ``shapes_specs``: torch's declarative spec (``ShapesSpec``) built from argument paths, under the
+  ``torch.compile`` keyword detected (``shapes_spec=`` in 2.13, ``dynamic_shapes=`` in 2.14);
 * ``guard_columns``: a cache entry's guards as a predicate over columns of recorded calls
   (sizes, strides, offsets, ints), Dynamo's own check where a guard cannot be translated.
 """
@@ -47,7 +48,8 @@ from .measurements import device_name, graphs_compiled, synchronize
 from .aot_compile import (aot_compile_missing, aot_compile_module, dynamic_shapes, graph_accepts, graph_rejection,
                           inductor_caches_off, kernel_cache_dirs, load_aot_graphs, pack_artifact, run_graph,
                           save_aot_module, unpack_artifact)
-from .shapes_specs import shapes_spec_of, supports_shapes_spec
+from .shapes_specs import (KEYWORD_DYNAMIC_SHAPES, KEYWORD_SHAPES_SPEC, SpecSupport, shapes_spec_of, spec_compile_kwargs, spec_keyword,
+                           spec_support, supports_shapes_spec)
 from .guard_columns import ColumnGuards, ScalarColumn, TensorColumn, column_guards
 
 __all__ = [
@@ -71,6 +73,6 @@ __all__ = [
     "aot_compile_missing", "aot_compile_module", "dynamic_shapes", "graph_accepts", "graph_rejection",
     "inductor_caches_off", "kernel_cache_dirs", "load_aot_graphs", "pack_artifact", "run_graph", "save_aot_module",
     "unpack_artifact",
-    "shapes_spec_of", "supports_shapes_spec",
+    "KEYWORD_DYNAMIC_SHAPES", "KEYWORD_SHAPES_SPEC", "SpecSupport", "shapes_spec_of", "spec_compile_kwargs", "spec_keyword", "spec_support", "supports_shapes_spec",
     "ColumnGuards", "ScalarColumn", "TensorColumn", "column_guards",
 ]

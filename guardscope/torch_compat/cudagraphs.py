@@ -57,6 +57,10 @@ def partitions_dynamic_shapes() -> bool:
     graphs for a graph with symbolic inputs), only the static-shape partitions are CUDA-graphed.
     Otherwise the whole graph is skipped ("skipping cudagraphs due to graph with symbolic
     shapes inputs and config.triton.cudagraph_skip_dynamic_graphs=True").
+
+    Versions read: ``get_scheduler_node_symbol_uses`` and ``config.graph_partition`` are in the
+    sources of 2.9.1, 2.10.0, 2.11.0, 2.12.1, 2.13.0 and 2.14.1, so below 2.11 the ``hasattr``
+    answers True as well; the partitioning itself was observed on 2.11 (H200) only.
     """
     from torch._inductor import config
 

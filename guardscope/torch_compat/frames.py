@@ -50,22 +50,29 @@ def _transformed_codes() -> dict[int, tuple[Any, Any]] | None:
 def _compile_callbacks() -> Any:
     """``torch._dynamo.callback.callback_handler`` (compile start/end callbacks; torch 2.5+), or
     None."""
+    return _callbacks_or_cause()[0]
+
+
+def _callbacks_or_cause() -> tuple[Any, str | None]:
+    """(``callback_handler``, None), or (None, the cause detected: the import failing, or the
+    handler without ``register_start_callback``)."""
     try:
         from torch._dynamo.callback import callback_handler
-    except ImportError:  # pragma: no cover - torch < 2.5
-        return None
+    except ImportError as exc:  # pragma: no cover - torch < 2.5
+        return None, f"torch {torch.__version__} has no torch._dynamo.callback.callback_handler ({exc})"
     if not callable(getattr(callback_handler, "register_start_callback", None)):
-        return None  # pragma: no cover
-    return callback_handler
+        return None, (f"torch {torch.__version__}'s torch._dynamo.callback.callback_handler has no "
+                      "register_start_callback")  # pragma: no cover
+    return callback_handler, None
 
 
 @contextlib.contextmanager
 def compile_start_callback(callback: Callable[[Any], None]) -> Iterator[None]:
     """``callback`` called as each Dynamo compile starts, in any frame, while the block runs
     (torch 2.5+'s compile callbacks; ``torch._dynamo.reset()`` inside the block would drop it)."""
-    handler = _compile_callbacks()
+    handler, cause = _callbacks_or_cause()
     if handler is None:  # pragma: no cover - torch < 2.5
-        raise RuntimeError("this torch has no compile callbacks (torch 2.5+): compiles cannot be counted")
+        raise RuntimeError(f"{cause}: compiles cannot be counted")
     handler.register_start_callback(callback)
     try:
         yield

@@ -5,7 +5,11 @@ terminal log lines and warnings.
   trace that tlparse reads (``TORCH_TRACE``). Attaching our own handler captures it in-process.
 * ``torch._logging._internal.log_registry`` / ``_is_torch_handler``: the loggers torch registers
   and the terminal handlers it put on them, which :func:`torch_logs_captured` swaps for a
-  collector while ``emit-warmup`` tries its plans.
+  collector while ``emit-warmup`` tries its plans. The terminal handler's class depends on the
+  release: a plain ``logging.StreamHandler`` on stderr in torch 2.9 to 2.13 (versions read:
+  2.9.1, 2.10.0, 2.11.0, 2.12.1 and 2.13.0 have no ``_StderrHandler``),
+  ``torch._logging._internal._StderrHandler`` (a ``logging.Handler`` that writes to the current
+  ``sys.stderr``) in torch 2.14 (2.14.1 read).
 """
 
 from __future__ import annotations
@@ -93,22 +97,33 @@ class _Collector(logging.Handler):
             self.log.causes[key] = self.log.causes.get(key, 0) + 1
 
 
+def terminal_handler_types() -> tuple[type, ...]:
+    """The classes of the handlers torch prints to the terminal with: ``logging.StreamHandler``
+    (torch 2.9 to 2.13), and ``torch._logging._internal._StderrHandler`` where torch has it (2.14)."""
+    from torch._logging import _internal
+
+    stderr = getattr(_internal, "_StderrHandler", None)
+    return (logging.StreamHandler,) + ((stderr,) if isinstance(stderr, type) else ())
+
+
 def _terminal_handlers() -> list[tuple[logging.Logger, logging.Handler]]:
     """The handlers torch put on its registered loggers (``torch``, ``torch._dynamo``,
-    ``torch.fx.experimental.symbolic_shapes``...) that print to the terminal: plain
-    ``StreamHandler``s it made itself (``torch._logging._internal._is_torch_handler``), not its
-    trace handler, a ``TORCH_LOGS_OUT`` file, or handlers a user added. Registered loggers do not
+    ``torch.fx.experimental.symbolic_shapes``...) that print to the terminal: those of exactly a
+    :func:`terminal_handler_types` class that it made itself
+    (``torch._logging._internal._is_torch_handler``), not its trace handler, a ``TORCH_LOGS_OUT``
+    file (subclasses of ``StreamHandler``), or handlers a user added. Registered loggers do not
     propagate, so each record reaches one of these at most."""
     from torch._logging import _internal
 
     registry = getattr(_internal, "log_registry", None)
     names = registry.get_log_qnames() if registry is not None and hasattr(registry, "get_log_qnames") else {"torch"}
     ours = getattr(_internal, "_is_torch_handler", None)
+    kinds = terminal_handler_types()
     found = []
     for name in sorted(names):
         logger = logging.getLogger(name)
         for handler in list(logger.handlers):
-            if type(handler) is logging.StreamHandler and (ours is None or ours(handler)):
+            if type(handler) in kinds and (ours is None or ours(handler)):
                 found.append((logger, handler))
     return found
 

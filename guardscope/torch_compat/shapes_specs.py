@@ -1,5 +1,15 @@
-"""torch 2.13's declarative dynamic shapes: ``torch.compile(..., shapes_spec=ShapesSpec(...))``
-(``torch.fx.experimental.dynamic_spec``, experimental; absent in 2.11).
+"""torch's declarative dynamic shapes (``torch.fx.experimental.dynamic_spec``, experimental):
+a ``ShapesSpec`` handed to ``torch.compile``, whose keyword is detected, not inferred from the
+version (:func:`spec_support`):
+
+* torch 2.13.0: ``torch.compile(..., shapes_spec=ShapesSpec(...))``;
+* torch 2.14.0 and 2.14.1: ``torch.compile(..., dynamic_shapes=ShapesSpec | ParamsSpec | dict)``
+  (``shapes_spec=`` is gone), and ``dynamic_spec(spec)`` attaches a spec to a function or ``forward``;
+* torch 2.9 to 2.12 have no ``torch.fx.experimental.dynamic_spec``.
+
+(Versions read: the installed sources of torch 2.13.0+cpu and 2.14.1, whose modules have the same
+names: ``ShapeVar``, ``TensorSpec``, ``ObjectSpec``, ``SeqSpec``, ``DictSpec``, ``ShapesSpec``;
+the wheels of 2.9.1, 2.10.0, 2.11.0 and 2.12.1, which have no such module.)
 
 A spec names the dims that are unbacked (a ``ShapeVar`` in a ``TensorSpec``) by the compiled
 function's parameter names, nested through ``ObjectSpec`` (attributes), ``SeqSpec`` (list and
@@ -12,6 +22,7 @@ own ``shapes_spec()`` builds the same spec with no guardscope import: verify com
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import torch
@@ -20,17 +31,70 @@ _ROOT = re.compile(r"[A-Za-z_]\w*")
 _STEP = re.compile(r"\.(\w+)|\[(\d+)\]|\['(\w+)'\]")
 
 
-def supports_shapes_spec() -> bool:
-    """Whether this torch has ``torch.fx.experimental.dynamic_spec`` and ``torch.compile(...,
-    shapes_spec=)``."""
+# torch.compile's keyword for a ShapesSpec, newest first: 2.14's, then 2.13's.
+KEYWORD_DYNAMIC_SHAPES, KEYWORD_SHAPES_SPEC = "dynamic_shapes", "shapes_spec"
+SPEC_KEYWORDS = (KEYWORD_DYNAMIC_SHAPES, KEYWORD_SHAPES_SPEC)
+SPEC_MODULE = "torch.fx.experimental.dynamic_spec"
+# What shapes_spec_of builds a spec from (and the generated unbacked.py's shapes_spec() imports).
+SPEC_NAMES = ("DictSpec", "ObjectSpec", "SeqSpec", "ShapesSpec", "ShapeVar", "TensorSpec")
+
+
+@dataclass(frozen=True)
+class SpecSupport:
+    """Whether the installed torch takes a declarative spec: ``keyword``, the ``torch.compile``
+    parameter that takes a ``ShapesSpec`` (``dynamic_shapes`` or ``shapes_spec``), or None with
+    ``reason``, the cause detected (the module missing, a name missing from it, or neither keyword
+    in ``torch.compile``'s signature)."""
+
+    keyword: str | None
+    reason: str | None = None
+
+
+def spec_support() -> SpecSupport:
+    """Detect the declarative spec form this torch takes: the module, the names guardscope builds
+    a spec from, and the keyword in ``torch.compile``'s signature (never the version string)."""
+    import importlib
     import importlib.util
     import inspect
 
+    version = str(torch.__version__).split("+")[0]
     try:
-        found = importlib.util.find_spec("torch.fx.experimental.dynamic_spec") is not None
+        found = importlib.util.find_spec(SPEC_MODULE) is not None
     except ModuleNotFoundError:  # pragma: no cover - a torch without torch.fx.experimental
-        return False
-    return found and "shapes_spec" in inspect.signature(torch.compile).parameters
+        found = False
+    if not found:
+        return SpecSupport(None, f"torch {version} has no {SPEC_MODULE} (torch 2.13 and 2.14 have it)")
+    module = importlib.import_module(SPEC_MODULE)
+    missing = [name for name in SPEC_NAMES if not hasattr(module, name)]
+    if missing:
+        return SpecSupport(None, f"torch {version}'s {SPEC_MODULE} has no {', '.join(missing)}")
+    parameters = inspect.signature(torch.compile).parameters
+    for keyword in SPEC_KEYWORDS:
+        if keyword in parameters:
+            return SpecSupport(keyword)
+    return SpecSupport(None, (
+        f"torch {version} has {SPEC_MODULE}, but torch.compile takes neither dynamic_shapes= (torch 2.14) nor "
+        f"shapes_spec= (torch 2.13); its parameters: {', '.join(parameters)}"))
+
+
+def supports_shapes_spec() -> bool:
+    """Whether this torch has ``torch.fx.experimental.dynamic_spec`` and a ``torch.compile``
+    keyword that takes its ``ShapesSpec`` (:func:`spec_support`)."""
+    return spec_support().keyword is not None
+
+
+def spec_keyword() -> str | None:
+    """``dynamic_shapes`` (torch 2.14), ``shapes_spec`` (torch 2.13), or None (:func:`spec_support`)."""
+    return spec_support().keyword
+
+
+def spec_compile_kwargs(dims: Iterable[tuple[str, int, int]]) -> dict[str, Any]:
+    """``torch.compile``'s keyword arguments for :func:`shapes_spec_of` ``(dims)``, under the
+    keyword this torch takes; RuntimeError naming the cause where it takes none."""
+    support = spec_support()
+    if support.keyword is None:
+        raise RuntimeError(support.reason)
+    return {support.keyword: shapes_spec_of(dims)}
 
 
 def path_steps(path: str) -> tuple[str, tuple[tuple[str, Any], ...]]:

@@ -2,8 +2,11 @@
 
 guardscope is tested on torch 2.9 to 2.14 (:data:`TESTED_RANGE`); on another release it still runs
 and says so (:func:`check_supported_version`). A feature is detected, not inferred from the
-version: ``torch.compiler.set_stance`` (:func:`supports_eager_on_recompile`) and
-``torch.compiler.config.unbacked_sources`` (:func:`supports_unbacked_sources`).
+version: ``torch.compiler.set_stance`` (:func:`supports_eager_on_recompile`),
+``torch.compiler.config.unbacked_sources`` (:func:`supports_unbacked_sources`), a per-call
+``recompile_limit`` (:func:`supports_per_call_recompile_limit`); the declarative spec's keyword is
+``shapes_specs.spec_support``'s. Each gate's docstring names the releases whose sources were read
+for it; tests/unit/test_torch_internals.py checks every gate against the installed torch.
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ def check_supported_version() -> str | None:
 
 def supports_unbacked_sources() -> bool:
     """``torch.compiler.config.unbacked_sources`` (env ``TORCH_COMPILE_UNBACKED_SOURCES``) with
-    per-dim ``:N`` entries; present in torch 2.13, absent in older releases."""
+    per-dim ``:N`` entries (``torch._dynamo.variables.builder._parse_source_entry``). Versions
+    read: 2.13.0 and 2.14.1 have both; 2.9.1, 2.10.0, 2.11.0 and 2.12.1 declare the config but
+    have no ``_parse_source_entry`` (no per-dim entries), so False there."""
     config = getattr(torch.compiler, "config", None)
     if config is None or not hasattr(config, "unbacked_sources"):
         return False
@@ -49,8 +54,9 @@ def supports_unbacked_sources() -> bool:
 
 
 def supports_per_call_recompile_limit() -> bool:
-    """``torch.compile(..., recompile_limit=N)``: torch 2.13's limit for one compiled callable,
-    which replaces the global ``recompile_limit`` while that callable compiles (absent in 2.11)."""
+    """``torch.compile(..., recompile_limit=N)``: a limit for one compiled callable, which
+    replaces the global ``recompile_limit`` while that callable compiles. Versions read: in
+    ``torch.compile``'s signature in 2.12.1, 2.13.0 and 2.14.1; absent in 2.9.1, 2.10.0, 2.11.0."""
     import inspect
 
     return "recompile_limit" in inspect.signature(torch.compile).parameters
@@ -58,6 +64,6 @@ def supports_per_call_recompile_limit() -> bool:
 
 def supports_eager_on_recompile() -> bool:
     """``torch.compiler.set_stance("eager_on_recompile")``: added with ``set_stance`` in torch 2.6
-    (present in 2.11 and 2.13). Under it a call that no cached graph accepts runs eagerly
-    instead of compiling; a graph that accepts still runs."""
+    (versions read: present in 2.9.1, 2.10.0, 2.11.0, 2.12.1, 2.13.0 and 2.14.1). Under it a call
+    that no cached graph accepts runs eagerly instead of compiling; a graph that accepts still runs."""
     return callable(getattr(torch.compiler, "set_stance", None))

@@ -44,19 +44,24 @@ def test_unbacked_plan(seed_fixes):
 
 @pytest.mark.skipif(not torch_compat.supports_shapes_spec(), reason="torch without dynamic_spec")
 def test_the_unbacked_plan_has_a_shapes_spec_form_replayed_on_its_own(seed_fixes):
-    """Issue 35: the same dims as torch 2.13's shapes_spec, with its own residual (every other dim
-    static under a spec; the seed's other dims never vary, so the residual is the marks')."""
+    """Issue 35: the same dims as torch's declarative spec, with its own residual (every other dim
+    static under a spec; the seed's other dims never vary, so the residual is the marks'). Issue
+    52: written for the keyword this torch's torch.compile takes (dynamic_shapes= on 2.14,
+    shapes_spec= on 2.13)."""
+    keyword = torch_compat.spec_keyword()
     out, _ = seed_fixes
     unbacked = next(a for a in json.loads((out / store.FIXES).read_text())["artifacts"] if a["name"] == "unbacked")
     spec = unbacked["details"]["shapes_spec"]
-    assert spec == {"status": "ok", "reason": None, "dims": [f"{a}:{d}" for a, d in MARKS],
+    assert spec == {"status": "ok", "reason": None, "keyword": keyword, "dims": [f"{a}:{d}" for a, d in MARKS],
                     "residual_samples": [0], "graphs": 1}
-    assert "as a shapes_spec (every other dim static): 1 residual warmup samples, 1 graphs" in unbacked["summary"]
+    assert (f"as a shapes_spec (torch.compile({keyword}=), every other dim static): 1 residual warmup samples, "
+            "1 graphs") in unbacked["summary"]
     module = import_file(out / "unbacked.py")
     assert module.SPEC_DIMS == tuple((a, d, 2) for a, d in MARKS) and module.SPEC_RESIDUAL == [0]
     check_spec(module.shapes_spec(), module.SPEC_DIMS)  # the module's own builder: the spec replayed
     assert len(load_corpus(out / "unbacked_spec_warmup")) == 1
-    assert "shapes_spec=unbacked.shapes_spec()" in module.__doc__ + (out / "unbacked.py").read_text()
+    assert module.SPEC_KEYWORD == keyword
+    assert f"torch.compile(model, {keyword}=unbacked.shapes_spec())" in (out / "unbacked.py").read_text()
 
 
 def test_export_dims_share_equal_dims(seed_fixes):

@@ -108,11 +108,12 @@ def test_artifacts_work_from_a_plain_script(seed_fixes, tmp_path):
                 compiled(*s.args, **s.kwargs)
         print("unbacked", graphs, counters["stats"]["unique_graphs"] - graphs)
 
-        if unbacked.SPEC_DIMS is not None:  # torch 2.13's shapes_spec form, as its comment says
+        if unbacked.SPEC_DIMS is not None:  # the declarative spec form, as its comment says (its keyword)
             torch._dynamo.reset(); counters.clear()
             corpus = list(load_corpus({str(SEED_CORPUS)!r}))  # unmarked: mark() above changed those in place
             unbacked.configure()
-            compiled = torch.compile(model, backend="eager", fullgraph=True, shapes_spec=unbacked.shapes_spec())
+            compiled = torch.compile(model, backend="eager", fullgraph=True,
+                                     **{{unbacked.SPEC_KEYWORD: unbacked.shapes_spec()}})
             unbacked.warmup(compiled, spec=True)
             graphs = counters["stats"]["unique_graphs"]
             with torch.inference_mode():

@@ -13,6 +13,7 @@ import pytest
 from guardscope.fixes.emit.unbacked import render_unbacked
 from guardscope.fixes.emit.warmup import render_warmup
 from guardscope.fixes.plan import UnbackedDim, UnbackedPlan, WarmupPlan, WarmupStep
+from guardscope.fixes.spec_plan import UNSUPPORTED, SpecPlan
 
 from ..paths import REPO
 
@@ -74,6 +75,28 @@ def test_torch_without_unbacked_sources_gets_no_environment_line():
     text = render_unbacked(CATALOG, UNBACKED, plain_graphs=10, supports_unbacked_sources=False)
     assert "TORCH_COMPILE_UNBACKED_SOURCES" not in text
     compile(text, "unbacked.py", "exec")
+
+
+@pytest.mark.parametrize("keyword", ["dynamic_shapes", "shapes_spec"])
+def test_the_spec_forms_usage_line_names_the_keyword_its_torch_takes(keyword):
+    """Issue 52: torch 2.14 takes the spec as torch.compile(dynamic_shapes=), 2.13 as shapes_spec=;
+    the usage line and SPEC_KEYWORD say the one the plan was made with."""
+    spec = SpecPlan((("x", 0, 2), ("context", 0, 1)), residual=(3,), graphs=2, keyword=keyword)
+    text = render_unbacked(CATALOG, UNBACKED, plain_graphs=10, supports_unbacked_sources=True, spec=spec)
+    values = constants(text)
+    assert values["SPEC_KEYWORD"] == keyword and values["SPEC_DIMS"] == (("x", 0, 2), ("context", 0, 1))
+    assert f", {keyword}=unbacked.shapes_spec())" in text
+    other = {"dynamic_shapes", "shapes_spec"} - {keyword}
+    assert f"{other.pop()}=unbacked" not in text
+
+
+def test_no_spec_form_says_the_cause_detected():
+    reason = "torch 2.12.1 has no torch.fx.experimental.dynamic_spec (torch 2.13 and 2.14 have it)"
+    spec = SpecPlan((("x", 0, 2),), status=UNSUPPORTED, reason=reason)
+    text = render_unbacked(CATALOG, UNBACKED, plain_graphs=10, supports_unbacked_sources=True, spec=spec)
+    values = constants(text)
+    assert values["SPEC_DIMS"] is None and values["SPEC_KEYWORD"] is None
+    assert f"# No declarative spec form of these dims: {reason}" in text
 
 
 @pytest.mark.parametrize("model", ['m.py:x"""\nimport os; os.system("id")\n"""',

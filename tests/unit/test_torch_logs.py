@@ -6,12 +6,14 @@ from __future__ import annotations
 import io
 import logging
 import os
+import sys
 import warnings
 
 import torch
 from torch._logging import _internal
 
 from guardscope import torch_compat
+from guardscope.torch_compat.logs import terminal_handler_types
 from guardscope.text import TORCH_LOG_CAUSES_SHOWN, torch_log_lines
 
 TORCH_DIR = os.path.dirname(torch.__file__)
@@ -22,13 +24,30 @@ class GuardOnDataDependentSymNode(RuntimeError):
 
 
 def terminal_streams(monkeypatch) -> io.StringIO:
-    """Every terminal handler torch put on its loggers writes here for the test."""
+    """Every terminal handler torch put on its loggers writes here for the test: a
+    ``StreamHandler``'s stream (torch 2.9 to 2.13), and ``sys.stderr``, which torch 2.14's
+    ``_StderrHandler`` writes to whatever it is at the time."""
     stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
     for name in _internal.log_registry.get_log_qnames():
         for handler in logging.getLogger(name).handlers:
             if type(handler) is logging.StreamHandler and _internal._is_torch_handler(handler):
                 monkeypatch.setattr(handler, "stream", stream)
     return stream
+
+
+def test_torch_prints_to_the_terminal_through_handlers_guardscope_knows():
+    """Drift: torch's terminal handlers are of a class torch_compat.logs recognises (a plain
+    StreamHandler up to torch 2.13, torch._logging._internal._StderrHandler in 2.14); a new class
+    would leave torch's tracebacks on the terminal while emit-warmup tries its plans."""
+    kinds = terminal_handler_types()
+    made = [(name, type(handler)) for name in _internal.log_registry.get_log_qnames()
+            for handler in logging.getLogger(name).handlers if _internal._is_torch_handler(handler)]
+    terminal = [(name, kind) for name, kind in made if not issubclass(kind, logging.FileHandler)
+                and kind.__name__ != "LazyTraceHandler"]
+    assert terminal, "torch._logging._internal put no terminal handler on its registered loggers"
+    unknown = sorted({f"{kind.__module__}.{kind.__qualname__}" for _, kind in terminal if kind not in kinds})
+    assert not unknown, f"torch prints its logs through {unknown}, a handler class torch_compat.logs does not know"
 
 
 def log_failed_meta(times: int) -> None:

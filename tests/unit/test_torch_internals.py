@@ -1,0 +1,238 @@
+"""Drift (issue 52): every torch name guardscope/torch_compat reads is listed here, and each is
+checked on the installed torch, so a release that moves one fails a test naming it instead of
+giving a wrong answer. No compile: what only a compiled object carries (cache entries, a compiled
+wrapper's attributes) is checked in tests/integration/test_torch_internals.py.
+
+``INTERNALS`` maps each dotted name to the torch_compat module that reads it. A name that only some
+supported releases have is *gated*: the gate named beside it must say whether this torch has it
+(``GATES``), and the name's absence is then no failure. Everything else must resolve.
+``test_every_torch_name_torch_compat_reads_is_listed`` scans torch_compat's source (imports,
+attribute chains, ``getattr``/``hasattr`` with a constant name) and fails on a name not listed here,
+so a new read cannot land without its drift check.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+import torch
+
+from guardscope import torch_compat
+from guardscope.torch_compat.dynamo_config import DYNAMO_SETTINGS
+from guardscope.torch_compat.logs import terminal_handler_types
+
+from ..paths import REPO
+
+TORCH_COMPAT = REPO / "guardscope" / "torch_compat"
+SPEC = "torch.fx.experimental.dynamic_spec"
+
+# dotted name -> the torch_compat module(s) reading it
+INTERNALS: dict[str, str] = {
+    # compile_cache
+    "torch._dynamo.utils.counters": "compile_cache, measurements",
+    "torch._dynamo.utils.counters.get": "cudagraphs",
+    "torch._inductor.list_mode_options": "compile_cache, cudagraphs",
+    "torch.compiler": "compile_cache",
+    "torch.compiler.save_cache_artifacts": "compile_cache",
+    "torch.compiler.load_cache_artifacts": "compile_cache",
+    "torch._TorchCompileInductorWrapper": "compile_cache",
+    "torch._TorchCompileWrapper": "compile_cache",
+    # cudagraphs
+    "torch._inductor.config.graph_partition": "cudagraphs",
+    "torch._inductor.config.triton.cudagraph_skip_dynamic_graphs": "cudagraphs",
+    "torch._inductor.scheduler.get_scheduler_node_symbol_uses": "cudagraphs",
+    "torch._logging._internal.log_registry": "cudagraphs, logs",
+    "torch._logging._internal.log_registry.get_artifact_log_qnames": "cudagraphs",
+    "torch._logging._internal.log_registry.get_log_qnames": "logs",
+    # dtypes
+    "torch.dtype": "dtypes, guard_columns",
+    # dynamo_config
+    "torch._dynamo.config._config": "dynamo_config",
+    "torch._dynamo.config.recompile_limit": "dynamo_config",
+    "torch._dynamo.config.accumulated_recompile_limit": "dynamo_config",
+    "torch._dynamo.config.fail_on_recompile_limit_hit": "dynamo_config",
+    "torch._dynamo.guards.profile_guard_manager": "dynamo_config",
+    "torch._dynamo.reset": "dynamo_config",
+    "torch.fx.experimental._config.use_duck_shape": "dynamo_config",
+    # export
+    "torch.Tensor": "export, guard_columns",
+    "torch._dynamo.exc.UserError": "export",
+    "torch._inductor.aoti_compile_and_package": "export",
+    "torch._inductor.aoti_load_package": "export",
+    "torch.export._tree_utils.reorder_kwargs": "export",
+    "torch.export.graph_signature.InputKind.USER_INPUT": "export",
+    "torch.utils._pytree.keystr": "export",
+    "torch.utils._pytree.tree_flatten_with_path": "export",
+    # frames
+    "torch._C._dynamo.eval_frame.set_code_exec_strategy": "frames",
+    "torch._dynamo.callback.callback_handler.register_start_callback": "frames",
+    "torch._dynamo.callback.callback_handler.start_callbacks": "frames",
+    "torch._dynamo.eval_frame._debug_get_cache_entry_list": "frames, guard_columns, guards",
+    "torch._dynamo.types.FrameAction.SKIP": "frames",
+    "torch._dynamo.types.FrameExecStrategy": "frames",
+    "torch._dynamo.utils.orig_code_map": "frames",
+    "torch._dynamo.utils.orig_code_map.refs": "frames",
+    "torch._dynamo.utils.orig_code_map.values": "frames",
+    # grad_modes
+    "torch.enable_grad": "grad_modes",
+    "torch.inference_mode": "grad_modes, guard_columns",
+    "torch.is_grad_enabled": "grad_modes",
+    "torch.is_inference_mode_enabled": "grad_modes",
+    "torch.no_grad": "grad_modes",
+    # guard_columns
+    "torch._C._dispatch_keys": "guard_columns",
+    "torch._C._dispatch_tls_local_exclude_set": "guard_columns",
+    "torch._C._dispatch_tls_local_include_set": "guard_columns",
+    "torch.device": "guard_columns, compile_cache, measurements",
+    "torch.empty": "guard_columns",
+    # guards
+    "torch._dynamo.eval_frame.OptimizedModule": "guards",
+    "torch.nn.Module": "guards",
+    # logs
+    "torch.__file__": "logs",
+    "torch._logging._internal.TorchLogsFormatter": "logs",
+    "torch._logging._internal._StderrHandler": "logs",
+    "torch._logging._internal._is_torch_handler": "logs",
+    "torch._logging._internal.trace_log": "logs",
+    "torch.compiler.disable": "logs",
+    # measurements
+    "torch.cuda.get_device_name": "measurements, compile_cache",
+    "torch.cuda.synchronize": "measurements",
+    # shapes_specs
+    "torch.__version__": "shapes_specs, versions",
+    "torch.compile": "shapes_specs, versions",
+    f"{SPEC}.DictSpec": "shapes_specs",
+    f"{SPEC}.ObjectSpec": "shapes_specs",
+    f"{SPEC}.SeqSpec": "shapes_specs",
+    f"{SPEC}.ShapeVar": "shapes_specs",
+    f"{SPEC}.ShapesSpec": "shapes_specs",
+    f"{SPEC}.TensorSpec": "shapes_specs",
+    # stances
+    "torch.compiler.set_stance": "stances, versions",
+    "torch.fx._symbolic_trace": "stances",
+    "torch.fx._symbolic_trace.is_fx_symbolic_tracing": "stances",
+    # versions
+    "torch._dynamo.variables.builder._parse_source_entry": "versions",
+    "torch.compiler.config": "versions",
+    "torch.compiler.config.unbacked_sources": "versions",
+}
+
+
+def _spec_module() -> bool:
+    return "has no torch.fx.experimental.dynamic_spec" not in (torch_compat.spec_support().reason or "")
+
+
+# name -> what torch_compat's gate says of this torch: True where it uses the name. Versions read:
+# the docstrings of the gates.
+GATES = {
+    **{f"{SPEC}.{name}": _spec_module for name in ("DictSpec", "ObjectSpec", "SeqSpec", "ShapeVar", "ShapesSpec",
+                                                   "TensorSpec")},
+    "torch.compiler.config.unbacked_sources": torch_compat.supports_unbacked_sources,
+    "torch._dynamo.variables.builder._parse_source_entry": torch_compat.supports_unbacked_sources,
+    "torch._logging._internal._StderrHandler": lambda: len(terminal_handler_types()) > 1,
+    "torch.compiler.set_stance": torch_compat.supports_eager_on_recompile,
+}
+# Gated by a fallback beside the read, not a supports_* function: absent, guardscope says so or
+# takes the other path (each in its module's docstring). Present in 2.13.0 and 2.14.1.
+FALLBACK = {
+    "torch._inductor.scheduler.get_scheduler_node_symbol_uses",  # cudagraphs: partitions_dynamic_shapes
+    "torch._inductor.config.graph_partition",  # cudagraphs: off where absent
+    "torch.compiler.save_cache_artifacts", "torch.compiler.load_cache_artifacts",  # compile_cache: bundles refused
+    "torch._TorchCompileInductorWrapper", "torch._TorchCompileWrapper",  # compile_cache: compiled_settings
+    "torch._dynamo.guards.profile_guard_manager",  # dynamo_config: nothing to replace
+    "torch.fx._symbolic_trace.is_fx_symbolic_tracing",  # stances: _is_fx_tracing_flag read instead
+    "torch._dynamo.callback.callback_handler.start_callbacks",  # frames: registered again
+}
+
+
+def resolve(name: str) -> tuple[bool, str]:
+    """Import the longest importable prefix of ``name``, then read the rest as attributes;
+    (found, where it stopped)."""
+    parts = name.split(".")
+    value, position = None, 0
+    for end in range(len(parts), 0, -1):
+        try:
+            value = importlib.import_module(".".join(parts[:end]))
+        except ImportError:
+            continue
+        position = end
+        break
+    for index in range(position, len(parts)):
+        if not hasattr(value, parts[index]):
+            return False, ".".join(parts[:index + 1])
+        value = getattr(value, parts[index])
+    return True, name
+
+
+def torch_reads(path: Path) -> set[str]:
+    """The torch names a module reads: imports from torch, attribute chains rooted at an import,
+    ``getattr``/``hasattr`` with a constant name on one (the longest chains only)."""
+    tree = ast.parse(path.read_text())
+    aliases: dict[str, str] = {}
+    reads: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "torch":
+                    aliases[alias.asname or "torch"] = alias.name if alias.asname else "torch"
+                    reads.add(alias.name)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "torch":
+            for alias in node.names:
+                aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                reads.add(f"{node.module}.{alias.name}")
+
+    def chain(node: ast.AST) -> str | None:
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if isinstance(node, ast.Name) and node.id in aliases:
+            return ".".join([aliases[node.id], *reversed(parts)])
+        return None
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and (found := chain(node)):
+            reads.add(found)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)):
+            base = chain(node.args[0])
+            if base:
+                reads.add(f"{base}.{node.args[1].value}")
+    return {r for r in reads if not any(other.startswith(r + ".") for other in reads)}
+
+
+def test_every_torch_name_torch_compat_reads_is_listed():
+    unlisted = sorted(f"{name} (guardscope/torch_compat/{path.name})" for path in sorted(TORCH_COMPAT.glob("*.py"))
+                      for name in torch_reads(path) if name not in INTERNALS)
+    assert not unlisted, ("torch_compat reads torch names with no drift check: add each to INTERNALS in "
+                          f"tests/unit/test_torch_internals.py: {unlisted}")
+
+
+@pytest.mark.parametrize("name", sorted(INTERNALS))
+def test_each_internal_is_where_torch_compat_reads_it(name):
+    found, stopped = resolve(name)
+    readers = INTERNALS[name]
+    if name in GATES:
+        gate = GATES[name]()
+        assert found == gate, (
+            f"torch {torch.__version__}: {name} is {'present' if found else f'gone (no {stopped})'}, but the gate "
+            f"guardscope.torch_compat ({readers}) uses for it says {'present' if gate else 'absent'}")
+        return
+    if name in FALLBACK and not found:
+        pytest.skip(f"torch {torch.__version__} has no {stopped}: torch_compat.{readers} takes its fallback")
+    assert found, (f"torch {torch.__version__} moved a name guardscope reads: {name} (no {stopped}), read by "
+                   f"guardscope.torch_compat.{readers}")
+
+
+def test_the_dynamo_settings_guardscope_records_are_torchs():
+    """dynamo_config records and applies these by name (ConfigModule._config entries); torch 2.13.0
+    and 2.14.1 have every one."""
+    entries = torch._dynamo.config._config
+    missing = [name for name in DYNAMO_SETTINGS if name not in entries]
+    assert not missing, (f"torch {torch.__version__}'s torch._dynamo.config has no {missing}: "
+                         "guardscope.torch_compat.dynamo_config.DYNAMO_SETTINGS names settings it no longer declares")
+    assert all(hasattr(entries[name], "default") for name in DYNAMO_SETTINGS), \
+        "torch._dynamo.config._config's entries have no .default (read by torch_compat.dynamo_config.dynamo_defaults)"
