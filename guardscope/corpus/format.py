@@ -194,8 +194,9 @@ MANIFEST_NAME = "corpus.json"
 
 # What a corpus directory holds, for error messages that say what was expected.
 _CORPUS_LAYOUT = (
-    f"a corpus directory holds {MANIFEST_NAME} (the manifest) and shard-NNNNN.pt files, "
-    "as written by guardscope.CorpusWriter"
+    f"a corpus directory holds {MANIFEST_NAME} (the manifest) and its shards: shard-NNNNN.pt files "
+    "(guardscope.CorpusWriter), or a traffic log's shard-NNNNN.parquet files with their "
+    "shard-NNNNN.pt data shards (guardscope.runtime.TrafficRecorder, serve(traffic_dir=...))"
 )
 SHARD_NAME = re.compile(r"shard-\d{5,}\.pt")
 LOG_NAME = re.compile(r"shard-\d{5,}\.parquet")

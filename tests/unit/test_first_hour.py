@@ -51,3 +51,18 @@ def test_a_model_file_imports_the_modules_beside_it(tmp_path, monkeypatch):
         assert sys.path.count(str(models)) == 1 and sys.path[0] == str(models)
     finally:
         sys.modules.pop("first_hour_layers", None)
+
+
+def test_a_missing_corpus_names_both_shard_kinds(tmp_path):
+    """A folder that is not a corpus: the error describes a traffic log's .parquet shards too."""
+    import pytest
+
+    from guardscope.corpus.reader import load_corpus
+    from guardscope.errors import CorpusError
+
+    (tmp_path / "traffic").mkdir()
+    for path in (tmp_path / "missing", tmp_path / "traffic"):
+        with pytest.raises(CorpusError) as refused:
+            load_corpus(path)
+        assert "shard-NNNNN.pt" in str(refused.value) and "shard-NNNNN.parquet" in str(refused.value)
+        assert "TrafficRecorder" in str(refused.value)
