@@ -116,7 +116,7 @@ def analyze(
 
     corpus = load_corpus(corpus_dir)
     if len(corpus) == 0:
-        raise CorpusError(f"the corpus {corpus_dir} holds no samples: record some calls into it first")
+        raise CorpusError(_empty_corpus(corpus_dir, corpus.manifest.recording))
     spec = model or corpus.manifest.model
     # Production's grad mode: asked for (--grad-mode), else recorded, else the compile options' older
     # inference_mode, else inference mode.
@@ -146,6 +146,17 @@ def analyze(
                         progress=progress, notice=notice, replay_mode=replay_mode, checkpoint_every=checkpoint_every)
     finally:
         reader.close()
+
+
+def _empty_corpus(corpus_dir: str | Path, recording: bool) -> str:
+    """Why a corpus holds no samples: its recorder, still open, has not flushed what it holds yet,
+    or nothing was recorded."""
+    if not recording:
+        return f"the corpus {corpus_dir} holds no samples: record some calls into it first"
+    return (f"the corpus {corpus_dir} holds no samples yet: its recorder is still open and has flushed "
+            "nothing (a recorder writes the calls it holds on flush() or close(), a TrafficRecorder also "
+            "every flush_every seconds, 30 by default); run this again after its next flush or once it "
+            "is closed (a recorder that ended without closing lost the calls it held)")
 
 
 def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str, method: str | None, user_model: Any, options: Any,

@@ -289,6 +289,9 @@ class Manifest:
     dynamo_config: dict[str, Any] | None = None
     # The grad mode production served the calls under (model.GRAD_MODES); None: not recorded.
     grad_mode: str | None = None
+    # The writer recording into the corpus was still open when it wrote this manifest: the calls
+    # it holds since its last flush are not on disk yet. Written only when set (close() clears it).
+    recording: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -299,6 +302,7 @@ class Manifest:
             **({"recorded_model": self.recorded_model.to_json()} if self.recorded_model is not None else {}),
             **({"dynamo_config": dict(sorted(self.dynamo_config.items()))} if self.dynamo_config else {}),
             **({"grad_mode": self.grad_mode} if self.grad_mode is not None else {}),
+            **({"recording": True} if self.recording else {}),
             "compile": self.compile,
             "torch_version": self.torch_version,
             "device": self.device,
@@ -341,6 +345,12 @@ def check_grad_mode(raw: Any) -> str:
     if raw not in GRAD_MODES:
         raise ValueError(f"is {json.dumps(raw)[:60]}; use one of {', '.join(GRAD_MODES)}")
     return str(raw)
+
+
+def _check_recording(raw: Any) -> bool:
+    if raw is not True:
+        raise ValueError(f"is {json.dumps(raw)[:60]}; it is true while the writer is open, absent after")
+    return True
 
 
 def corpus_directory(directory: str | os.PathLike[str]) -> pathlib.Path:
@@ -425,6 +435,7 @@ def _parse_manifest(path: pathlib.Path, raw: Any) -> Manifest:
     recorded_model = _optional(path, raw, "recorded_model", ModelPrint.from_json)
     dynamo_config = _optional(path, raw, "dynamo_config", check_dynamo_config)
     grad_mode = _optional(path, raw, "grad_mode", check_grad_mode)
+    recording = _optional(path, raw, "recording", _check_recording)
     samples = _field(path, raw, "samples", int)
     shards = []
     expected_first = 0
@@ -481,4 +492,5 @@ def _parse_manifest(path: pathlib.Path, raw: Any) -> Manifest:
         recorded_model=recorded_model,
         dynamo_config=dynamo_config,
         grad_mode=grad_mode,
+        recording=bool(recording),
     )
