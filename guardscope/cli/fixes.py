@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..plans import BUNDLED
-from ..text import first_line, torch_log_lines
+from ..text import counted, first_line, torch_log_lines
 from .common import (
     analysis_dir,
     artifact_option,
@@ -64,8 +64,10 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool, make_bundles:
         plan, files = pipeline.emit_canonical(
             out_dir, transforms, corpus=corpus,
             progress=lambda chain: click.echo(f"replaying the corpus transformed by {chain}...", err=True))
-        click.echo(f"canonical   {plan.topologies} topologies become {plan.canonical_topologies}; warmup "
-                   f"{len(plan.warmup)} transformed samples {list(plan.warmup)} compile {plan.graphs} graphs")
+        click.echo(f"canonical   the corpus's {counted(plan.topologies, 'topology', 'topologies')} become "
+                   f"{counted(plan.canonical_topologies, 'topology', 'topologies')} once canonicalised; warmup: "
+                   f"{counted(len(plan.warmup), 'transformed sample')} {list(plan.warmup)} compile "
+                   f"{counted(plan.graphs, 'graph')} in all")
         if plan.raised:
             click.secho(f"            {len(plan.raised)} sample(s) raise once transformed, first {plan.raised[0]}",
                         fg="yellow")
