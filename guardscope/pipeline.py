@@ -294,18 +294,22 @@ def fleet_corpus(paths: tuple[str, ...] | list[str], out_dir: str | Path, *, for
 
 
 def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: bool = False,
-                corpus: str | Path | None = None) -> Fixes:
+                corpus: str | Path | None = None, started: Callable[[], None] | None = None) -> Fixes:
     """Write the three fixes for the analysis in ``out_dir`` (see DESIGN "Emitted modules";
     :mod:`guardscope.fixes.document`), then refresh the report.
 
     With ``include_probed``, the warmup and the unbacked plan also cover the topologies
-    ``probe`` found (``probe/corpus``), and ``verify`` replays those samples too."""
+    ``probe`` found (``probe/corpus``), and ``verify`` replays those samples too. ``started`` is
+    called once the inputs are checked (the folder, its catalog, corpus and model), before the
+    planning: a caller's progress line never precedes an error about its inputs."""
     from .fixes.document import emit
 
     if margin < 0:
         raise CompileOptionsError(f"margin {margin} must be >= 0")
     out, catalog, loaded, model = store.load_inputs(out_dir, corpus)
     store.refuse_foreign(out, [store.EMIT_LOG])
+    if started is not None:
+        started()
     # torch logs a failed trial (marks that make a shape data-dependent, an export it refuses)
     # with its whole traceback: those lines go to a file, the caller gets one entry per cause.
     with torch_compat.torch_logs_captured() as logged:
@@ -341,13 +345,17 @@ def probe(
     break_relations: bool = False,
     progress: Callable[[str, int, int], None] | None = None,
     corpus: str | Path | None = None,
+    started: Callable[[], None] | None = None,
 ) -> ProbeResult:
     """Look for topologies the corpus of the analysis in ``out_dir`` has not shown yet (see
-    :func:`guardscope.fixes.probe.run`); writes ``probe/`` and refreshes the report."""
+    :func:`guardscope.fixes.probe.run`); writes ``probe/`` and refreshes the report. ``started``
+    is called once the request and the inputs are checked."""
     from .fixes.probe import check_request, run
 
     check_request(values, pairwise, max_candidates)  # before anything is loaded
     out, catalog, loaded, model = store.load_inputs(out_dir, corpus)
+    if started is not None:
+        started()
     result = run(out, catalog, loaded, model, values=values, pairwise=pairwise, max_candidates=max_candidates,
                  break_relations=break_relations, progress=progress)
     _render(out)
@@ -400,14 +408,17 @@ def fidelity(
     mode: str | None = None,
     timeout: float = 3600.0,
     corpus: str | Path | None = None,
+    started: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Re-analyse the corpus of ``out_dir`` with the production backend and device, in a child
     process, and compare the two catalogs (:mod:`guardscope.proving.fidelity`); writes
-    ``fidelity.json`` and refreshes the report."""
+    ``fidelity.json`` and refreshes the report. ``started`` is called once the catalog is read."""
     from .proving.fidelity import check
 
     out = Path(out_dir)
     catalog = store.read_catalog(out)
+    if started is not None:
+        started()
     document = check(out, catalog, corpus=corpus, backend=backend, device=device, mode=mode, timeout=timeout)
     _render(out)
     return document

@@ -442,7 +442,11 @@ def read_locations(directory: str | Path) -> dict[str, Any] | None:
 
 
 def read_catalog(directory: str | Path) -> dict[str, Any]:
-    catalog = read_json(Path(directory) / CATALOG, "run 'guardscope analyze CORPUS --out DIR' first")
+    directory = Path(directory)
+    if not (directory / CATALOG).exists() and (directory / "corpus.json").is_file():
+        raise CatalogError(f"{directory} is a corpus, not an analysis folder: run 'guardscope analyze {directory} "
+                           "--out DIR' first, then pass DIR")
+    catalog = read_json(directory / CATALOG, "run 'guardscope analyze CORPUS --out DIR' first")
     _check_schema(catalog, Path(directory) / CATALOG)
     return catalog
 

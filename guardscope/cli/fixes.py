@@ -74,8 +74,9 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool, make_bundles:
         click.echo("wrote       " + ", ".join(str(p) for p in files))
         return
 
-    click.echo("planning the warmup (compiles each topology's representative once)...", err=True)
-    fixes = pipeline.emit_warmup(out_dir, margin=margin, include_probed=include_probed, corpus=corpus)
+    fixes = pipeline.emit_warmup(
+        out_dir, margin=margin, include_probed=include_probed, corpus=corpus,
+        started=lambda: click.echo("planning the warmup (compiles each topology's representative once)...", err=True))
     warmup, unbacked = fixes.warmup, fixes.unbacked
     click.echo(f"warmup      {len(warmup.steps)} samples {[s.sample for s in warmup.steps]} compile "
                f"{warmup.graphs} graphs for {warmup.topologies} topologies "

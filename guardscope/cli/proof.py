@@ -190,8 +190,10 @@ def fidelity(out_dir: str, backend: str, device: str, mode: str | None, timeout:
     from .. import pipeline
     from ..catalog.diff import VERDICT_TITLES
 
-    click.echo(f"re-analysing with {backend} on {device} (compiles every graph for real)...", err=True)
-    document = pipeline.fidelity(out_dir, backend=backend, device=device, mode=mode, timeout=timeout, corpus=corpus)
+    document = pipeline.fidelity(
+        out_dir, backend=backend, device=device, mode=mode, timeout=timeout, corpus=corpus,
+        started=lambda: click.echo(f"re-analysing with {backend} on {device} (compiles every graph for real)...",
+                                   err=True))
     for line in document["summary"]:
         click.echo(line)
     for item in document["wording_only"]:

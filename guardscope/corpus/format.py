@@ -55,6 +55,10 @@ replays under it (``--grad-mode`` for a corpus that does not say; ``inference_mo
 
     "grad_mode": "no_grad"
 
+An optional ``"recording": true`` says the writer was still open when it wrote the manifest: the
+calls it holds since its last flush are not on disk yet (``close()`` rewrites the manifest
+without it).
+
 A shard (``format_version`` 2) is one ``torch.save`` archive holding a single tensor::
 
     {"format": "guardscope-corpus", "format_version": 2,

@@ -105,3 +105,22 @@ def test_a_missing_corpus_names_both_shard_kinds(tmp_path):
             load_corpus(path)
         assert "shard-NNNNN.pt" in str(refused.value) and "shard-NNNNN.parquet" in str(refused.value)
         assert "TrafficRecorder" in str(refused.value)
+
+
+def test_a_corpus_folder_given_for_an_analysis_is_one_line_and_no_progress(tmp_path):
+    """emit-warmup (and probe, fidelity) on a corpus folder: the inputs are checked before any
+    progress line, and the one line says it is a corpus and what to run."""
+    import torch
+    from click.testing import CliRunner
+
+    from guardscope.cli import main
+    from guardscope.corpus.writer import CorpusWriter
+
+    with CorpusWriter(tmp_path / "corpus", model="pkg.models:build") as writer:
+        writer.add(torch.ones(3))
+    for command in ("emit-warmup", "probe", "fidelity"):
+        done = CliRunner().invoke(main, [command, str(tmp_path / "corpus")])
+        assert done.exit_code == 2, (command, done.output)
+        assert done.output.splitlines() == [
+            f"error: {tmp_path / 'corpus'} is a corpus, not an analysis folder: run 'guardscope analyze "
+            f"{tmp_path / 'corpus'} --out DIR' first, then pass DIR"], command
