@@ -119,6 +119,15 @@ class ReplayProgress:
             self.stream.flush()
 
 
+def reason_lines(reason: str, document: str, indent: str = "          ", most: int = 3) -> str:
+    """A result's reason under its line: its first ``most`` lines (a crash's root cause, where it
+    was raised and what ended the process: :class:`guardscope.proving.isolation.PythonError`),
+    each indented, then where the rest is when there is more."""
+    lines = [line.strip() for line in reason.strip().splitlines() if line.strip()]
+    shown = "\n".join(f"{indent}{line}" for line in lines[:most])
+    return shown + (f" (the whole reason is in {document})" if len(lines) > most else "")
+
+
 def format_bundle_setup(measured: dict) -> str:
     """One line on a plan's compile-cache bundle from its verification result."""
     line = f"bundle {measured['status'].upper()}"

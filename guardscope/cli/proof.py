@@ -11,8 +11,7 @@ import click
 
 from .. import store
 from ..plans import NAMES, SHAPES_SPEC, STRATEGIES
-from ..terminal import format_bundle_setup, format_replicas
-from ..text import first_line
+from ..terminal import format_bundle_setup, format_replicas, reason_lines
 from .common import (
     analysis_dir,
     artifact_option,
@@ -84,8 +83,7 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
                          f"({result['served_samples'] / result['topology_samples']:.0%})")
         click.echo(line)
         if result["reason"]:
-            more = "" if "\n" not in result["reason"].strip() else f" (the whole reason is in {store.VERIFICATION})"
-            click.echo(f"          {first_line(result['reason'])}{more}")
+            click.echo(reason_lines(result["reason"], store.VERIFICATION))
         if result.get("bundle"):
             click.echo(f"          {format_bundle_setup(result['bundle'])}")
         if result.get("replicas"):

@@ -263,3 +263,35 @@ def test_the_runtime_is_reached_from_a_plain_import_as_the_readme_writes_it():
                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["TrafficRecorder", "serve", "True"]
+
+
+def test_verify_names_the_root_cause_when_the_model_s_import_fails(tmp_path):
+    """Issue 51, item 7: the environment broke after the analysis (a module the model imports is
+    gone), so verify's child cannot import the model. Its result says the root cause, where it was
+    raised and what ended the process, a line each, not a traceback flattened onto one line."""
+    import guardscope as library
+    from guardscope import pipeline
+
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "helper_51.py").write_text("import torch\n\n\ndef build():\n    return torch.nn.ReLU()\n")
+    (app / "served_51.py").write_text("from helper_51 import build\n")
+    with CorpusWriter(tmp_path / "corpus", model=f"{app / 'served_51.py'}:build", compile={"dynamic": True}) as writer:
+        for rows in (3, 5, 7):
+            writer.add(torch.randn(rows))
+    try:
+        library.analyze(tmp_path / "corpus", tmp_path / "out")
+        pipeline.emit_warmup(tmp_path / "out")
+    finally:
+        sys.modules.pop("helper_51", None)
+    (app / "helper_51.py").unlink()  # the environment breaks
+    done = guardscope("verify", tmp_path / "out", "--artifact", "warmup", "--backend", "eager", "--no-bundle")
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    crashed = lines.index(next(line for line in lines if line.startswith("warmup    CRASHED")))
+    assert lines[crashed + 1:crashed + 3] == [
+        "          the verification process exited with status 1: ModuleNotFoundError: No module named 'helper_51'",
+        f"          raised at {app / 'served_51.py'}, line 1, in <module>: from helper_51 import build",
+    ], done.stdout
+    assert lines[crashed + 3].startswith("          which ended the process as guardscope.errors.ModelSpecError: ")
+    assert " | " not in done.stdout
