@@ -434,10 +434,12 @@ def verify(
     bundle: bool = True,
     corpus: str | Path | None = None,
     backend: str | None = None,
+    everything: bool = False,
 ) -> dict[str, Any]:
     """Verify each emitted fix in a fresh subprocess (:func:`guardscope.proving.verify.verify_fixes`),
     the plans compiled with ``backend`` (default: production's, recorded or inductor); writes
-    ``verification.json`` and refreshes the report."""
+    ``verification.json`` and refreshes the report. Without ``artifacts``: what the user would
+    deploy, every plan with ``everything`` (:func:`guardscope.proving.verify.deployed_artifacts`)."""
     from .proving.verify import verify_fixes
 
     out = Path(out_dir)
@@ -445,7 +447,7 @@ def verify(
     where = store.corpus_dir_of(out, store.read_catalog(out), corpus)
     load_corpus(where)
     document = verify_fixes(out, where, artifacts=artifacts, holdout=holdout, timeout=timeout, progress=progress,
-                            bundle=bundle, backend=backend)
+                            bundle=bundle, backend=backend, everything=everything)
     _render(out)
     return document
 
