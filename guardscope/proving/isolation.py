@@ -16,8 +16,10 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +51,38 @@ def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, environment.get("PYTHONPATH")]))
     environment.update(extra or {})
     return environment
+
+
+# The environment variable that gives a child run_child started the pipe its parent holds open:
+# the child reads it on a thread of its own, and the read ends when the parent is gone.
+PARENT_PIPE = "GUARDSCOPE_PARENT_PIPE"
+
+
+def watch_parent() -> None:
+    """In a child :func:`run_child` started: end this child's whole process group (its own
+    children, inductor's compile workers, included) as soon as its parent is gone, however the
+    parent ended (SIGKILL too: the kernel closes the parent's end of the pipe, and the read here
+    returns). Call it first thing in the child's entry point; elsewhere it does nothing. The
+    thread sleeps in a blocking read: nothing is polled, so measurements are undisturbed."""
+    value = os.environ.pop(PARENT_PIPE, None)  # popped: this child's own children get no stale fd
+    if value is None or not value.isdigit():
+        return
+    fd = int(value)
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):  # not the pipe run_child made (a copied environment)
+            return
+    except OSError:
+        return
+
+    def watch() -> None:
+        with contextlib.suppress(OSError):
+            while os.read(fd, 1):  # the parent never writes: this returns b"" once its end is closed
+                pass
+        if os.getpgrp() == os.getpid():  # the leader of its group (start_new_session): the whole group
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="guardscope-parent-watch", daemon=True).start()
 
 
 def kill_group(pid: int) -> None:
@@ -170,10 +204,28 @@ def run_child(command: list[str], *, timeout: float | None, environment: dict[st
               cwd: str | Path | None = None) -> Completed:
     """Run ``command`` with its output captured, in a session of its own: on a timeout, and on
     Ctrl-C or any error here, its whole process group is killed (inductor's compile workers
-    included), so no leftover process keeps running or holds the output pipes open."""
+    included), so no leftover process keeps running or holds the output pipes open. When this
+    process dies without that (SIGTERM, SIGKILL), the child ends its group itself: it holds the
+    read end of a pipe whose write end only this process holds (:func:`watch_parent`)."""
     started = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=environment or child_environment(), cwd=cwd, start_new_session=True)
+    read_end, write_end = os.pipe()  # not inheritable: only this child gets the read end (pass_fds)
+    try:
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env={**(environment or child_environment()), PARENT_PIPE: str(read_end)},
+                                 cwd=cwd, start_new_session=True, pass_fds=(read_end,))
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    try:
+        return _wait(child, started, timeout)
+    finally:
+        os.close(write_end)
+
+
+def _wait(child: subprocess.Popen, started: float, timeout: float | None) -> Completed:
+    """The child's output once it ends; its whole group killed on a timeout or an error here."""
     try:
         stdout, stderr = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -34,7 +34,7 @@ from ..catalog.classify import classify_reasons
 from ..catalog.frames import hit_recompile_limit
 from ..errors import CompileOptionsError, GuardscopeError
 from ..options import production_backend, production_options
-from .isolation import child_environment, import_file, run_module
+from .isolation import child_environment, import_file, run_module, watch_parent
 from .results import OK_STATUSES, PARTIAL, result as _result
 from .setup import cache_dirs_empty, isolated_caches, set_up_plan
 from .verify_export import verify_export
@@ -606,4 +606,5 @@ def child_main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    watch_parent()  # the parent gone (killed), this process and its own children end too
     sys.exit(child_main(sys.argv[1:]))
