@@ -116,7 +116,7 @@ def analyze(
 
     corpus = load_corpus(corpus_dir)
     if len(corpus) == 0:
-        raise CorpusError(f"the corpus {corpus_dir} holds no samples: record some calls into it first")
+        raise CorpusError(_empty_corpus(corpus_dir, corpus.manifest.recording))
     spec = model or corpus.manifest.model
     # Production's grad mode: asked for (--grad-mode), else recorded, else the compile options' older
     # inference_mode, else inference mode.
@@ -146,6 +146,17 @@ def analyze(
                         progress=progress, notice=notice, replay_mode=replay_mode, checkpoint_every=checkpoint_every)
     finally:
         reader.close()
+
+
+def _empty_corpus(corpus_dir: str | Path, recording: bool) -> str:
+    """Why a corpus holds no samples: its recorder, still open, has not flushed what it holds yet,
+    or nothing was recorded."""
+    if not recording:
+        return f"the corpus {corpus_dir} holds no samples: record some calls into it first"
+    return (f"the corpus {corpus_dir} holds no samples yet: its recorder is still open and has flushed "
+            "nothing (a recorder writes the calls it holds on flush() or close(), a TrafficRecorder also "
+            "every flush_every seconds, 30 by default); run this again after its next flush or once it "
+            "is closed (a recorder that ended without closing lost the calls it held)")
 
 
 def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str, method: str | None, user_model: Any, options: Any,
@@ -283,23 +294,33 @@ def fleet_corpus(paths: tuple[str, ...] | list[str], out_dir: str | Path, *, for
 
 
 def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: bool = False,
-                corpus: str | Path | None = None) -> Fixes:
+                exclude_probed_sizes: tuple[int, ...] = (), corpus: str | Path | None = None,
+                started: Callable[[], None] | None = None) -> Fixes:
     """Write the three fixes for the analysis in ``out_dir`` (see DESIGN "Emitted modules";
     :mod:`guardscope.fixes.document`), then refresh the report.
 
     With ``include_probed``, the warmup and the unbacked plan also cover the topologies
-    ``probe`` found (``probe/corpus``), and ``verify`` replays those samples too."""
+    ``probe`` found (``probe/corpus``), and ``verify`` replays those samples too, but those found by
+    setting a dimension to one of ``exclude_probed_sizes`` (0: batches or sequences production
+    never sends empty). ``started`` is
+    called once the inputs are checked (the folder, its catalog, corpus and model), before the
+    planning: a caller's progress line never precedes an error about its inputs."""
     from .fixes.document import emit
 
     if margin < 0:
         raise CompileOptionsError(f"margin {margin} must be >= 0")
+    if exclude_probed_sizes and not include_probed:
+        raise CompileOptionsError("--exclude-probed-size leaves out probed topologies: use it with --include-probed")
     out, catalog, loaded, model = store.load_inputs(out_dir, corpus)
     store.refuse_foreign(out, [store.EMIT_LOG])
+    if started is not None:
+        started()
     # torch logs a failed trial (marks that make a shape data-dependent, an export it refuses)
     # with its whole traceback: those lines go to a file, the caller gets one entry per cause.
     with torch_compat.torch_logs_captured() as logged:
         try:
-            fixes = emit(out, catalog, loaded, model, margin=margin, include_probed=include_probed)
+            fixes = emit(out, catalog, loaded, model, margin=margin, include_probed=include_probed,
+                         exclude_probed_sizes=tuple(exclude_probed_sizes))
         finally:
             log_file = store.write_torch_log(out, store.EMIT_LOG, logged.text)
     report = _render(out)
@@ -330,13 +351,17 @@ def probe(
     break_relations: bool = False,
     progress: Callable[[str, int, int], None] | None = None,
     corpus: str | Path | None = None,
+    started: Callable[[], None] | None = None,
 ) -> ProbeResult:
     """Look for topologies the corpus of the analysis in ``out_dir`` has not shown yet (see
-    :func:`guardscope.fixes.probe.run`); writes ``probe/`` and refreshes the report."""
+    :func:`guardscope.fixes.probe.run`); writes ``probe/`` and refreshes the report. ``started``
+    is called once the request and the inputs are checked."""
     from .fixes.probe import check_request, run
 
     check_request(values, pairwise, max_candidates)  # before anything is loaded
     out, catalog, loaded, model = store.load_inputs(out_dir, corpus)
+    if started is not None:
+        started()
     result = run(out, catalog, loaded, model, values=values, pairwise=pairwise, max_candidates=max_candidates,
                  break_relations=break_relations, progress=progress)
     _render(out)
@@ -389,14 +414,17 @@ def fidelity(
     mode: str | None = None,
     timeout: float = 3600.0,
     corpus: str | Path | None = None,
+    started: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Re-analyse the corpus of ``out_dir`` with the production backend and device, in a child
     process, and compare the two catalogs (:mod:`guardscope.proving.fidelity`); writes
-    ``fidelity.json`` and refreshes the report."""
+    ``fidelity.json`` and refreshes the report. ``started`` is called once the catalog is read."""
     from .proving.fidelity import check
 
     out = Path(out_dir)
     catalog = store.read_catalog(out)
+    if started is not None:
+        started()
     document = check(out, catalog, corpus=corpus, backend=backend, device=device, mode=mode, timeout=timeout)
     _render(out)
     return document
@@ -412,10 +440,12 @@ def verify(
     bundle: bool = True,
     corpus: str | Path | None = None,
     backend: str | None = None,
+    everything: bool = False,
 ) -> dict[str, Any]:
     """Verify each emitted fix in a fresh subprocess (:func:`guardscope.proving.verify.verify_fixes`),
     the plans compiled with ``backend`` (default: production's, recorded or inductor); writes
-    ``verification.json`` and refreshes the report."""
+    ``verification.json`` and refreshes the report. Without ``artifacts``: what the user would
+    deploy, every plan with ``everything`` (:func:`guardscope.proving.verify.deployed_artifacts`)."""
     from .proving.verify import verify_fixes
 
     out = Path(out_dir)
@@ -423,7 +453,7 @@ def verify(
     where = store.corpus_dir_of(out, store.read_catalog(out), corpus)
     load_corpus(where)
     document = verify_fixes(out, where, artifacts=artifacts, holdout=holdout, timeout=timeout, progress=progress,
-                            bundle=bundle, backend=backend)
+                            bundle=bundle, backend=backend, everything=everything)
     _render(out)
     return document
 

@@ -478,7 +478,11 @@ def read_locations(directory: str | Path) -> dict[str, Any] | None:
 
 
 def read_catalog(directory: str | Path) -> dict[str, Any]:
-    catalog = read_json(Path(directory) / CATALOG, "run 'guardscope analyze CORPUS --out DIR' first")
+    directory = Path(directory)
+    if not (directory / CATALOG).exists() and (directory / "corpus.json").is_file():
+        raise CatalogError(f"{directory} is a corpus, not an analysis folder: run 'guardscope analyze {directory} "
+                           "--out DIR' first, then pass DIR")
+    catalog = read_json(directory / CATALOG, "run 'guardscope analyze CORPUS --out DIR' first")
     _check_schema(catalog, Path(directory) / CATALOG)
     return catalog
 
@@ -630,9 +634,10 @@ def load_inputs(out_dir: str | Path, corpus_dir: str | Path | None = None) -> tu
     return out, catalog, corpus, model
 
 
-def load_probed(out: Path, first_index: int) -> tuple[dict[str, Any], list[Any]]:
+def load_probed(out: Path, first_index: int, only: Sequence[str] | None = None) -> tuple[dict[str, Any], list[Any]]:
     """``probe/probe.json`` and its synthetic samples, numbered after the corpus (``first_index``
-    on) so they never collide with corpus sample numbers."""
+    on) so they never collide with corpus sample numbers; with ``only``, the probed topologies of
+    those ids alone (the document's ``new_topologies`` and the samples alike, numbered as before)."""
     from .corpus import load_corpus
     from .model import Sample
 
@@ -648,6 +653,10 @@ def load_probed(out: Path, first_index: int) -> tuple[dict[str, Any], list[Any]]
     samples = [Sample(first_index + s.index, s.args, s.kwargs) for s in probed]
     if len(samples) != len(document["new_topologies"]):
         raise CatalogError(f"{out / PROBE_DIR} is inconsistent (probe.json and corpus/ differ); rerun 'guardscope probe {out}'")
+    if only is not None:
+        kept = [position for position, found in enumerate(document["new_topologies"]) if found["id"] in set(only)]
+        document = {**document, "new_topologies": [document["new_topologies"][position] for position in kept]}
+        samples = [samples[position] for position in kept]
     return document, samples
 
 
@@ -656,4 +665,5 @@ def probed_samples(out: Path, corpus_size: int) -> tuple[dict[str, Any] | None, 
     fixes = read_document(out, FIXES) or {}
     if not fixes.get("probed", {}).get("included"):
         return None, []
-    return load_probed(out, corpus_size)
+    added = fixes["probed"].get("added")  # the probed topologies the fixes cover (emit-warmup --exclude-probed-size)
+    return load_probed(out, corpus_size, None if added is None else [found["id"] for found in added])

@@ -119,6 +119,41 @@ class ReplayProgress:
             self.stream.flush()
 
 
+def format_probed(probed: dict[str, Any]) -> list[str]:
+    """What ``emit-warmup --include-probed`` added to the plans and at what cost (fixes.json's
+    ``probed``): each probed topology covered, the warmup's samples and graphs with and without
+    them, and the ones ``--exclude-probed-size`` left out. Pure."""
+    if not probed.get("included"):
+        return []
+    added, excluded = probed.get("added", []), probed.get("excluded", [])
+    with_, without = probed["warmup"], probed["warmup_without"]
+    lines = [f"probed      --include-probed adds {len(added)} topolog{'y' if len(added) == 1 else 'ies'} probe found"
+             + (f": the warmup runs {with_['samples']} samples that compile {with_['graphs']} graphs, against "
+                f"{without['samples']} samples and {without['graphs']} graphs without them (set-up grows with the "
+                "graphs; 'guardscope verify' measures its seconds)" if added else "")]
+    for found in added:
+        lines.append(f"              T{found['topology']} = {found['id']}: {found['found_by']}"
+                     + ("" if found["in_warmup"] else " (served by a graph the warmup compiles anyway)"))
+    empty = [found["id"] for found in added if 0 in found.get("sizes", [])]
+    if empty:
+        lines.append(f"              {', '.join(empty)} set{'s' if len(empty) == 1 else ''} a dimension to 0 (an empty "
+                     "batch or sequence): if production never sends one, --exclude-probed-size 0 leaves "
+                     f"{'it' if len(empty) == 1 else 'them'} out")
+    if excluded:
+        lines.append(f"probed      left out {len(excluded)}: "
+                     + "; ".join(f"{found['id']} ({found['found_by']}) {found['reason']}" for found in excluded))
+    return lines
+
+
+def reason_lines(reason: str, document: str, indent: str = "          ", most: int = 3) -> str:
+    """A result's reason under its line: its first ``most`` lines (a crash's root cause, where it
+    was raised and what ended the process: :class:`guardscope.proving.isolation.PythonError`),
+    each indented, then where the rest is when there is more."""
+    lines = [line.strip() for line in reason.strip().splitlines() if line.strip()]
+    shown = "\n".join(f"{indent}{line}" for line in lines[:most])
+    return shown + (f" (the whole reason is in {document})" if len(lines) > most else "")
+
+
 def format_bundle_setup(measured: dict) -> str:
     """One line on a plan's compile-cache bundle from its verification result."""
     line = f"bundle {measured['status'].upper()}"

@@ -333,9 +333,9 @@ def production_lines(production: dict[str, Any]) -> list[str]:
     return lines
 
 
-def counted(number: int, noun: str) -> str:
-    """``1 sample``, ``1,234 samples``."""
-    return f"{number:,} {noun}" + ("" if number == 1 else "s")
+def counted(number: int, noun: str, plural: str | None = None) -> str:
+    """``1 sample``, ``1,234 samples``; ``plural`` where it is not ``noun + "s"`` (topologies)."""
+    return f"{number:,} " + (noun if number == 1 else plural or noun + "s")
 
 
 # --- a guard expression read in words (operator guards: torch printed only the expression) ---

@@ -4,4 +4,7 @@ in its own process, the benchmarks)."""
 from . import main
 
 if __name__ == "__main__":  # pragma: no cover
+    from ..proving.isolation import watch_parent
+
+    watch_parent()  # started by run_child (fidelity's analysis): it ends when its parent is gone
     main()

@@ -55,9 +55,11 @@ def probe(out_dir: str, values: str, pairwise: str, max_candidates: int, break_r
         sizes = tuple(int(v) for v in values.split(",") if v.strip())
     except ValueError:
         raise click.BadParameter(f"{values!r} is not a comma-separated list of sizes", param_hint="--values")
-    click.echo("probing (rebuilds the analysis' graphs, then checks each synthetic sample)...", err=True)
-    result = pipeline.probe(out_dir, values=sizes, pairwise=pairwise, max_candidates=max_candidates,
-                            break_relations=break_relations, corpus=corpus)
+    result = pipeline.probe(
+        out_dir, values=sizes, pairwise=pairwise, max_candidates=max_candidates, break_relations=break_relations,
+        corpus=corpus,
+        started=lambda: click.echo("probing (rebuilds the analysis' graphs, then checks each synthetic sample)...",
+                                   err=True))
     document = result.document
     explored = document["explored"]
     click.echo(f"explored    {explored['planned']} edits on {explored['bases']} topology samples "

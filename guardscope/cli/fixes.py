@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 
 from ..plans import BUNDLED
-from ..text import first_line, torch_log_lines
+from ..terminal import format_probed
+from ..text import counted, first_line, torch_log_lines
 from .common import (
     analysis_dir,
     artifact_option,
@@ -27,7 +28,12 @@ from .common import (
 @click.option("--margin", type=float, default=0.0, show_default=True,
               help="Headroom on torch.export Dim maxima, as a fraction (0.25 = 25%).")
 @click.option("--include-probed", is_flag=True,
-              help="Also cover the new topologies 'guardscope probe DIR' found (DIR/probe/corpus).")
+              help="Also cover the new topologies 'guardscope probe DIR' found (DIR/probe/corpus); the output lists "
+                   "each one and the warmup's samples and graphs with and without them.")
+@click.option("--exclude-probed-size", "exclude_probed_sizes", type=click.IntRange(min=0), multiple=True,
+              metavar="N",
+              help="With --include-probed: leave out the probed topologies found by setting a dimension to N "
+                   "(repeatable; 0: empty batches and length-0 sequences, which production may never send).")
 @click.option("--bundle", "make_bundles", is_flag=True,
               help="Then compile both plans with the production backend and save their compile-cache "
               "bundles (as 'guardscope bundle DIR' with its defaults).")
@@ -36,8 +42,8 @@ from .common import (
                   "for the transformed inputs.")
 @corpus_option()
 @friendly_errors
-def emit_warmup(out_dir: str, margin: float, include_probed: bool, make_bundles: bool, transforms: tuple[str, ...],
-                corpus: str | None) -> None:
+def emit_warmup(out_dir: str, margin: float, include_probed: bool, exclude_probed_sizes: tuple[int, ...],
+                make_bundles: bool, transforms: tuple[str, ...], corpus: str | None) -> None:
     """Write the fixes for the analysis in DIR: a warmup set, a mark_unbacked plan, export Dims.
 
     Reads DIR/catalog.json and the corpus it names; writes DIR/warmup/ + DIR/warmup.py,
@@ -52,32 +58,38 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool, make_bundles:
       guardscope emit-warmup out/
       guardscope verify out/
       guardscope probe out/ && guardscope emit-warmup out/ --include-probed
+      guardscope emit-warmup out/ --include-probed --exclude-probed-size 0   # never an empty batch
       guardscope emit-warmup out/ --bundle     # plus compile-cache bundles, on the production machine
       guardscope emit-warmup out/ --transform cast:images:float32 --transform contiguous:images
     """
     from .. import pipeline
 
-    if transforms and (make_bundles or include_probed or margin):
+    if transforms and (make_bundles or include_probed or exclude_probed_sizes or margin):
         raise click.UsageError("--transform writes canonicalise.py alone: run it without --bundle, --include-probed "
                                "and --margin")
     if transforms:
         plan, files = pipeline.emit_canonical(
             out_dir, transforms, corpus=corpus,
             progress=lambda chain: click.echo(f"replaying the corpus transformed by {chain}...", err=True))
-        click.echo(f"canonical   {plan.topologies} topologies become {plan.canonical_topologies}; warmup "
-                   f"{len(plan.warmup)} transformed samples {list(plan.warmup)} compile {plan.graphs} graphs")
+        click.echo(f"canonical   the corpus's {counted(plan.topologies, 'topology', 'topologies')} become "
+                   f"{counted(plan.canonical_topologies, 'topology', 'topologies')} once canonicalised; warmup: "
+                   f"{counted(len(plan.warmup), 'transformed sample')} {list(plan.warmup)} compile "
+                   f"{counted(plan.graphs, 'graph')} in all")
         if plan.raised:
             click.secho(f"            {len(plan.raised)} sample(s) raise once transformed, first {plan.raised[0]}",
                         fg="yellow")
         click.echo("wrote       " + ", ".join(str(p) for p in files))
         return
 
-    click.echo("planning the warmup (compiles each topology's representative once)...", err=True)
-    fixes = pipeline.emit_warmup(out_dir, margin=margin, include_probed=include_probed, corpus=corpus)
+    fixes = pipeline.emit_warmup(
+        out_dir, margin=margin, include_probed=include_probed, exclude_probed_sizes=exclude_probed_sizes, corpus=corpus,
+        started=lambda: click.echo("planning the warmup (compiles each topology's representative once)...", err=True))
     warmup, unbacked = fixes.warmup, fixes.unbacked
     click.echo(f"warmup      {len(warmup.steps)} samples {[s.sample for s in warmup.steps]} compile "
                f"{warmup.graphs} graphs for {warmup.topologies} topologies "
                f"(one per topology: {warmup.one_per_topology})")
+    for line in format_probed(fixes.probed or {}):
+        click.echo(line)
     if unbacked.status == "ok":
         click.echo(f"unbacked    {len(unbacked.dims)} dims "
                    f"{[f'{d.argument}:{d.axis}' for d in unbacked.dims]}, duck sizing "
@@ -106,6 +118,8 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool, make_bundles:
         click.secho(f"export      NOT POSSIBLE on this model, export_dims.py not written: {first_line(export.reason)}"
                     + (" (torch's whole message is in fixes.json and the report)" if export.torch_message else ""),
                     fg="yellow")
+    for line in fixes.limits:  # never a raised recompile limit unsaid
+        click.secho(f"limit       {line}", fg="yellow")
     for line in torch_log_lines(fixes.torch_log, fixes.torch_log_file, "emit-warmup tried its plans"):
         click.secho(f"torch       {line}", fg="yellow")
     click.echo("wrote       " + ", ".join(str(p) for p in fixes.files))

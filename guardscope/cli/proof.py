@@ -11,8 +11,7 @@ import click
 
 from .. import store
 from ..plans import NAMES, SHAPES_SPEC, STRATEGIES
-from ..terminal import format_bundle_setup, format_replicas
-from ..text import first_line
+from ..terminal import format_bundle_setup, format_replicas, reason_lines
 from .common import (
     analysis_dir,
     artifact_option,
@@ -29,9 +28,10 @@ from .common import (
 @click.command()
 @analysis_dir
 @artifact_option((*NAMES, SHAPES_SPEC, "canonical"),
-                 help="Verify only these artifacts (repeatable); default all three, unbacked.py's declarative spec form "
-                 "(shapes_spec, torch 2.13 and later) when emit-warmup made one, and canonicalise.py (canonical) when "
-                 "emit-warmup --transform wrote it.")
+                 help="Verify only these artifacts (repeatable). Default: what you would deploy, the warmup and "
+                 "its peers, the plans that compile no more graphs at set-up (unbacked, unbacked.py's shapes_spec "
+                 "form of torch 2.13) or that bench recommends, the export, and canonicalise.py (canonical) when "
+                 "emit-warmup --transform wrote it; --all adds the rest.")
 @click.option("--holdout", type=float, default=None,
               help="Replay only the last FRACTION of the corpus (e.g. 0.3), to test on samples the plan did not see first.")
 @timeout_option(3600.0, help="Seconds allowed per artifact.")
@@ -41,10 +41,18 @@ from .common import (
 @click.option("--backend", type=click.Choice(["eager", "aot_eager", "inductor"]), default=None,
               help="Compile the plans with this backend; default production's (recorded by the traffic recorder's "
                    "wrap(), else inductor, torch.compile's default). A proof holds for the backend it ran with.")
+@click.option("--all", "everything", is_flag=True,
+              help="Also prove the plans that compile more graphs at set-up than the warmup (often the shapes_spec "
+                   "form: 140 graphs where the warmup compiles 4), which the default reports as skipped.")
 @friendly_errors
 def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, timeout: float, no_bundle: bool,
-           corpus: str | None, backend: str | None) -> None:
+           corpus: str | None, backend: str | None, everything: bool) -> None:
     """Prove the fixes in DIR on the corpus, each in a fresh subprocess.
+
+    By default it proves what you would deploy: the warmup and the plans that compile no more graphs
+    at set-up than it (or that bench recommends), the export and canonicalise.py; a plan that
+    compiles more graphs (often the shapes_spec form) is reported skipped, saying so, unless --all
+    or --artifact asks for it.
 
     Each artifact is applied as its docstring says (warmup; configure + mark + warmup; export;
     shapes_spec: configure + torch.compile(dynamic_shapes=), shapes_spec= on torch 2.13, + warmup(spec=True)),
@@ -60,12 +68,13 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
       guardscope verify out/
       guardscope verify out/ --artifact warmup --holdout 0.3
       guardscope verify out/ --backend eager      # quicker; proves the guards, not inductor's strides
+      guardscope verify out/ --all                # every plan, also those that compile more graphs
     """
     from .. import pipeline
 
     document = pipeline.verify(out_dir, artifacts=artifacts or None, holdout=holdout, timeout=timeout,
                                progress=lambda name: click.echo(f"verifying {name}...", err=True),
-                               bundle=not no_bundle, corpus=corpus, backend=backend)
+                               bundle=not no_bundle, corpus=corpus, backend=backend, everything=everything)
     for result in document["artifacts"]:
         line = f"{result['name']:<9} {result['status'].upper():<8}"
         if result["setup_graphs"] is not None:
@@ -84,8 +93,7 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
                          f"({result['served_samples'] / result['topology_samples']:.0%})")
         click.echo(line)
         if result["reason"]:
-            more = "" if "\n" not in result["reason"].strip() else f" (the whole reason is in {store.VERIFICATION})"
-            click.echo(f"          {first_line(result['reason'])}{more}")
+            click.echo(reason_lines(result["reason"], store.VERIFICATION))
         if result.get("bundle"):
             click.echo(f"          {format_bundle_setup(result['bundle'])}")
         if result.get("replicas"):
@@ -195,8 +203,10 @@ def fidelity(out_dir: str, backend: str, device: str, mode: str | None, timeout:
     from .. import pipeline
     from ..catalog.diff import VERDICT_TITLES
 
-    click.echo(f"re-analysing with {backend} on {device} (compiles every graph for real)...", err=True)
-    document = pipeline.fidelity(out_dir, backend=backend, device=device, mode=mode, timeout=timeout, corpus=corpus)
+    document = pipeline.fidelity(
+        out_dir, backend=backend, device=device, mode=mode, timeout=timeout, corpus=corpus,
+        started=lambda: click.echo(f"re-analysing with {backend} on {device} (compiles every graph for real)...",
+                                   err=True))
     for line in document["summary"]:
         click.echo(line)
     for item in document["wording_only"]:

@@ -55,6 +55,10 @@ replays under it (``--grad-mode`` for a corpus that does not say; ``inference_mo
 
     "grad_mode": "no_grad"
 
+An optional ``"recording": true`` says the writer was still open when it wrote the manifest: the
+calls it holds since its last flush are not on disk yet (``close()`` rewrites the manifest
+without it).
+
 A shard (``format_version`` 2) is one ``torch.save`` archive holding a single tensor::
 
     {"format": "guardscope-corpus", "format_version": 2,
@@ -194,8 +198,9 @@ MANIFEST_NAME = "corpus.json"
 
 # What a corpus directory holds, for error messages that say what was expected.
 _CORPUS_LAYOUT = (
-    f"a corpus directory holds {MANIFEST_NAME} (the manifest) and shard-NNNNN.pt files, "
-    "as written by guardscope.CorpusWriter"
+    f"a corpus directory holds {MANIFEST_NAME} (the manifest) and its shards: shard-NNNNN.pt files "
+    "(guardscope.CorpusWriter), or a traffic log's shard-NNNNN.parquet files with their "
+    "shard-NNNNN.pt data shards (guardscope.runtime.TrafficRecorder, serve(traffic_dir=...))"
 )
 SHARD_NAME = re.compile(r"shard-\d{5,}\.pt")
 LOG_NAME = re.compile(r"shard-\d{5,}\.parquet")
@@ -288,6 +293,9 @@ class Manifest:
     dynamo_config: dict[str, Any] | None = None
     # The grad mode production served the calls under (model.GRAD_MODES); None: not recorded.
     grad_mode: str | None = None
+    # The writer recording into the corpus was still open when it wrote this manifest: the calls
+    # it holds since its last flush are not on disk yet. Written only when set (close() clears it).
+    recording: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -298,6 +306,7 @@ class Manifest:
             **({"recorded_model": self.recorded_model.to_json()} if self.recorded_model is not None else {}),
             **({"dynamo_config": dict(sorted(self.dynamo_config.items()))} if self.dynamo_config else {}),
             **({"grad_mode": self.grad_mode} if self.grad_mode is not None else {}),
+            **({"recording": True} if self.recording else {}),
             "compile": self.compile,
             "torch_version": self.torch_version,
             "device": self.device,
@@ -340,6 +349,12 @@ def check_grad_mode(raw: Any) -> str:
     if raw not in GRAD_MODES:
         raise ValueError(f"is {json.dumps(raw)[:60]}; use one of {', '.join(GRAD_MODES)}")
     return str(raw)
+
+
+def _check_recording(raw: Any) -> bool:
+    if raw is not True:
+        raise ValueError(f"is {json.dumps(raw)[:60]}; it is true while the writer is open, absent after")
+    return True
 
 
 def corpus_directory(directory: str | os.PathLike[str]) -> pathlib.Path:
@@ -424,6 +439,7 @@ def _parse_manifest(path: pathlib.Path, raw: Any) -> Manifest:
     recorded_model = _optional(path, raw, "recorded_model", ModelPrint.from_json)
     dynamo_config = _optional(path, raw, "dynamo_config", check_dynamo_config)
     grad_mode = _optional(path, raw, "grad_mode", check_grad_mode)
+    recording = _optional(path, raw, "recording", _check_recording)
     samples = _field(path, raw, "samples", int)
     shards = []
     expected_first = 0
@@ -480,4 +496,5 @@ def _parse_manifest(path: pathlib.Path, raw: Any) -> Manifest:
         recorded_model=recorded_model,
         dynamo_config=dynamo_config,
         grad_mode=grad_mode,
+        recording=bool(recording),
     )

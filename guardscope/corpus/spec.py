@@ -77,6 +77,28 @@ def model_label(spec: str) -> str:
     return f"{attr} ({target})"
 
 
+def raised_words(exc: BaseException) -> str:
+    """An exception in words with its root cause and where that was raised: ``RuntimeError:
+    Failed to import x (root cause ModuleNotFoundError: No module named 'y', at
+    /app/model.py, line 3)``. The root is the last of its ``__cause__``/``__context__`` chain;
+    where, the innermost frame of its traceback (importlib's own frames are not in it)."""
+    root, seen = exc, {id(exc)}
+    while True:
+        following = root.__cause__ or (None if root.__suppress_context__ else root.__context__)
+        if following is None or id(following) in seen:
+            break
+        root = following
+        seen.add(id(root))
+    words = f"{type(exc).__name__}: {exc}"
+    tb = root.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = f"{tb.tb_frame.f_code.co_filename}, line {tb.tb_lineno}" if tb is not None else None
+    if root is not exc:
+        return f"{words} (root cause {type(root).__name__}: {root}" + (f", at {where})" if where else ")")
+    return words + (f" (at {where})" if where else "")
+
+
 def _load_file_module(path: Path, spec: str) -> Any:
     # A stable, path-derived module name: re-resolving the same file reuses the module, and two
     # different files named model.py do not collide.
@@ -102,7 +124,7 @@ def _load_file_module(path: Path, spec: str) -> Any:
     except Exception as exc:
         del sys.modules[name]
         raise ModelSpecError(
-            f"model spec {spec!r}: importing {path} raised {type(exc).__name__}: {exc}"
+            f"model spec {spec!r}: importing {path} raised {raised_words(exc)}"
         ) from exc
     return module
 
@@ -119,13 +141,19 @@ def _import_target(target: str, spec: str, base_dirs: tuple[Path, ...]) -> Any:
     try:
         return importlib.import_module(target)
     except ModuleNotFoundError as exc:
+        if exc.name is not None and not (target == exc.name or target.startswith(exc.name + ".")):
+            # The module was found; a module it imports was not (a broken environment).
+            raise ModelSpecError(
+                f"model spec {spec!r}: importing {target!r} raised {raised_words(exc)}: a module it imports "
+                "is missing"
+            ) from exc
         raise ModelSpecError(
             f"model spec {spec!r}: module {target!r} not found ({exc}); "
             "install it or use a 'path/file.py:attr' spec"
         ) from exc
     except Exception as exc:
         raise ModelSpecError(
-            f"model spec {spec!r}: importing {target!r} raised {type(exc).__name__}: {exc}"
+            f"model spec {spec!r}: importing {target!r} raised {raised_words(exc)}"
         ) from exc
 
 
@@ -160,8 +188,7 @@ def load_model(spec: str, base_dir: str | Path | None = None, method: str | None
         model = factory()
     except Exception as exc:
         raise ModelSpecError(
-            f"model spec {spec!r}: calling {getattr(factory, '__name__', factory)!r}() raised "
-            f"{type(exc).__name__}: {exc}"
+            f"model spec {spec!r}: calling {getattr(factory, '__name__', factory)!r}() raised {raised_words(exc)}"
         ) from exc
     if not callable(model):
         raise ModelSpecError(

@@ -508,6 +508,8 @@ class CorpusWriter:
         self._closed = True
         if self._pending or self._window:
             self._flush()
+        else:
+            self._write_manifest()  # without the "recording" mark
 
     def _flush(self) -> None:
         if self._window is not None:
@@ -617,6 +619,7 @@ class CorpusWriter:
             recorded_model=self.recorded_model,
             dynamo_config=self.dynamo_config,
             grad_mode=self.grad_mode,
+            recording=not self._closed,
         )
         text = json.dumps(manifest.to_json(), sort_keys=True, indent=2) + "\n"
         _atomic_write(self.directory / MANIFEST_NAME, text.encode())

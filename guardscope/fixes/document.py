@@ -20,11 +20,12 @@ from .. import plans, store, torch_compat
 from ..corpus import CorpusWriter
 from ..corpus.chains import Chains, chained_order, state_tokens_of
 from ..corpus.spec import respec
-from ..options import production_options
+from ..options import production_graph_limit, production_options
 from ..text import first_line
 from . import plan as planning
 from .canonical import CanonicalPlan, plan_canonical
 from .emit.canonicalise import render_canonicalise
+from .emit.common import limit_words
 from .emit.export_dims import render_export_dims
 from .emit.unbacked import render_unbacked
 from .emit.warmup import render_warmup
@@ -40,6 +41,11 @@ class Fixes:
     unbacked: Any
     export: Any
     spec: Any = None  # the unbacked plan's declarative spec form (spec_plan.SpecPlan), None when not tried
+    # fixes.json's "probed": what --include-probed added (the topologies, the warmup without them)
+    # and what --exclude-probed-size left out.
+    probed: dict[str, Any] | None = None
+    # Each module that compiles more graphs than production's recompile limit, and how it raises it.
+    limits: tuple[str, ...] = ()
     # What torch logged while the plans were tried (pipeline.emit_warmup fills these): each
     # distinct cause of its warnings and errors as (level, cause, records), and the file of its lines.
     torch_log: tuple[tuple[str, str, int], ...] = ()
@@ -51,7 +57,7 @@ def with_probed(catalog: dict[str, Any], document: dict[str, Any], first_index: 
     extended = dict(catalog)
     topologies = list(catalog["topologies"])
     for position, probed in enumerate(document.get("new_topologies", [])):
-        sample = first_index + position
+        sample = first_index + probed.get("probe_sample", position)  # its place in probe/corpus
         topologies.append({
             "id": len(topologies),
             "compile_id": probed["compile_id"],
@@ -86,17 +92,40 @@ def unbacked_summary(plan: Any, warmup_graphs: int, spec: Any = None) -> str:
     return line
 
 
+def excluded_by_size(found: dict[str, Any], sizes: tuple[int, ...]) -> int | None:
+    """The size of ``sizes`` one of a probed topology's edits set a dimension to (``found``: an
+    entry of probe.json's ``new_topologies``), or None. Pure."""
+    for edit in found.get("edits", []):
+        if edit.get("kind") == "size" and edit.get("value") in sizes:
+            return edit["value"]
+    return None
+
+
 def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin: float = 0.0,
-         include_probed: bool = False) -> Fixes:
+         include_probed: bool = False, exclude_probed_sizes: tuple[int, ...] = ()) -> Fixes:
     """Plan, render and write the three fixes for the analysis in ``out`` (see DESIGN "Emitted
     modules"): the modules, their warmup corpora and fixes.json. With ``include_probed`` the plans
-    also cover the topologies ``probe`` found."""
+    also cover the topologies ``probe`` found, but those found by setting a dimension to one of
+    ``exclude_probed_sizes`` (0: an empty batch, a length-0 sequence, which production may never
+    send); fixes.json's ``probed`` says which were added, which left out, and what the warmup
+    costs without them."""
     files = plans.MODULES
     store.refuse_foreign(out, [*files.values(), store.FIXES])
     options = production_options(catalog)
     probed: list[Any] = []
+    corpus_catalog = catalog
+    added: list[dict[str, Any]] = []
+    excluded: list[dict[str, Any]] = []
     if include_probed:
-        document, probed = store.load_probed(out, len(corpus))
+        document, _ = store.load_probed(out, len(corpus))
+        for found in document.get("new_topologies", []):
+            size = excluded_by_size(found, exclude_probed_sizes)
+            if size is None:
+                added.append(found)
+            else:
+                excluded.append({"id": found["id"], "found_by": found["found_by"],
+                                 "reason": f"sets a dimension to {size} (--exclude-probed-size {size})"})
+        document, probed = store.load_probed(out, len(corpus), [found["id"] for found in added])
         catalog = with_probed(catalog, document, len(corpus))
     by_index = {sample.index: sample for sample in probed}
 
@@ -113,6 +142,9 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
     frames = len(catalog.get("frames") or ()) or 1
     warmup_plan = planning.plan_warmup(model, catalog["topologies"], sample_at, options, frames=frames,
                                        chains=chains)
+    # What the probed topologies cost: the warmup planned on the corpus alone, beside it.
+    without = planning.plan_warmup(model, corpus_catalog["topologies"], sample_at, options, frames=frames,
+                                   chains=chains) if probed else warmup_plan
     unbacked_plan = planning.residual_samples(
         model, lambda: itertools.chain(corpus.iter_records(), probed), planning.choose_unbacked(catalog), options,
         catalog
@@ -153,6 +185,12 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
                 with writer.request(tag, first_step=step) if tagged else contextlib.nullcontext():
                     writer.add(*sample.args, **sample.kwargs)
 
+    limits = {name: words for name, words in (
+        (plans.WARMUP, limit_words(catalog, warmup_plan.graphs, files[plans.WARMUP])),
+        (plans.UNBACKED, limit_words(catalog, unbacked_plan.graphs, files[plans.UNBACKED]) if unbacked_ok else None),
+        (plans.SHAPES_SPEC, limit_words(catalog, spec_plan.graphs, f"{files[plans.UNBACKED]}'s shapes_spec form")
+         if spec_ok else None),
+    ) if words is not None}
     codes = {
         plans.WARMUP: render_warmup(catalog, warmup_plan),
         plans.UNBACKED: render_unbacked(
@@ -169,8 +207,9 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
             written.append(store.write_text(out / files[name], code))
     fixes = {
         "schema": 1,
-        "probed": {"included": bool(include_probed), "topologies": len(probed),
-                   "corpus": f"{store.PROBE_DIR}/corpus" if probed else None},
+        "probed": probed_section(include_probed, catalog, added, excluded, exclude_probed_sizes, warmup_plan,
+                                 without),
+        "recompile_limit": {"production": production_graph_limit(catalog), "raised": limits},
         "artifacts": [
             {
                 "name": "warmup",
@@ -244,7 +283,29 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
     }
     written.append(store.write_document(out, store.FIXES, fixes))
     return Fixes(out_dir=out, files=tuple(written), warmup=warmup_plan, unbacked=unbacked_plan, export=export_plan,
-                 spec=spec_plan)
+                 spec=spec_plan, probed=fixes["probed"], limits=tuple(limits.values()))
+
+
+def probed_section(included: bool, catalog: dict[str, Any], added: list[dict[str, Any]],
+                   excluded: list[dict[str, Any]], sizes: tuple[int, ...], warmup: Any, without: Any) -> dict[str, Any]:
+    """fixes.json's ``probed``: each probed topology the plans cover (its id, its topology number
+    in the plans, how probe found it, whether the warmup runs its sample), those left out and why,
+    and the warmup with and without them (samples, graphs). Pure."""
+    numbers = {t["probed"]: t["id"] for t in catalog["topologies"] if t.get("probed") is not None}
+    in_warmup = {step.topology for step in warmup.steps}
+    return {
+        "included": bool(included),
+        "topologies": len(added),
+        "corpus": f"{store.PROBE_DIR}/corpus" if added else None,
+        "added": [{"id": found["id"], "topology": numbers[found["id"]], "found_by": found["found_by"],
+                   "in_warmup": numbers[found["id"]] in in_warmup,
+                   "sizes": sorted({e["value"] for e in found.get("edits", []) if e.get("kind") == "size"})}
+                  for found in added],
+        "excluded": excluded,
+        "exclude_sizes": sorted(sizes),
+        "warmup": {"samples": len(warmup.steps), "graphs": warmup.graphs},
+        "warmup_without": {"samples": len(without.steps), "graphs": without.graphs},
+    }
 
 
 def emit_canonical(out: Path, catalog: dict[str, Any], corpus: Any, model: Any,

@@ -43,6 +43,7 @@ from .. import plans, store, torch_compat
 from ..catalog.limits import production_limits
 from ..corpus.chains import CarriedState
 from ..options import production_options
+from .isolation import watch_parent
 from ..text import exception_line
 from .isolation import import_file
 from .setup import precompiled_off
@@ -260,4 +261,5 @@ def child_main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    watch_parent()  # the parent gone (killed), this process and its own children end too
     sys.exit(child_main(sys.argv[1:]))

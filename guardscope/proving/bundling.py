@@ -15,7 +15,7 @@ from .. import plans, store
 from ..bundle import FORMAT, plan_hash
 from ..errors import BundleError, CompileOptionsError, GuardscopeError
 from ..options import BACKENDS, production_options
-from .isolation import child_environment, run_module
+from .isolation import child_environment, run_module, watch_parent
 from .setup import cache_dirs_empty, isolated_caches, set_up_plan
 
 # --- making one ----------------------------------------------------------------------------------
@@ -153,4 +153,5 @@ def child_main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    watch_parent()  # the parent gone (killed), this process and its own children end too
     sys.exit(child_main(sys.argv[1:]))

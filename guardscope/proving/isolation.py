@@ -16,8 +16,10 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +53,38 @@ def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     return environment
 
 
+# The environment variable that gives a child run_child started the pipe its parent holds open:
+# the child reads it on a thread of its own, and the read ends when the parent is gone.
+PARENT_PIPE = "GUARDSCOPE_PARENT_PIPE"
+
+
+def watch_parent() -> None:
+    """In a child :func:`run_child` started: end this child's whole process group (its own
+    children, inductor's compile workers, included) as soon as its parent is gone, however the
+    parent ended (SIGKILL too: the kernel closes the parent's end of the pipe, and the read here
+    returns). Call it first thing in the child's entry point; elsewhere it does nothing. The
+    thread sleeps in a blocking read: nothing is polled, so measurements are undisturbed."""
+    value = os.environ.pop(PARENT_PIPE, None)  # popped: this child's own children get no stale fd
+    if value is None or not value.isdigit():
+        return
+    fd = int(value)
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):  # not the pipe run_child made (a copied environment)
+            return
+    except OSError:
+        return
+
+    def watch() -> None:
+        with contextlib.suppress(OSError):
+            while os.read(fd, 1):  # the parent never writes: this returns b"" once its end is closed
+                pass
+        if os.getpgrp() == os.getpid():  # the leader of its group (start_new_session): the whole group
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="guardscope-parent-watch", daemon=True).start()
+
+
 def kill_group(pid: int) -> None:
     """SIGKILL the process group a child started with ``start_new_session`` leads."""
     with contextlib.suppress(ProcessLookupError):
@@ -79,6 +113,68 @@ def output_tail(text: str, lines: int = 5) -> list[str]:
     return kept[-lines:]
 
 
+_TRACEBACK = "Traceback (most recent call last):"
+_CHAINED = ("The above exception was the direct cause of the following exception:",
+            "During handling of the above exception, another exception occurred:")
+_FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+)$')
+
+
+@dataclass(frozen=True)
+class PythonError:
+    """The uncaught exception a Python child printed as it died, read back from its output."""
+
+    error: str  # the exception that ended it: "guardscope.errors.ModelSpecError: model spec ..."
+    root: str  # the first exception of its chain, the root cause: "ModuleNotFoundError: No module named 'x'"
+    where: str | None  # the root's innermost frame: "/app/model.py, line 3, in <module>"
+    source: str | None  # that frame's source line, as Python printed it
+
+    def describe(self) -> str:
+        """The root cause first, then where it was raised and, when another exception came of
+        it, the one that ended the process; one item a line."""
+        text = self.root
+        if self.where is not None:
+            text += f"\n  raised at {self.where}" + (f": {self.source}" if self.source else "")
+        if self.error != self.root:
+            text += f"\n  which ended the process as {self.error}"
+        return text
+
+
+def _block(lines: list[str], header: int) -> tuple[str, str | None, str | None] | None:
+    """(exception line, innermost frame, its source line) of the traceback printed from ``header`` on."""
+    where = source = None
+    for index in range(header + 1, len(lines)):
+        line = lines[index]
+        frame = _FRAME.match(line)
+        if frame is not None:
+            where = f"{frame['file']}, line {frame['line']}, in {frame['function']}"
+            following = lines[index + 1] if index + 1 < len(lines) else ""
+            source = following.strip() if following.startswith("    ") and following.strip("^~ ") else None
+        elif line and not line.startswith(" "):
+            return line, where, source
+    return None
+
+
+def python_error(text: str) -> PythonError | None:
+    """The last uncaught exception printed in ``text`` (a child's stderr) with its root cause: the
+    first exception of its chain (Python prints a chain from its cause on, each later one after
+    "The above exception was the direct cause..." or "During handling of the above exception...").
+    None when ``text`` holds no traceback. Pure."""
+    lines = text.splitlines()
+    headers = [index for index, line in enumerate(lines) if line == _TRACEBACK]
+    if not headers:
+        return None
+    chain = [headers[-1]]
+    for header in reversed(headers[:-1]):
+        before = [line for line in lines[header:chain[0]] if line.strip()]
+        if len(before) < 2 or before[-1] not in _CHAINED:
+            break
+        chain.insert(0, header)
+    last, first = _block(lines, chain[-1]), _block(lines, chain[0])
+    if last is None or first is None:
+        return None
+    return PythonError(error=last[0], root=first[0], where=first[1], source=first[2])
+
+
 @dataclass(frozen=True)
 class Completed:
     """A finished (or timed-out) child: its exit status (None when it timed out), its output
@@ -90,12 +186,17 @@ class Completed:
     seconds: float
 
     def failure(self, what: str, lines: int = 5) -> str:
-        """``the verification process died of SIGSEGV: <last lines of its output>``."""
-        tail = output_tail(self.stderr or self.stdout or "", lines)
+        """``the verification process died of SIGSEGV: <last lines of its output>``; a Python
+        exception that ended it as its root cause, where that was raised and what ended the
+        process, one a line (:class:`PythonError`)."""
         if self.returncode is not None and self.returncode < 0:
             cause = f"{what} died of {signal_name(self.returncode)}"
         else:
             cause = f"{what} exited with status {self.returncode}"
+        error = python_error(self.stderr or self.stdout or "")
+        if error is not None:
+            return f"{cause}: {error.describe()}"
+        tail = output_tail(self.stderr or self.stdout or "", lines)
         return cause + (": " + " | ".join(tail) if tail else "")
 
 
@@ -103,10 +204,28 @@ def run_child(command: list[str], *, timeout: float | None, environment: dict[st
               cwd: str | Path | None = None) -> Completed:
     """Run ``command`` with its output captured, in a session of its own: on a timeout, and on
     Ctrl-C or any error here, its whole process group is killed (inductor's compile workers
-    included), so no leftover process keeps running or holds the output pipes open."""
+    included), so no leftover process keeps running or holds the output pipes open. When this
+    process dies without that (SIGTERM, SIGKILL), the child ends its group itself: it holds the
+    read end of a pipe whose write end only this process holds (:func:`watch_parent`)."""
     started = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=environment or child_environment(), cwd=cwd, start_new_session=True)
+    read_end, write_end = os.pipe()  # not inheritable: only this child gets the read end (pass_fds)
+    try:
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env={**(environment or child_environment()), PARENT_PIPE: str(read_end)},
+                                 cwd=cwd, start_new_session=True, pass_fds=(read_end,))
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    try:
+        return _wait(child, started, timeout)
+    finally:
+        os.close(write_end)
+
+
+def _wait(child: subprocess.Popen, started: float, timeout: float | None) -> Completed:
+    """The child's output once it ends; its whole group killed on a timeout or an error here."""
     try:
         stdout, stderr = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

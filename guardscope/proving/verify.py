@@ -39,7 +39,7 @@ from ..catalog.frames import hit_recompile_limit
 from ..errors import CompileOptionsError, GuardscopeError
 from ..options import production_backend, production_options
 from ..text import first_line
-from .isolation import child_environment, import_file, run_module
+from .isolation import child_environment, import_file, run_module, watch_parent
 from .results import OK_STATUSES, PARTIAL, result as _result
 from .setup import cache_dirs_empty, isolated_caches, set_up_plan
 from .verify_export import verify_export
@@ -74,8 +74,13 @@ def verify_fixes(
     progress: Callable[[str], None] | None = None,
     bundle: bool = True,
     backend: str | None = None,
+    everything: bool = False,
 ) -> dict[str, Any]:
     """Verify each emitted fix in a fresh subprocess; write ``verification.json``.
+
+    Without ``artifacts``, what the user would deploy (:func:`deployed_artifacts`): the warmup and
+    the plans that compile no more graphs at set-up, or that bench recommends; a plan that compiles
+    more (the shapes_spec form, often) is ``skipped`` saying so, unless ``everything``.
 
     The plans are proven with ``backend``, by default production's (:func:`production_backend`):
     a graph's guards are Dynamo's whatever the backend, but what a call receives may not be (a KV
@@ -91,8 +96,7 @@ def verify_fixes(
     """
     if holdout is not None and not 0.0 < holdout < 1.0:
         raise CompileOptionsError(f"--holdout {holdout} must be a fraction between 0 and 1")
-    chosen = artifacts or (*plans.NAMES, *([SHAPES_SPEC] if spec_entry(out) is not None else []),
-                           *([CANONICAL] if (out / store.CANONICALISE).is_file() else []))
+    chosen, left_out = (artifacts, {}) if artifacts else deployed_artifacts(out, everything=everything)
     unknown = sorted(set(chosen) - set(ARTIFACTS))
     if unknown:
         raise CompileOptionsError(f"unknown artifacts {unknown}; choose from {', '.join(ARTIFACTS)}")
@@ -108,6 +112,9 @@ def verify_fixes(
     if previous is not None:
         kept = [r for r in previous.get("artifacts", []) if r.get("name") not in chosen]
         results = sorted(kept + results, key=lambda r: ARTIFACTS.index(r["name"]))
+    if left_out:
+        results = sorted(results + [_result(name, "skipped", why) for name, why in left_out.items()],
+                         key=lambda r: ARTIFACTS.index(r["name"]))
     compare_spec(results)
     small = None if forward_skipped(catalog.get("skipped_frames", [])) else small_corpus_warning(catalog.get("risk") or {})
     found = verdict(results)
@@ -123,6 +130,42 @@ def verify_fixes(
     }
     store.write_document(out, store.VERIFICATION, document)
     return document
+
+
+def deployed_artifacts(out: Path, *, everything: bool = False) -> tuple[tuple[str, ...], dict[str, str]]:
+    """What ``verify`` proves by default, and why it leaves the rest out: (artifacts, {artifact:
+    reason}).
+
+    What the user would deploy: the warmup, and its peers, the compiled plans (unbacked, the
+    shapes_spec form) that compile no more graphs at set-up than it, or the plan bench.json
+    recommends; the export and ``canonicalise.py`` when emit-warmup wrote them (they compile
+    nothing at set-up). A plan that compiles more graphs than the warmup (a shapes_spec form of
+    140 graphs beside a warmup of 4) costs more to prove than the others together and is not
+    the one to deploy: it is left out, unless ``everything``. A plan whose graphs fixes.json does
+    not count is proven."""
+    spec = spec_entry(out)
+    chosen = (*plans.NAMES, *([SHAPES_SPEC] if spec is not None else []),
+              *([CANONICAL] if (out / store.CANONICALISE).is_file() else []))
+    if everything:
+        return chosen, {}
+    graphs: dict[str, int] = {}
+    for name in (plans.WARMUP, plans.UNBACKED):
+        entry = store.fix_entry(out, name) or {}
+        count = (entry.get("details") or {}).get("graphs")
+        if entry.get("status", "ok") == "ok" and isinstance(count, int):
+            graphs[name] = count
+    if spec is not None and spec.get("status") == "ok" and isinstance(spec.get("graphs"), int):
+        graphs[SHAPES_SPEC] = spec["graphs"]
+    if plans.WARMUP not in graphs:
+        return chosen, {}
+    benched = ((store.read_document(out, store.BENCH) or {}).get("recommendation") or {}).get("strategy")
+    budget = graphs[plans.WARMUP]
+    left_out = {
+        name: (f"not proven by default: it compiles {count} graphs at set-up, more than the warmup's {budget} "
+               f"(the plan to deploy); 'guardscope verify {out} --all' or '--artifact {name}' proves it")
+        for name, count in graphs.items() if count > budget and name != benched
+    }
+    return tuple(name for name in chosen if name not in left_out), left_out
 
 
 def spec_entry(out_dir: Path) -> dict[str, Any] | None:
@@ -614,4 +657,5 @@ def child_main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    watch_parent()  # the parent gone (killed), this process and its own children end too
     sys.exit(child_main(sys.argv[1:]))

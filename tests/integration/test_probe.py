@@ -74,3 +74,53 @@ def test_probe_keeps_equal_inputs_equal_unless_asked(make_corpus, tmp_path):
     assert broken["model_error"] == broken["model_error_by_kind"]["broken"] == 6
     assert all("breaking" in e["found_by"] for e in document["model_errors"])
     assert "6 raised in the model (broken 6)" in result.output
+
+
+def test_include_probed_says_what_it_adds_excludes_empty_sizes_and_any_raised_limit(tmp_path):
+    """Issue 51, item 3: --include-probed lists each probed topology it adds and the warmup's
+    samples and graphs with and without them; --exclude-probed-size 0 leaves out the ones probe
+    found at size 0 (the plans and verify's replay alike); a warmup of more graphs than
+    production's recompile limit (2 here) says in the output how it raises it."""
+    from guardscope.corpus.writer import CorpusWriter
+
+    from ..paths import model_spec
+
+    with CorpusWriter(tmp_path / "corpus", model=model_spec("Elementwise"), compile={"dynamic": None},
+                      dynamo_config={"recompile_limit": 2}) as writer:
+        for rows in (3, 5, 7, 9):
+            writer.add(torch.randn(rows, 4))
+    out = tmp_path / "out"
+    guardscope.analyze(tmp_path / "corpus", out)
+    found = pipeline.probe(out, values=(0, 1), pairwise="none").document["new_topologies"]
+    assert [(t["id"], t["found_by"]) for t in found] == [("P0", "x dim 0 = 0 (from sample 0)"),
+                                                          ("P1", "x dim 0 = 1 (from sample 0)")]
+
+    result = CliRunner().invoke(main, ["emit-warmup", str(out), "--include-probed"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert ("probed      --include-probed adds 2 topologies probe found: the warmup runs 4 samples that compile 4 "
+            "graphs, against 2 samples and 2 graphs without them (set-up grows with the graphs; 'guardscope verify' "
+            "measures its seconds)") in lines
+    assert "              T2 = P0: x dim 0 = 0 (from sample 0)" in lines
+    assert "              T3 = P1: x dim 0 = 1 (from sample 0)" in lines
+    assert ("              P0 sets a dimension to 0 (an empty batch or sequence): if production never sends one, "
+            "--exclude-probed-size 0 leaves it out") in lines
+    limit = [line for line in lines if line.startswith("limit       warmup.py compiles 4 graphs")]
+    assert limit and "more than production's recompile limit of 2" in limit[0] and "recompile_limit=4" in limit[0]
+
+    result = CliRunner().invoke(main, ["emit-warmup", str(out), "--include-probed", "--exclude-probed-size", "0"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "probed      left out 1: P0 (x dim 0 = 0 (from sample 0)) sets a dimension to 0 (--exclude-probed-size 0)" \
+        in lines
+    assert any(line.startswith("probed      --include-probed adds 1 topology probe found: the warmup runs 3 samples "
+                               "that compile 3 graphs, against 2 samples and 2 graphs") for line in lines)
+    fixes = json.loads((out / "fixes.json").read_text())
+    assert [t["id"] for t in fixes["probed"]["added"]] == ["P1"] and fixes["probed"]["exclude_sizes"] == [0]
+    assert fixes["recompile_limit"]["production"] == 2 and "warmup" in fixes["recompile_limit"]["raised"]
+    document, samples = store.probed_samples(out, 4)  # what verify replays: P1 alone, numbered as in probe/
+    assert [t["id"] for t in document["new_topologies"]] == ["P1"] and [s.index for s in samples] == [5]
+    assert samples[0].args[0].shape[0] == 1
+
+    refused = CliRunner().invoke(main, ["emit-warmup", str(out), "--exclude-probed-size", "0"])
+    assert refused.exit_code == 2 and "use it with --include-probed" in refused.output

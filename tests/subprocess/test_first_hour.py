@@ -7,6 +7,7 @@ the others are in tests/unit/test_first_hour.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -263,3 +264,108 @@ def test_the_runtime_is_reached_from_a_plain_import_as_the_readme_writes_it():
                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["TrafficRecorder", "serve", "True"]
+
+
+def test_verify_names_the_root_cause_when_the_model_s_import_fails(tmp_path):
+    """Issue 51, item 7: the environment broke after the analysis (a module the model imports is
+    gone), so verify's child cannot import the model. Its result says the root cause, where it was
+    raised and what ended the process, a line each, not a traceback flattened onto one line."""
+    import guardscope as library
+    from guardscope import pipeline
+
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "helper_51.py").write_text("import torch\n\n\ndef build():\n    return torch.nn.ReLU()\n")
+    (app / "served_51.py").write_text("from helper_51 import build\n")
+    with CorpusWriter(tmp_path / "corpus", model=f"{app / 'served_51.py'}:build", compile={"dynamic": True}) as writer:
+        for rows in (3, 5, 7):
+            writer.add(torch.randn(rows))
+    try:
+        library.analyze(tmp_path / "corpus", tmp_path / "out")
+        pipeline.emit_warmup(tmp_path / "out")
+    finally:
+        sys.modules.pop("helper_51", None)
+    (app / "helper_51.py").unlink()  # the environment breaks
+    done = guardscope("verify", tmp_path / "out", "--artifact", "warmup", "--backend", "eager", "--no-bundle")
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    crashed = lines.index(next(line for line in lines if line.startswith("warmup    CRASHED")))
+    assert lines[crashed + 1:crashed + 3] == [
+        "          the verification process exited with status 1: ModuleNotFoundError: No module named 'helper_51'",
+        f"          raised at {app / 'served_51.py'}, line 1, in <module>: from helper_51 import build",
+    ], done.stdout
+    assert lines[crashed + 3].startswith("          which ended the process as guardscope.errors.ModelSpecError: ")
+    assert " | " not in done.stdout
+
+
+_SLOW_MODEL = """
+import os
+import subprocess
+import time
+
+import torch
+
+
+def build():
+    if os.environ.get("GUARDSCOPE_TEST_PIDS"):  # in verify's child: a grandchild, then a long wait
+        grandchild = subprocess.Popen(["sleep", "300"])
+        with open(os.environ["GUARDSCOPE_TEST_PIDS"], "w") as pids:
+            pids.write(f"{os.getpid()} {grandchild.pid}")
+        time.sleep(300)
+    return torch.nn.ReLU()
+"""
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is no zombie (a container's init may not reap the orphans it adopts)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_verify_s_children_die_with_it(tmp_path):
+    """Issue 51, item 6: verify killed (a timeout's SIGTERM, then SIGKILL) while its child works:
+    the child and the child's own children (inductor's compile workers, here a sleep) end with it;
+    none is left running as an orphan."""
+    import signal
+    import time
+
+    import guardscope as library
+    from guardscope import pipeline
+
+    (tmp_path / "slow_model.py").write_text(_SLOW_MODEL)
+    with CorpusWriter(tmp_path / "corpus", model=f"{tmp_path / 'slow_model.py'}:build") as writer:
+        for rows in (3, 5):
+            writer.add(torch.randn(rows))
+    library.analyze(tmp_path / "corpus", tmp_path / "out")
+    pipeline.emit_warmup(tmp_path / "out")
+    for kill in (signal.SIGTERM, signal.SIGKILL):
+        pids_file = tmp_path / f"pids-{kill.name}"
+        verify = subprocess.Popen(
+            [sys.executable, "-m", "guardscope.cli", "verify", str(tmp_path / "out"), "--artifact", "warmup",
+             "--backend", "eager", "--no-bundle"],
+            env={**os.environ, "PYTHONPATH": str(REPO), "GUARDSCOPE_TEST_PIDS": str(pids_file)},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        pids: list[int] = []
+        try:
+            deadline = time.monotonic() + 120
+            while not (pids_file.is_file() and pids_file.read_text()):
+                assert time.monotonic() < deadline and verify.poll() is None, "verify's child never started"
+                time.sleep(0.1)
+            pids = [int(pid) for pid in pids_file.read_text().split()]
+            assert all(_alive(pid) for pid in pids)
+            verify.send_signal(kill)
+            verify.wait(timeout=30)
+            deadline = time.monotonic() + 15
+            while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not [pid for pid in pids if _alive(pid)], f"left running after {kill.name} of verify"
+        finally:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            verify.kill()
+            verify.wait()

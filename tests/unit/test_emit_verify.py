@@ -157,3 +157,46 @@ def test_verify_says_partial_when_the_export_serves_a_third_of_the_topologies(tm
     assert export_line.startswith("export partial: serves 4 of 12 topologies")
     assert "(torch.export is recommended only when" not in export_line
     assert words(page.find("article", id="fix-export").find("p", class_="result")).startswith("Partial: serves 4 of 12")
+
+
+def test_verify_proves_what_would_be_deployed_and_the_rest_on_request(tmp_path, monkeypatch):
+    """Issue 51, item 6: by default verify proves the warmup and its peers, the plans that compile
+    no more graphs at set-up; the shapes_spec form of 140 graphs beside a warmup of 4 is reported
+    skipped, saying why and how to prove it, and proven with --all or --artifact."""
+    out = one_request_analysis(tmp_path)
+    spec = {"status": "ok", "reason": None, "dims": ["x:0"], "residual_samples": [0], "graphs": 140}
+    fixes = {"schema": 1, "artifacts": [
+        {**FIXES["artifacts"][0], "status": "ok", "details": {"samples": [0], "graphs": 4}},
+        {**FIXES["artifacts"][1], "status": "ok", "details": {"graphs": 3, "shapes_spec": spec}},
+        {**FIXES["artifacts"][2], "status": "ok"}]}
+    store.write_document(out, store.FIXES, fixes)
+    proven = []
+
+    def run_artifact(out_dir, name, **_):
+        proven.append(name)
+        return verify._result(name, "passed", setup_graphs=1, setup_seconds=0.1, replay_recompiles=0,
+                              samples_replayed=1)
+
+    monkeypatch.setattr(verify, "run_artifact", run_artifact)
+    result = CliRunner().invoke(cli.main, ["verify", str(out)])
+    assert result.exit_code == 0, result.output
+    assert proven == ["warmup", "unbacked", "export"]
+    lines = result.output.splitlines()
+    skipped = lines.index("shapes_spec SKIPPED ")
+    assert lines[skipped + 1] == (f"          not proven by default: it compiles 140 graphs at set-up, more than the "
+                                  f"warmup's 4 (the plan to deploy); 'guardscope verify {out} --all' or "
+                                  "'--artifact shapes_spec' proves it")
+    statuses = {r["name"]: r["status"] for r in json.loads((out / "verification.json").read_text())["artifacts"]}
+    assert statuses == {"warmup": "passed", "unbacked": "passed", "export": "passed", "shapes_spec": "skipped"}
+
+    proven.clear()
+    assert CliRunner().invoke(cli.main, ["verify", str(out), "--all"]).exit_code == 0
+    assert proven == ["warmup", "unbacked", "export", "shapes_spec"]
+    proven.clear()
+    assert CliRunner().invoke(cli.main, ["verify", str(out), "--artifact", "shapes_spec"]).exit_code == 0
+    assert proven == ["shapes_spec"]
+    # An unbacked plan of more graphs than the warmup is left out too.
+    fixes["artifacts"][1]["details"]["graphs"] = 6
+    store.write_document(out, store.FIXES, fixes)
+    chosen, left_out = verify.deployed_artifacts(out)
+    assert chosen == ("warmup", "export") and sorted(left_out) == ["shapes_spec", "unbacked"]

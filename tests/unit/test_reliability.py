@@ -397,3 +397,60 @@ def test_held_signals_run_a_signal_at_the_next_safe_point_and_a_second_at_once()
         assert signal.getsignal(signal.SIGTERM) is handler  # put back as it was
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_model_whose_own_import_fails_names_the_root_cause_and_where(tmp_path, monkeypatch):
+    """Issue 51, item 7: the model's import failed in a broken environment. The error names the
+    missing module and the line that imports it, and a module spec that was found is not called
+    'not found' because a module it imports is missing."""
+    import sys
+
+    from guardscope.corpus.spec import load_model
+    from guardscope.errors import ModelSpecError
+
+    (tmp_path / "broken_model_51.py").write_text(
+        "import torch\nimport missing_dependency_51\n\n\ndef build():\n    return torch.nn.Identity()\n")
+    (tmp_path / "served_model_51.py").write_text("from broken_model_51 import build\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    where = f"at {tmp_path / 'broken_model_51.py'}, line 2"
+    try:
+        for spec in (f"{tmp_path / 'broken_model_51.py'}:build", "served_model_51:build"):
+            with pytest.raises(ModelSpecError) as raised:
+                load_model(spec)
+            message = str(raised.value)
+            assert "raised ModuleNotFoundError: No module named 'missing_dependency_51'" in message, message
+            assert where in message and "not found (" not in message, message
+    finally:
+        for name in ("broken_model_51", "served_model_51"):
+            sys.modules.pop(name, None)
+
+
+def test_a_crashed_child_s_reason_leads_with_its_root_cause_one_item_a_line(tmp_path):
+    """What a child that died of an uncaught exception leaves as its reason: the root cause of the
+    chain Python printed, where it was raised, then the exception that ended the process; never
+    its last lines flattened onto one with ' | '."""
+    import traceback
+
+    from guardscope.corpus.spec import load_model
+    from guardscope.errors import ModelSpecError
+    from guardscope.proving.isolation import Completed
+
+    (tmp_path / "model.py").write_text("import torch\nimport missing_dependency_51\n")
+    with pytest.raises(ModelSpecError) as raised:
+        load_model(f"{tmp_path / 'model.py'}:build")
+    printed = "".join(traceback.format_exception(raised.value))  # as Python prints it when a process dies
+    stderr = "/x/copyreg.py:99: FutureWarning: deprecated\n  return cls(*args)\n" + printed
+    reason = Completed(1, "", stderr, 2.0).failure("the verification process")
+    lines = reason.splitlines()
+    assert lines[0] == "the verification process exited with status 1: ModuleNotFoundError: No module named 'missing_dependency_51'"
+    assert lines[1] == f"  raised at {tmp_path / 'model.py'}, line 2, in <module>: import missing_dependency_51"
+    assert lines[2].startswith("  which ended the process as guardscope.errors.ModelSpecError: model spec ")
+    assert len(lines) == 3 and " | " not in reason
+    # One exception, no chain: its own line and frame.
+    from guardscope.proving.isolation import python_error
+
+    plain = 'Traceback (most recent call last):\n  File "/app/run.py", line 7, in main\n    go()\nValueError: bad\n'
+    error = python_error(plain)
+    assert (error.root, error.error, error.where, error.source) == ("ValueError: bad", "ValueError: bad",
+                                                                    "/app/run.py, line 7, in main", "go()")
+    assert python_error("Fatal Python error: Segmentation fault\n") is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...text import counted
 from ..canonical import CanonicalPlan
 from ..plan import check_identifier
 from . import render
@@ -27,8 +28,12 @@ def render_canonicalise(catalog: dict[str, Any], plan: CanonicalPlan) -> str:
         steps=[{"spec": step.spec, "merges": merge_words(step.merges)} for step in plan.steps],
         warmup=list(plan.warmup),
         graphs=plan.graphs,
-        topologies=plan.topologies,
-        canonical_topologies=plan.canonical_topologies,
+        # In words that cannot be read as one count of another thing: "6 topologies into 1
+        # topology", "3 graphs", never "6 topologies into 1 (3 graph(s) compiled)".
+        topologies_words=counted(plan.topologies, "topology", "topologies"),
+        canonical_words=counted(plan.canonical_topologies, "topology", "topologies"),
+        graphs_words=counted(plan.graphs, "graph"),
+        warmup_words=counted(len(plan.warmup), "transformed sample"),
         raised=list(plan.raised),
         pads=[step.spec for step in plan.steps if step.spec.startswith("pad:")],
     )

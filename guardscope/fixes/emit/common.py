@@ -41,6 +41,20 @@ def base_context(catalog: dict[str, Any], graphs: int | None = None) -> dict[str
     }
 
 
+def limit_words(catalog: dict[str, Any], graphs: int, module: str) -> str | None:
+    """What a module does about production's recompile limit when its plan compiles more graphs
+    than it allows, for the command's output (None when it fits): it is never raised unsaid."""
+    limit = production_graph_limit(catalog)
+    if graphs <= limit:
+        return None
+    if torch_compat.supports_per_call_recompile_limit():
+        return (f"{module} compiles {graphs} graphs, more than production's recompile limit of {limit} (torch's "
+                f"default is 8): its usage compiles with torch.compile(..., recompile_limit={graphs}); compiled "
+                f"without it, its warmup() raises torch._dynamo.config.recompile_limit to {graphs} for the process")
+    return (f"{module} compiles {graphs} graphs, more than production's recompile limit of {limit} (torch's default "
+            f"is 8): its warmup() raises torch._dynamo.config.recompile_limit to {graphs} for the process")
+
+
 def bundle_file(artifact: str) -> str:
     """The compile-cache bundle a generated module loads, beside it (``guardscope bundle DIR``)."""
     return bundle_files(artifact)[0]
