@@ -114,6 +114,17 @@ INTERNALS: dict[str, str] = {
     "torch.compiler.set_stance": "stances, versions",
     "torch.fx._symbolic_trace": "stances",
     "torch.fx._symbolic_trace.is_fx_symbolic_tracing": "stances",
+    # aot_compile (precompiled warmups; torch 2.13's experimental AOT compile of a module)
+    "torch._dynamo.aot_compile.ModelInput": "aot_compile",
+    "torch._dynamo.aot_compile.AOTCompiledModel": "aot_compile",
+    "torch._dynamo.aot_compile.AOTCompiledFunction.disable_guard_check": "aot_compile",
+    "torch._dynamo.eval_frame.OptimizedModule._aot_compile": "aot_compile",
+    "torch._dynamo.eval_frame.OptimizedModule._save_aot_compiled_module": "aot_compile",
+    "torch._dynamo.eval_frame.OptimizedModule._load_aot_compiled_module": "aot_compile",
+    "torch._dynamo.config.enable_aot_compile": "aot_compile",
+    "torch._dynamo.eval_frame.set_enable_dynamic": "aot_compile",
+    "torch._inductor.config.force_disable_caches": "aot_compile",
+    "torch._inductor.runtime.cache_dir_utils.cache_dir": "aot_compile",
     # versions
     "torch._dynamo.variables.builder._parse_source_entry": "versions",
     "torch.compiler.config": "versions",
@@ -134,6 +145,13 @@ GATES = {
     "torch._dynamo.variables.builder._parse_source_entry": torch_compat.supports_unbacked_sources,
     "torch._logging._internal._StderrHandler": lambda: len(terminal_handler_types()) > 1,
     "torch.compiler.set_stance": torch_compat.supports_eager_on_recompile,
+    **{name: lambda: torch_compat.aot_compile_missing() is None for name in (
+        "torch._dynamo.aot_compile.ModelInput", "torch._dynamo.aot_compile.AOTCompiledModel",
+        "torch._dynamo.aot_compile.AOTCompiledFunction.disable_guard_check",
+        "torch._dynamo.eval_frame.OptimizedModule._aot_compile",
+        "torch._dynamo.eval_frame.OptimizedModule._save_aot_compiled_module",
+        "torch._dynamo.eval_frame.OptimizedModule._load_aot_compiled_module",
+        "torch._dynamo.config.enable_aot_compile")},
 }
 # Gated by a fallback beside the read, not a supports_* function: absent, guardscope says so or
 # takes the other path (each in its module's docstring). Present in 2.13.0 and 2.14.1.
