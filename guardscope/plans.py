@@ -47,6 +47,12 @@ MODULES = {plan.name: plan.module for plan in PLANS}
 # The plan each verified artifact is made from (the shapes_spec form is unbacked.py's).
 SOURCE_PLAN = {**{name: name for name in NAMES}, SHAPES_SPEC: UNBACKED}
 
-# What guardscope bench measures: the two baselines, then every plan.
+# The warmup plan's graphs compiled ahead of time (guardscope precompile DIR): not a plan of its
+# own (warmup.py loads them), but a way of serving bench measures beside the others.
+PRECOMPILED = "precompiled"
+
+# What guardscope bench measures: the two baselines, then every plan, then the precompiled warmup.
 BASELINES = ("eager", "compile")
-STRATEGIES = BASELINES + NAMES
+STRATEGIES = BASELINES + NAMES + (PRECOMPILED,)
+# The generated module each strategy sets up with.
+STRATEGY_MODULES = {**MODULES, PRECOMPILED: MODULES[WARMUP]}

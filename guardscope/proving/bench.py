@@ -53,6 +53,8 @@ def run_strategy(
         return empty_row(name, "skipped", f"emit-warmup found this fix infeasible on this model: {infeasible}")
     if name in plans.MODULES and not (out_dir / plans.MODULES[name]).is_file():
         return empty_row(name, "skipped", f"{plans.MODULES[name]} not found: run 'guardscope emit-warmup {out_dir}'")
+    if name == plans.PRECOMPILED and store.read_precompiled_manifest(out_dir, plans.WARMUP) is None:
+        return empty_row(name, "skipped", f"no precompiled warmup: run 'guardscope precompile {out_dir}'")
 
     work = Path(tempfile.mkdtemp(prefix=f"guardscope-bench-{name}-"))
     try:

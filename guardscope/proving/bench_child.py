@@ -44,6 +44,7 @@ from ..catalog.limits import production_limits
 from ..corpus.chains import CarriedState
 from ..options import production_options
 from .isolation import watch_parent
+from ..errors import PrecompileError
 from ..text import exception_line
 from .isolation import import_file
 from .setup import precompiled_off
@@ -86,6 +87,11 @@ def _set_up(strategy: str, module: Any, runner: Any, out_dir: Path, catalog: dic
         return eager, 0, None
     if strategy == "compile":
         return compiled, 0, None
+    if strategy == plans.PRECOMPILED:  # the warmup's graphs loaded, nothing traced or compiled
+        load = module.load_precompiled(runner.compiled, options.device, options.grad_mode)
+        if load.status != "loaded":
+            raise PrecompileError(f"the precompiled warmup was {load.status}: {load.reason}")
+        return compiled, load.graphs, load.to_json()
     if strategy in plans.BUNDLED:  # the plans with a warmup (and a bundle to load)
         load = module.load_bundle(runner.compiled, options.device).to_json()
         module.warmup(runner.compiled, device=options.device, grad_mode=options.grad_mode, bundle=False,
@@ -118,7 +124,7 @@ def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: An
     from ..replay.runner import Runner
 
     options = production_options(catalog, backend=backend, device=device)
-    module = import_file(out_dir / plans.MODULES[strategy]) if strategy in plans.MODULES else None
+    module = import_file(out_dir / plans.STRATEGY_MODULES[strategy]) if strategy in plans.STRATEGY_MODULES else None
     if strategy == "unbacked":
         module.configure()  # global settings, before anything compiles
     # The plain compile runs as production does: under its recompile limits, so a request past
@@ -141,7 +147,7 @@ def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: An
         runner.warm_device(corpus.sample(0))  # the device's own warm-up, untimed
         graphs = torch_compat.graphs_compiled()
         started = time.perf_counter()
-        call, aot_graphs, bundle_load = _set_up(strategy, module, runner, out_dir, catalog, corpus, work)
+        call, aot_graphs, load = _set_up(strategy, module, runner, out_dir, catalog, corpus, work)
         sync()
         setup_seconds = time.perf_counter() - started
         # torch.export may trace with Dynamo (strict mode): the export row counts its one model.
@@ -196,7 +202,8 @@ def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: An
         "fallbacks": fallbacks,
         "errors": errors,
         "paired": paired_requests,
-        "bundle_load": bundle_load,
+        "bundle_load": load if strategy != plans.PRECOMPILED else None,
+        "precompiled_load": load if strategy == plans.PRECOMPILED else None,
         "limits": limits,
         "limit_failed": limit_failed,
         "uncompiled": uncompiled,

@@ -17,7 +17,8 @@ from .. import plans
 from ..text import format_duration, format_ms, format_ratio, generation_lines, missed_targets
 from .tokens import generation_stats
 
-TITLES = {"eager": "eager", "compile": "plain torch.compile", **{p.name: p.bench_title for p in plans.PLANS}}
+TITLES = {"eager": "eager", "compile": "plain torch.compile", **{p.name: p.bench_title for p in plans.PLANS},
+          plans.PRECOMPILED: "guardscope warmup, precompiled"}
 # Long lists in bench.json (recompiling requests, fallbacks, errors) keep this many entries.
 LISTED = 200
 
@@ -93,6 +94,8 @@ def empty_row(name: str, status: str, reason: str | None, wall_seconds: float | 
         "requests": None,
         "paired": None,
         "bundle": None,
+        "precompiled": None,
+        "first_request_ms": None,
         "steady": None,
         "worst_ms": None,
         "worst_sample": None,
@@ -159,6 +162,8 @@ def summarize(name: str, raw: dict[str, Any], wall_seconds: float | None = None,
                            for r, text in raw["fallbacks"][:LISTED]],
         paired=paired_stats(raw.get("paired") or []),
         bundle=raw.get("bundle_load"),
+        precompiled=raw.get("precompiled_load"),
+        first_request_ms=round(1e3 * requests[0][1], 4) if requests else None,
         errors=len(errors),
         error_requests=[{"request": r, "sample": requests[r][0], "error": text}
                         for r, text in raw["errors"][:LISTED]],
@@ -359,6 +364,13 @@ def format_table(document: dict[str, Any]) -> str:
             bundle = row["bundle"]
             details.append(f"compile-cache bundle {bundle['file']}: {bundle['status']}"
                            + (f" ({bundle['reason']})" if bundle.get("reason") else ""))
+        if row.get("precompiled"):
+            load = row["precompiled"]
+            details.append(f"precompiled warmup {load['file']}: {load['graphs']} graphs loaded in "
+                           f"{format_duration(load['seconds'])}, nothing traced or compiled at set-up")
+        if row.get("first_request_ms") is not None and row["name"] in (plans.WARMUP, plans.PRECOMPILED):
+            details.append(f"first request {format_ms(row['first_request_ms'])} after set-up "
+                           f"(ready {format_duration(row['setup_seconds'])} after the model was on the device)")
         if row.get("paired"):
             paired = row["paired"]
             details.append(f"paired with eager in its own process ({paired['requests']} requests): "
