@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import torch_compat
+from ..precompiled import precompiled_forward
 from ..replay.arguments import CallBinder
 from .background import (
     GATE,
@@ -56,6 +57,7 @@ class RuntimeStats:
 
     calls: int = 0
     compiled: int = 0  # calls a compiled graph accepted
+    precompiled: int = 0  # of those, calls a precompiled graph served (guardscope precompile DIR)
     fallbacks: int = 0  # calls no compiled graph accepted: they ran eagerly
     recorded: int = 0  # fallbacks written to the fallback corpus
     pending: int = 0  # fallbacks accepted for recording, not yet written
@@ -85,6 +87,7 @@ class RuntimeStats:
         return {
             "calls": self.calls,
             "compiled": self.compiled,
+            "precompiled": self.precompiled,
             "fallbacks": self.fallbacks,
             "recorded": self.recorded,
             "pending": self.pending,
@@ -156,7 +159,11 @@ class ServedModel:
         self._errors = 0
         self._eager_tracing = 0
         self._closed = False
-        self.graphs = len(torch_compat.cache_entries(self._code) or [])
+        # The warmup's precompiled graphs, when warmup() loaded them: the compiled module's forward
+        # is then guardscope's dispatch over them, and Dynamo's cache holds none of them.
+        self.precompiled = precompiled_forward(compiled)
+        self.graphs = len(torch_compat.cache_entries(self._code) or []) + (
+            len(self.precompiled.graphs) if self.precompiled is not None else 0)
         # Options of a BackgroundCompiler (max_compiles, switch_interval...); None: off.
         # background_compile="process": a child process compiles first, this process loads its caches.
         self.child = child if background is not None else None
@@ -184,6 +191,11 @@ class ServedModel:
         entries = torch_compat.cache_entries(self._code) or []
         return torch_compat.first_accepting(entries, frame) is not None
 
+    def _precompiled_accepts(self, args: tuple, kwargs: dict) -> bool:
+        """Whether a precompiled graph's guards accept the call (the dispatch checks them again
+        when it serves it: a few microseconds a graph)."""
+        return self.precompiled is not None and self.precompiled.accepting(args, kwargs) is not None
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._mark is not None:
             try:
@@ -199,7 +211,7 @@ class ServedModel:
                 with self._lock:
                     self._calls += 1
                 return self._call_compiled(args, kwargs, counted=False)
-            if self.accepts(frame):
+            if self.accepts(frame) or self._precompiled_accepts(args, kwargs):
                 with self._lock:
                     self._calls += 1
                 return self._call_compiled(args, kwargs)
@@ -338,6 +350,8 @@ class ServedModel:
             traffic.update(background_done=counted["done"], background_failed=counted["failed"],
                            background_pending=counted["pending"], background_dropped=counted["dropped"],
                            background_compiles=counted["compiles"])
+        if self.precompiled is not None:
+            traffic["precompiled"] = sum(self.precompiled.stats.served)
         recorded = self.recorder.counts() if self.recorder is not None else None
         if recorded is None:
             return RuntimeStats(calls=calls, compiled=compiled, fallbacks=fallbacks,

@@ -150,6 +150,11 @@ def serve(
     """Compile ``model`` as analysed in ``plan_dir``, apply a plan, and return a
     :class:`ServedModel` whose calls never compile.
 
+    The warmup plan starts from its precompiled graphs when ``guardscope precompile DIR`` made
+    them for this torch, device, backend and grad mode (``warmup()`` loads them: nothing is traced
+    or compiled at start-up; :attr:`ServedModel.precompiled` is the dispatch, ``stats.precompiled``
+    the calls they served), else from its compile-cache bundle, else by compiling.
+
     ``plan_dir`` is a ``guardscope analyze`` output after ``guardscope emit-warmup`` (only
     ``catalog.json``, ``fixes.json``, ``verification.json`` when there is one, and the plan's
     module with its warmup corpus are read: the analysed corpus need not be deployed).

@@ -114,3 +114,24 @@ def test_verify_proves_the_precompiled_warmup(precompiled, tmp_path):
     assert run["precompiled_load"]["status"] == "loaded" and run["cache_dirs_empty"] is True
     assert run["replay_recompiles"] == 0 and run["samples_replayed"] == len(SIZES)
     assert run["precompiled"]["stats"]["misses"] == 0 and run["precompiled"]["outputs"]["equal"]
+
+
+def test_serve_starts_from_the_precompiled_warmup(precompiled):
+    """guardscope.runtime.serve(): the warmup's precompiled graphs serve the corpus; a call none
+    accepts is a fallback run eagerly, as with any plan (serving never compiles)."""
+    import guardscope.runtime
+    from guardscope import load_corpus
+
+    from ..models import Elementwise
+
+    out, manifest = precompiled
+    corpus = list(load_corpus(out.parent / "corpus"))
+    served = guardscope.runtime.serve(Elementwise(), out, plan="warmup", device="cpu")
+    with served:
+        assert served.precompiled is not None and served.graphs == manifest["graphs"]
+        for sample in corpus:
+            served(*sample.args)
+        served(torch.randn(3, dtype=torch.float64))
+        stats = served.stats
+    assert stats.calls == len(SIZES) + 1 and stats.compiled == len(SIZES) and stats.precompiled == len(SIZES)
+    assert stats.fallbacks == 1 and served.precompiled.stats.compiles == 0
