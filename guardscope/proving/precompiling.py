@@ -115,8 +115,9 @@ def _build_in_child(out: Path, backend: str, device: str, corpus_dir: Path | Non
         steps = []
         for step, sample in enumerate(warmup):
             call = runner.prepare(sample, mark=False)
-            contexts = [torch_compat.grad_context(options.grad_mode),
-                        torch_compat.dynamic_shapes(_step_dynamic(options.dynamic, step))]
+            dynamic = _step_dynamic(options.dynamic, step)
+            contexts = [lambda: torch_compat.grad_context(options.grad_mode),
+                        lambda dynamic=dynamic: torch_compat.dynamic_shapes(dynamic)]
             steps.append((call.args, call.kwargs, contexts))
         started = time.perf_counter()
         try:
@@ -128,6 +129,14 @@ def _build_in_child(out: Path, backend: str, device: str, corpus_dir: Path | Non
                              f"{text[0] if text else ''}"}
         torch_compat.synchronize(runner.device)
         seconds = time.perf_counter() - started
+        # torch can save graphs it cannot load back (a module whose __setstate__ needs state the
+        # saved guards leave out, as PyG's MessagePassing): load them once here, or refuse.
+        try:
+            torch_compat.load_aot_graphs(Runner(model, replace(options, fullgraph=True)).compiled, graph_bytes)
+        except Exception as exc:  # noqa: BLE001 - torch's loader, whatever it raises
+            text = str(exc).strip().splitlines()
+            return {"error": f"torch saved its graphs but cannot load them back: {type(exc).__name__}: "
+                             f"{text[0] if text else ''}"}
     # The kernels compiled for the graphs travel with them: a new replica would compile them again.
     carried = {name: store.read_cache_files(folder) for name, folder in torch_compat.kernel_cache_dirs().items()}
     data = torch_compat.pack_artifact(graph_bytes, carried)

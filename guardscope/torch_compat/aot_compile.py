@@ -104,13 +104,34 @@ def dynamic_shapes(dynamic: bool | None) -> Iterator[None]:
 
 def aot_compile_module(compiled: Any, inputs: list[tuple[tuple, dict, list[Any]]]) -> list[Any]:
     """One graph per ``(args, kwargs, contexts)`` of ``compiled`` (a ``torch.compile``d module,
-    ``fullgraph=True``), in order; returns the graphs (torch's ``AOTCompiledFunction`` s).
+    ``fullgraph=True``), in order, each traced inside its contexts (context managers, or
+    callables making them, so a trace that restarts can enter them again); returns the graphs (torch's ``AOTCompiledFunction`` s).
     Raises what torch raises: a graph break (``Unsupported``), a backend that cannot serialize
     (``RuntimeError``)."""
     from torch._dynamo.aot_compile import ModelInput
+    from torch._dynamo.exc import RestartAnalysis
 
-    compiled._aot_compile([ModelInput(args, kwargs, list(contexts)) for args, kwargs, contexts in inputs])
+    # Dynamo's own compile traces again when a trace asks for it (RestartAnalysis: e.g. a float
+    # scalar it first tensorified, as ``images.float() / 255.0`` under dynamic shapes); torch's
+    # AOT trace raises it instead, having recorded what the next trace must do: trace again.
+    for attempt in range(_RESTARTS + 1):
+        models = [ModelInput(args, kwargs, [_fresh(context) for context in contexts]) for args, kwargs, contexts in inputs]
+        try:
+            compiled._aot_compile(models)
+            break
+        except RestartAnalysis:
+            if attempt == _RESTARTS:
+                raise
     return list(compiled.forward.compiled_results)
+
+
+_RESTARTS = 3
+
+
+def _fresh(context: Any) -> Any:
+    """A context manager that can be entered once more: ``torch.inference_mode()`` and the
+    generator-based ones cannot be entered twice, so the caller passes factories (callables)."""
+    return context() if callable(context) and not hasattr(context, "__enter__") else context
 
 
 def save_aot_module(compiled: Any) -> bytes:
