@@ -21,7 +21,7 @@ from .catalog.limits import production_limits, production_section
 from .catalog.cudagraphs import CudagraphSettings
 from .catalog.requests import request_summary
 from .corpus import load_corpus, load_model
-from .corpus.fleet_samples import group_tally
+from .corpus.fleet_samples import group_tally, replica_of_samples
 from .corpus.weights import recorded_model_warning
 from .errors import CompileOptionsError, CorpusError, TraceParseError
 from .json_text import as_read
@@ -164,6 +164,7 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
              resume: bool, skip_bad_shards: bool, progress: Callable[[int, int], None] | None,
              notice: Callable[[str], None] | None, replay_mode: str, checkpoint_every: float) -> Analysis:
     from .corpus.chains import carries_state
+    from .replay.replicas import replica_compiles
     from .replay.resumable import fingerprint, replay_corpus
 
     out = store.prepare_output_dir(out_dir, force=force, resume=resume)
@@ -179,6 +180,10 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
                                      state=state, replay_mode=replay_mode, checkpoint_every=checkpoint_every,
                                      skip_bad_shards=skip_bad_shards, track_lookup=cudagraphs is not None,
                                      progress=progress, notice=notice, engine=reader)
+            # A fleet: each replica's calls replayed alone, as its own process meets them.
+            owners = replica_of_samples(corpus) if not replayed.skipped_shards else None
+            per_replica = (replica_compiles(corpus, user_model, options, *owners)
+                           if owners is not None and len(owners[0]) > 1 else None)
         finally:
             log_file = store.write_torch_log(out, store.ANALYZE_LOG, logged.text)
     causes = logged.ranked_causes()
@@ -216,6 +221,8 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
                         skipped) if catalog.samples else None
     if tally is not None and int(tally.calls.sum()) == catalog.samples:
         catalog = with_fleet(catalog, tally.names, tally.calls, tally.first_ns, tally.last_ns)
+    if per_replica is not None and catalog.replicas is not None:
+        catalog = replace(catalog, replica_compiles=per_replica)
     recording_times = builder.cudagraph_tally.recording_times() if options.uses_cudagraphs else None
     written = catalog.to_json()
     catalog_path, timings_path = store.write_analysis(out, written, corpus=corpus.path.resolve(), timings={
