@@ -159,12 +159,23 @@ def _empty_corpus(corpus_dir: str | Path, recording: bool) -> str:
             "is closed (a recorder that ended without closing lost the calls it held)")
 
 
+def _replica_compiles(corpus: Any, model: Any, options: Any) -> dict[str, int] | None:
+    """A fleet's analysis: the graphs each replica's own process compiles, its calls replayed alone
+    (:mod:`guardscope.replay.replicas`); None when the replicas cannot be told apart now."""
+    from .replay.replicas import replica_compiles
+
+    owners = replica_of_samples(corpus)
+    if owners is None or len(owners[0]) < 2:
+        return None
+    with torch_compat.torch_logs_captured():  # the same lines as the fleet's replay, kept in its log
+        return replica_compiles(corpus, model, options, *owners)
+
+
 def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str, method: str | None, user_model: Any, options: Any,
              reader: Any, warnings: list[str], cudagraphs: CudagraphSettings | None, *, strict: bool, force: bool,
              resume: bool, skip_bad_shards: bool, progress: Callable[[int, int], None] | None,
              notice: Callable[[str], None] | None, replay_mode: str, checkpoint_every: float) -> Analysis:
     from .corpus.chains import carries_state
-    from .replay.replicas import replica_compiles
     from .replay.resumable import fingerprint, replay_corpus
 
     out = store.prepare_output_dir(out_dir, force=force, resume=resume)
@@ -180,10 +191,6 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
                                      state=state, replay_mode=replay_mode, checkpoint_every=checkpoint_every,
                                      skip_bad_shards=skip_bad_shards, track_lookup=cudagraphs is not None,
                                      progress=progress, notice=notice, engine=reader)
-            # A fleet: each replica's calls replayed alone, as its own process meets them.
-            owners = replica_of_samples(corpus) if not replayed.skipped_shards else None
-            per_replica = (replica_compiles(corpus, user_model, options, *owners)
-                           if owners is not None and len(owners[0]) > 1 else None)
         finally:
             log_file = store.write_torch_log(out, store.ANALYZE_LOG, logged.text)
     causes = logged.ranked_causes()
@@ -221,8 +228,8 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
                         skipped) if catalog.samples else None
     if tally is not None and int(tally.calls.sum()) == catalog.samples:
         catalog = with_fleet(catalog, tally.names, tally.calls, tally.first_ns, tally.last_ns)
-    if per_replica is not None and catalog.replicas is not None:
-        catalog = replace(catalog, replica_compiles=per_replica)
+    if catalog.replicas is not None and not replayed.skipped_shards:
+        catalog = replace(catalog, replica_compiles=_replica_compiles(corpus, user_model, options))
     recording_times = builder.cudagraph_tally.recording_times() if options.uses_cudagraphs else None
     written = catalog.to_json()
     catalog_path, timings_path = store.write_analysis(out, written, corpus=corpus.path.resolve(), timings={
