@@ -168,12 +168,14 @@ def format_bundle_setup(measured: dict) -> str:
     return line
 
 
-def replica_compile_lines(compiled: dict[str, int] | None, union: int) -> list[str]:
+def replica_compile_lines(compiled: dict[str, int] | None, union: int, replicas: dict[str, int] | None) -> list[str]:
     """A fleet's compiles as its replicas' processes make them: each replica compiles its own
     first call's graph and each later one its calls need, so the fleet compiles more graphs in
     all than the union one process makes. Pure."""
     if not compiled:
-        return []
+        return [] if not replicas else [
+            f"  replicas  each of the {len(replicas)} replicas compiles its own first call's graph and those its "
+            "calls need, more than the union in all: not counted (--replica-compiles replays each replica alone)"]
     shown = ", ".join(f"{name} {graphs}" for name, graphs in list(compiled.items())[:8])
     more = f", {len(compiled) - 8} more" if len(compiled) > 8 else ""
     return [f"  replicas  each replica's own process compiles {shown}{more} graphs, its first call's included: "
@@ -192,8 +194,8 @@ def format_summary(analysis: Any) -> str:
         f"fullgraph={catalog.compile['fullgraph']} device={catalog.compile['device']} "
         f"torch {catalog.torch_version}",
         f"compiles    {data['compiles']} at samples {data['compile_samples']}"
-        + (" (the fleet's union, in one process)" if catalog.replica_compiles else ""),
-        *replica_compile_lines(catalog.replica_compiles, data["compiles"]),
+        + (" (the fleet's union, in one process)" if catalog.replicas else ""),
+        *replica_compile_lines(catalog.replica_compiles, data["compiles"], catalog.replicas),
         f"recompiles  {data['recompiles']} at samples {data['recompile_samples']}",
     ]
     # A compile that failed and stopped Dynamo compiling a frame matters more than anything below.
