@@ -175,7 +175,7 @@ def replica_compile_lines(compiled: dict[str, int] | None, union: int, replicas:
     if not compiled:
         return [] if not replicas else [
             f"  replicas  each of the {len(replicas)} replicas compiles its own first call's graph and those its "
-            "calls need, more than the union in all: not counted (--replica-compiles replays each replica alone)"]
+            "calls need, whatever the others compiled: not counted (--replica-compiles replays each replica alone)"]
     shown = ", ".join(f"{name} {graphs}" for name, graphs in list(compiled.items())[:8])
     more = f", {len(compiled) - 8} more" if len(compiled) > 8 else ""
     return [f"  replicas  each replica's own process compiles {shown}{more} graphs, its first call's included: "
