@@ -408,6 +408,10 @@ class Catalog:
     # A fleet's analysis: the calls of each replica (name -> calls, by name); None for one
     # replica's corpus, and absent from catalog.json then.
     replicas: dict[str, int] | None = None
+    # A fleet's analysis: the graphs each replica's own process compiles (name -> graphs, every
+    # frame): its calls replayed alone, its first call's graph included (guardscope.replay.replicas).
+    # The fleet's union is summary.compiles. None, and absent from catalog.json, for one replica.
+    replica_compiles: dict[str, int] | None = None
 
     SCHEMA = 1
 
@@ -477,6 +481,7 @@ class Catalog:
             "model": self.model,
             **({"method": self.method} if self.method is not None else {}),
             **({"replicas": dict(self.replicas)} if self.replicas is not None else {}),
+            **({"replica_compiles": dict(self.replica_compiles)} if self.replica_compiles is not None else {}),
             "arguments": list(self.arguments),
             "compile": dict(sorted(self.compile.items())),
             "replay_mode": self.replay_mode,

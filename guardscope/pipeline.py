@@ -21,7 +21,7 @@ from .catalog.limits import production_limits, production_section
 from .catalog.cudagraphs import CudagraphSettings
 from .catalog.requests import request_summary
 from .corpus import load_corpus, load_model
-from .corpus.fleet_samples import group_tally
+from .corpus.fleet_samples import group_tally, replica_of_samples
 from .corpus.weights import recorded_model_warning
 from .errors import CompileOptionsError, CorpusError, TraceParseError
 from .json_text import as_read
@@ -79,10 +79,15 @@ def analyze(
     shapes_per_graph: int = SHAPES_PER_GRAPH,
     engine: str = "embedded",
     scheduler: str | None = None,
+    replica_compiles: bool | None = None,
     **overrides: Any,
 ) -> Analysis:
     """Replay ``corpus_dir`` and write ``catalog.json``, ``timings.json``, ``trace/`` and
     ``report.html``.
+
+    A fleet's corpus (several replicas' rows): with ``replica_compiles`` (None: for fleets of at
+    most :data:`REPLICA_REPLAYS` replicas) each replica's calls are replayed alone too, and the
+    catalog's ``replica_compiles`` says what each replica's own process compiles.
 
     ``overrides`` are :class:`ReplayOptions` fields (``backend``, ``dynamic``, ``device``...).
     ``replay_mode``: ``"guards"`` skips the forward of samples an existing graph accepts (only
@@ -143,7 +148,8 @@ def analyze(
     try:
         return _analyze(corpus, corpus_dir, out_dir, spec, method, user_model, options, reader, warnings, cudagraphs,
                         strict=strict, force=force, resume=resume, skip_bad_shards=skip_bad_shards,
-                        progress=progress, notice=notice, replay_mode=replay_mode, checkpoint_every=checkpoint_every)
+                        progress=progress, notice=notice, replay_mode=replay_mode, checkpoint_every=checkpoint_every,
+                        replica_compiles=replica_compiles)
     finally:
         reader.close()
 
@@ -159,10 +165,28 @@ def _empty_corpus(corpus_dir: str | Path, recording: bool) -> str:
             "is closed (a recorder that ended without closing lost the calls it held)")
 
 
+# A fleet of at most this many replicas gets each replica replayed alone by default (each replay
+# compiles that replica's graphs again: 64 replicas of the seed would add minutes to a 90 s analysis).
+REPLICA_REPLAYS = 16
+
+
+def _replica_compiles(corpus: Any, model: Any, options: Any) -> dict[str, int] | None:
+    """A fleet's analysis: the graphs each replica's own process compiles, its calls replayed alone
+    (:mod:`guardscope.replay.replicas`); None when the replicas cannot be told apart now."""
+    from .replay.replicas import replica_compiles
+
+    owners = replica_of_samples(corpus)
+    if owners is None or len(owners[0]) < 2:
+        return None
+    with torch_compat.torch_logs_captured():  # the same lines as the fleet's replay, kept in its log
+        return replica_compiles(corpus, model, options, *owners)
+
+
 def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str, method: str | None, user_model: Any, options: Any,
              reader: Any, warnings: list[str], cudagraphs: CudagraphSettings | None, *, strict: bool, force: bool,
              resume: bool, skip_bad_shards: bool, progress: Callable[[int, int], None] | None,
-             notice: Callable[[str], None] | None, replay_mode: str, checkpoint_every: float) -> Analysis:
+             notice: Callable[[str], None] | None, replay_mode: str, checkpoint_every: float,
+             replica_compiles: bool | None = None) -> Analysis:
     from .corpus.chains import carries_state
     from .replay.resumable import fingerprint, replay_corpus
 
@@ -216,6 +240,9 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
                         skipped) if catalog.samples else None
     if tally is not None and int(tally.calls.sum()) == catalog.samples:
         catalog = with_fleet(catalog, tally.names, tally.calls, tally.first_ns, tally.last_ns)
+    if catalog.replicas is not None and not replayed.skipped_shards and (
+            replica_compiles if replica_compiles is not None else len(catalog.replicas) <= REPLICA_REPLAYS):
+        catalog = replace(catalog, replica_compiles=_replica_compiles(corpus, user_model, options))
     recording_times = builder.cudagraph_tally.recording_times() if options.uses_cudagraphs else None
     written = catalog.to_json()
     catalog_path, timings_path = store.write_analysis(out, written, corpus=corpus.path.resolve(), timings={

@@ -168,6 +168,20 @@ def format_bundle_setup(measured: dict) -> str:
     return line
 
 
+def replica_compile_lines(compiled: dict[str, int] | None, union: int, replicas: dict[str, int] | None) -> list[str]:
+    """A fleet's compiles as its replicas' processes make them: each replica compiles its own
+    first call's graph and each later one its calls need, so the fleet compiles more graphs in
+    all than the union one process makes. Pure."""
+    if not compiled:
+        return [] if not replicas else [
+            f"  replicas  each of the {len(replicas)} replicas compiles its own first call's graph and those its "
+            "calls need, whatever the others compiled: not counted (--replica-compiles replays each replica alone)"]
+    shown = ", ".join(f"{name} {graphs}" for name, graphs in list(compiled.items())[:8])
+    more = f", {len(compiled) - 8} more" if len(compiled) > 8 else ""
+    return [f"  replicas  each replica's own process compiles {shown}{more} graphs, its first call's included: "
+            f"{sum(compiled.values())} in the fleet against the union's {union}"]
+
+
 def format_summary(analysis: Any) -> str:
     catalog = analysis.catalog
     data = catalog.to_json()["summary"]
@@ -179,7 +193,9 @@ def format_summary(analysis: Any) -> str:
         f"compile     backend={catalog.compile['backend']} dynamic={catalog.compile['dynamic']} "
         f"fullgraph={catalog.compile['fullgraph']} device={catalog.compile['device']} "
         f"torch {catalog.torch_version}",
-        f"compiles    {data['compiles']} at samples {data['compile_samples']}",
+        f"compiles    {data['compiles']} at samples {data['compile_samples']}"
+        + (" (the fleet's union, in one process)" if catalog.replicas else ""),
+        *replica_compile_lines(catalog.replica_compiles, data["compiles"], catalog.replicas),
         f"recompiles  {data['recompiles']} at samples {data['recompile_samples']}",
     ]
     # A compile that failed and stopped Dynamo compiling a frame matters more than anything below.

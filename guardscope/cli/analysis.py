@@ -101,6 +101,10 @@ def _terminate(signum: int, frame: Any) -> None:
 @click.option("--isolate/--no-isolate", default=None,
               help="Replay in a child process, so a crash (a segfault in a compiler backend) is reported "
               "instead of killing guardscope; default: on for --backend inductor.")
+@click.option("--replica-compiles/--no-replica-compiles", default=None,
+              help="A fleet: replay each replica's calls alone to count the graphs its own process compiles, its "
+                   "first call's included (about one more replay of the calls); default: for fleets of at most "
+                   "16 replicas.")
 @click.option("--accept-errors", is_flag=True,
               help="Exit 0 even when some samples raised in the model (they are listed in the catalog either way).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
@@ -110,7 +114,7 @@ def analyze(corpora: tuple[str, ...], out_dir: str, model: str | None, backend: 
             mark_samples: str, recompile_limit: int, replay_mode: str, paddable: tuple[str, ...],
             shapes_per_graph: int, strict: bool, force: bool, resume: bool, checkpoint_every: float,
             skip_bad_shards: bool, split_by: str | None, engine: str, scheduler: str | None, isolate: bool | None,
-            accept_errors: bool, quiet: bool) -> None:
+            replica_compiles: bool | None, accept_errors: bool, quiet: bool) -> None:
     """Replay CORPUS through torch.compile and catalog every recompile.
 
     Writes OUT/catalog.json (compiles, classified guard failures, topologies, per-dimension
@@ -202,7 +206,8 @@ def analyze(corpora: tuple[str, ...], out_dir: str, model: str | None, backend: 
                                     checkpoint_every=checkpoint_every,
                                     progress=progress, notice=progress.note, replay_mode=replay_mode,
                                     paddable=_paddable_dims(paddable), shapes_per_graph=shapes_per_graph,
-                                    engine=engine, scheduler=scheduler, **overrides)
+                                    engine=engine, scheduler=scheduler, replica_compiles=replica_compiles,
+                                    **overrides)
         progress.close()
         for warning in analysis.warnings:
             click.secho(f"warning: {warning}", fg="yellow", err=True)

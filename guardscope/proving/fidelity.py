@@ -23,7 +23,7 @@ from ..catalog.diff import DIFFERENT, diff_catalogs
 from ..errors import CompileOptionsError
 from ..model import GUARD_TEXT
 from ..options import analysis_options
-from .isolation import output_tail, run_child, signal_name
+from .isolation import output_tail, python_error, run_child, signal_name
 
 
 def check(out: Path, catalog: dict[str, Any], *, corpus: str | Path | None = None, backend: str = "inductor",
@@ -54,7 +54,9 @@ def check(out: Path, catalog: dict[str, Any], *, corpus: str | Path | None = Non
     if completed.returncode is None:
         raise CompileOptionsError(f"the {backend} analysis took longer than {timeout:.0f} s")
     if completed.returncode != 0:
-        tail = " | ".join(output_tail(completed.stderr or completed.stdout or "", lines=4))
+        error = python_error(completed.stderr or completed.stdout or "")  # its root cause, where, what ended it
+        tail = error.describe() if error is not None else " | ".join(
+            output_tail(completed.stderr or completed.stdout or "", lines=4))
         status = signal_name(completed.returncode) if completed.returncode < 0 else f"exit {completed.returncode}"
         raise CompileOptionsError(f"the {backend} analysis on {device} failed ({status}): {tail}")
     if not (target / store.CATALOG).is_file():

@@ -29,9 +29,13 @@ def fleet_context(catalog: dict) -> dict | None:
             "first_seen": seen_text(topology.get("first_seen")),
             "last_seen": seen_text(topology.get("last_seen")),
         })
+    compiled = catalog.get("replica_compiles") or {}
     return {
-        "replicas": [{"name": name, "calls": calls, "share": percent_text(calls, catalog["corpus"]["samples"])}
-                     for name, calls in replicas.items()],
+        "replicas": [{"name": name, "calls": calls, "share": percent_text(calls, catalog["corpus"]["samples"]),
+                      "graphs": compiled.get(name)} for name, calls in replicas.items()],
+        # What the replicas' own processes compile in all, beside the union this one replay compiled.
+        "compiled": sum(compiled.values()) if compiled else None,
+        "union": catalog["summary"]["compiles"],
         "columns": shown,
         "hidden": len(replicas) - len(shown),
         "rows": rows,

@@ -80,7 +80,7 @@ def test_a_fleet_gives_the_catalog_of_its_calls_in_time_order_with_counts_per_re
         assert topology["last_seen"] == instant_text(EPOCH + 1000 * max(topology["samples"]))
     assert ([(t["first_seen"], t["last_seen"]) for t in fleet["topologies"]]
             == [(t["first_seen"], t["last_seen"]) for t in alone["topologies"]])
-    without = {k: v for k, v in fleet.items() if k not in ("corpus", "replicas")}
+    without = {k: v for k, v in fleet.items() if k not in ("corpus", "replicas", "replica_compiles")}
     without["topologies"] = [{k: v for k, v in t.items() if k != "replicas"} for t in fleet["topologies"]]
     expected = {k: v for k, v in alone.items() if k != "corpus"}
     if not aggregate:  # every call its own row: the time-ordered concatenation, exactly
@@ -114,7 +114,6 @@ def test_the_analyze_command_merges_a_folder_of_replicas_and_says_so(tmp_path):
     text = words(fleet)
     assert "merged the traffic of 2 replicas in fleet order" in text
     cells = [[words(cell) for cell in row.find_all("td")] for row in fleet.find_all("tr")]
-    assert ["r0", "30", "50.0 %"] in cells and ["r1", "30", "50.0 %"] in cells
     for topology in catalog["topologies"]:
         seen = topology["replicas"]
         label = f"T{topology['id']}" + (f" only {next(iter(seen))}" if len(seen) == 1 else "")
@@ -124,6 +123,21 @@ def test_the_analyze_command_merges_a_folder_of_replicas_and_says_so(tmp_path):
     # A second run without --force is refused before anything is merged again.
     again = CliRunner().invoke(main, ["analyze", str(tmp_path / "traffic"), "--out", str(tmp_path / "out"), "-q"])
     assert again.exit_code == 2 and "already holds an analysis" in again.output
+
+    # Issue 51, item 4: what each replica's own process compiles (its first call's graph
+    # included) is what that replica's traffic analysed alone compiles; the fleet compiles their
+    # sum, more than the union this one analysis compiled.
+    alone = {name: json.loads(pipeline.analyze(tmp_path / "traffic" / name, tmp_path / f"alone-{name}")
+                              .catalog_path.read_text())["summary"]["compiles"] for name in ("r0", "r1")}
+    union = catalog["summary"]["compiles"]
+    assert catalog["replica_compiles"] == alone and sum(alone.values()) > union
+    line = (f"  replicas  each replica's own process compiles r0 {alone['r0']}, r1 {alone['r1']} graphs, its first "
+            f"call's included: {sum(alone.values())} in the fleet against the union's {union}")
+    assert line in result.output.splitlines()
+    assert f"compiles    {union} at samples" in result.output and "(the fleet's union, in one process)" in result.output
+    assert ["r0", "30", "50.0 %", str(alone["r0"])] in cells and ["r1", "30", "50.0 %", str(alone["r1"])] in cells
+    assert (f"{sum(alone.values())} graphs in the fleet in all, where this analysis, one process meeting every "
+            f"replica's calls, compiled their union of {union}") in text
 
 
 def test_the_shipped_fleet_is_the_seed_dealt_to_four_replicas_and_analyses_as_the_seed(tmp_path):
@@ -149,6 +163,7 @@ def test_the_shipped_fleet_is_the_seed_dealt_to_four_replicas_and_analyses_as_th
         assert topology.pop("last_seen") == instant_text(int(base) + 1_000_000 * max(topology["samples"]))
     for catalog in (seed, fleet):
         catalog.pop("corpus"), catalog.pop("replicas", None), catalog.pop("model")  # model: relative to each folder
+        catalog.pop("replica_compiles", None)  # each replica's own process: the seed is one
     assert fleet == seed  # the fleet's order is the seed's: every compile, topology and member the same
 
 

@@ -311,3 +311,17 @@ def test_compact_merges_of_parts_of_a_fleet_merge_into_the_compact_merge_of_the_
     assert rows_of(tmp_path / "parts") == rows_of(tmp_path / "whole")
     with pytest.raises(CorpusError, match="is a compact merge"):
         merge_fleet(open_fleet([tmp_path / "ab", tmp_path / "c"]), tmp_path / "ordered")
+
+
+def test_the_summary_gives_each_replica_s_compiles_beside_the_union_or_says_they_were_not_counted():
+    """Issue 51, item 4: a fleet's analysis is one process; each replica's own process compiles its
+    own first call's graph and each later one its calls need."""
+    from guardscope.terminal import replica_compile_lines
+
+    assert replica_compile_lines({"web-a": 4, "web-b": 4}, 4, {"web-a": 90, "web-b": 60}) == [
+        "  replicas  each replica's own process compiles web-a 4, web-b 4 graphs, its first call's included: "
+        "8 in the fleet against the union's 4"]
+    assert replica_compile_lines(None, 4, {f"r{k}": 1 for k in range(64)}) == [
+        "  replicas  each of the 64 replicas compiles its own first call's graph and those its calls need, "
+        "whatever the others compiled: not counted (--replica-compiles replays each replica alone)"]
+    assert replica_compile_lines(None, 4, None) == []

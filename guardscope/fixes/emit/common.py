@@ -47,12 +47,13 @@ def limit_words(catalog: dict[str, Any], graphs: int, module: str) -> str | None
     limit = production_graph_limit(catalog)
     if graphs <= limit:
         return None
+    default = torch_compat.dynamo_defaults().get("recompile_limit", 8)
+    head = (f"{module} compiles {graphs} graphs, more than production's recompile limit of {limit} "
+            + ("(torch's default)" if limit == default else f"(torch's default is {default})"))
     if torch_compat.supports_per_call_recompile_limit():
-        return (f"{module} compiles {graphs} graphs, more than production's recompile limit of {limit} (torch's "
-                f"default is 8): its usage compiles with torch.compile(..., recompile_limit={graphs}); compiled "
-                f"without it, its warmup() raises torch._dynamo.config.recompile_limit to {graphs} for the process")
-    return (f"{module} compiles {graphs} graphs, more than production's recompile limit of {limit} (torch's default "
-            f"is 8): its warmup() raises torch._dynamo.config.recompile_limit to {graphs} for the process")
+        return (f"{head}: its usage compiles with torch.compile(..., recompile_limit={graphs}); compiled without it, "
+                f"its warmup() raises torch._dynamo.config.recompile_limit to {graphs} for the process")
+    return f"{head}: its warmup() raises torch._dynamo.config.recompile_limit to {graphs} for the process"
 
 
 def bundle_file(artifact: str) -> str:
