@@ -41,9 +41,24 @@ def _precompile(root, grad_mode):
     return out, pipeline.precompile(out)
 
 
+def _made(tmp_path_factory, grad_mode):
+    return made_once(tmp_path_factory, f"precompiled-{grad_mode}", lambda root: _precompile(root, grad_mode))
+
+
 @pytest.fixture(scope="module", params=["inference_mode", "no_grad"])
 def precompiled(request, tmp_path_factory):
-    return made_once(tmp_path_factory, f"precompiled-{request.param}", lambda root: _precompile(root, request.param))
+    """Both grad modes production serves under (the guards differ: see torch_compat.aot_compile)."""
+    return _made(tmp_path_factory, request.param)
+
+
+@pytest.fixture(scope="module")
+def inference_mode_build(tmp_path_factory):
+    return _made(tmp_path_factory, "inference_mode")
+
+
+@pytest.fixture(scope="module")
+def no_grad_build(tmp_path_factory):
+    return _made(tmp_path_factory, "no_grad")
 
 
 SERVE = """
@@ -99,8 +114,8 @@ def test_a_fresh_process_serves_from_the_precompiled_warmup_and_falls_back_on_a_
     assert "a call no precompiled graph of warmup.precompiled.bin accepts compiled 1 graph(s)" in completed.stderr
 
 
-def test_verify_proves_the_precompiled_warmup(precompiled, tmp_path):
-    source, _ = precompiled
+def test_verify_proves_the_precompiled_warmup(inference_mode_build, tmp_path):
+    source, _ = inference_mode_build
     out = tmp_path / "out"
     import shutil
 
@@ -116,7 +131,7 @@ def test_verify_proves_the_precompiled_warmup(precompiled, tmp_path):
     assert run["precompiled"]["stats"]["misses"] == 0 and run["precompiled"]["outputs"]["equal"]
 
 
-def test_serve_starts_from_the_precompiled_warmup(precompiled):
+def test_serve_starts_from_the_precompiled_warmup(no_grad_build):
     """guardscope.runtime.serve(): the warmup's precompiled graphs serve the corpus; a call none
     accepts is a fallback run eagerly, as with any plan (serving never compiles)."""
     import guardscope.runtime
@@ -124,7 +139,7 @@ def test_serve_starts_from_the_precompiled_warmup(precompiled):
 
     from ..models import Elementwise
 
-    out, manifest = precompiled
+    out, manifest = no_grad_build
     corpus = list(load_corpus(out.parent / "corpus"))
     served = guardscope.runtime.serve(Elementwise(), out, plan="warmup", device="cpu")
     with served:
@@ -135,3 +150,58 @@ def test_serve_starts_from_the_precompiled_warmup(precompiled):
         stats = served.stats
     assert stats.calls == len(SIZES) + 1 and stats.compiled == len(SIZES) and stats.precompiled == len(SIZES)
     assert stats.fallbacks == 1 and served.precompiled.stats.compiles == 0
+
+
+def test_bench_measures_the_precompiled_row_beside_the_bundle_free_warmup(no_grad_build, tmp_path):
+    """One bench run: the warmup compiles its graphs at set-up, the precompiled row loads them
+    (nothing traced or compiled) and serves the corpus without a recompile."""
+    import shutil
+
+    source, manifest = no_grad_build
+    out = tmp_path / "out"
+    shutil.copytree(source, out)
+    document = pipeline.bench(out, device="cpu", strategies=("warmup", "precompiled"), paired=0)
+    rows = {row["name"]: row for row in document["strategies"]}
+    warmup, precompiled_row = rows["warmup"], rows["precompiled"]
+    assert warmup["status"] == precompiled_row["status"] == "ok"
+    assert precompiled_row["precompiled"]["status"] == "loaded" and precompiled_row["setup_graphs"] == manifest["graphs"]
+    assert precompiled_row["recompiles"] == 0 and precompiled_row["replay_compiles"] == 0
+    assert precompiled_row["requests"] == len(SIZES) and precompiled_row["first_request_ms"] is not None
+    assert precompiled_row["setup_seconds"] < warmup["setup_seconds"]
+
+
+@pytest.fixture(scope="module")
+def vision(tmp_path_factory):
+    """A small CNN at mixed image sizes, dtypes and layouts, compiled as vision services are
+    (dynamic=None: the first graph static, later ones dynamic), served under inference_mode."""
+    from ..real_models import MODELS
+
+    def make(root):
+        _, requests = MODELS["cnn"]
+        with CorpusWriter(root / "corpus", model=f"{REPO / 'tests' / 'real_models.py'}:cnn",
+                          compile={"dynamic": None, "fullgraph": True}, grad_mode="inference_mode") as writer:
+            for args, kwargs in requests(16, seed=1):
+                writer.add(*args, **kwargs)
+        out = root / "out"
+        guardscope.analyze(root / "corpus", out, strict=True)
+        pipeline.emit_warmup(out)
+        return out, pipeline.precompile(out)
+
+    return made_once(tmp_path_factory, "precompiled-vision", make)
+
+
+def test_a_vision_model_under_dynamic_none_is_precompiled_and_proved(vision, tmp_path):
+    """Its ``images.float() / 255.0`` makes the AOT trace ask for a restart (traced again), its
+    first graph is static; verify's fresh process with empty caches serves every call from the
+    precompiled graphs, outputs equal to eager's."""
+    import shutil
+
+    source, manifest = vision
+    assert manifest["compile"]["dynamic"] is None and manifest["graphs"] > 2
+    out = tmp_path / "out"
+    shutil.copytree(source, out)
+    (warmup,) = pipeline.verify(out, artifacts=("warmup",))["artifacts"]
+    proof = warmup["precompiled"]
+    assert warmup["status"] == "passed" and proof["status"] == "used", (warmup["reason"], proof["reason"])
+    assert proof["run"]["replay_recompiles"] == 0 and proof["run"]["precompiled"]["stats"]["misses"] == 0
+    assert proof["run"]["precompiled"]["outputs"]["equal"]
