@@ -110,6 +110,36 @@ def _fix_proof(check: dict) -> str:
     return f"guardscope verify passed it: {setup}; {replay}."
 
 
+def startup_costs(verification: dict | None, bench: dict | None) -> list[dict[str, Any]]:
+    """What starting a replica with the warmup costs, each way it can start, as measured: verify's
+    processes (compiling its graphs with this machine's caches; with empty caches, without and with
+    its compile-cache bundle; from its precompiled graphs) and bench's rows (each process with empty
+    caches). ``[{"way", "seconds", "by"}]``, only what was measured. Pure."""
+    costs: list[dict[str, Any]] = []
+    warmup = verification_by_name(verification).get(plans.WARMUP) or {}
+    if warmup.get("setup_seconds") is not None and warmup.get("status") == "passed":
+        costs.append({"way": "compiling its graphs with this machine's caches", "seconds": warmup["setup_seconds"],
+                      "by": "verify"})
+    bundle = warmup.get("bundle") or {}
+    for mode, way in (("without", "compiling its graphs"), ("with", "from its compile-cache bundle")):
+        run = bundle.get(mode) or {}
+        if run.get("setup_seconds") is not None and run.get("status") == "passed":
+            costs.append({"way": f"{way}, empty caches", "seconds": run["setup_seconds"], "by": "verify"})
+    precompiled = warmup.get("precompiled") or {}
+    if precompiled.get("status") == "used":
+        costs.append({"way": "from its precompiled graphs, empty caches", "seconds": precompiled["run"]["setup_seconds"],
+                      "by": "verify"})
+    rows = {row.get("name"): row for row in (bench or {}).get("strategies", [])}
+    for name in (plans.WARMUP, plans.PRECOMPILED):
+        row = rows.get(name) or {}
+        if row.get("status") == "ok" and row.get("setup_seconds") is not None:
+            way = ("from its precompiled graphs" if name == plans.PRECOMPILED else "from its compile-cache bundle"
+                   if (row.get("bundle") or {}).get("status") == "loaded" else "compiling its graphs")
+            costs.append({"way": f"{way}, empty caches", "seconds": row["setup_seconds"],
+                          "by": f"guardscope bench on {bench.get('device_name') or bench.get('device')}"})
+    return costs
+
+
 def recommendation_context(catalog: dict, fixes: dict | None, verification: dict | None,
                            bench: dict | None) -> dict:
     """The box at the top of the report: the fix to use (:func:`choose_fix`), its proof, what it
@@ -164,6 +194,8 @@ def recommendation_context(catalog: dict, fixes: dict | None, verification: dict
         warmup_graphs=None if name == "warmup" or states.get("warmup", {}).get("state") in (None, "infeasible")
         else states["warmup"]["graphs"],
         code=code,
+        startup=(startup := startup_costs(verification, bench) if name == plans.WARMUP else []),
+        startup_precompiled=any("precompiled" in cost["way"] for cost in startup),
         compile_call=call + ")",
         beyond_limit=beyond,
         limit=limit,

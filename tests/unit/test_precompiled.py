@@ -75,3 +75,27 @@ def test_a_precompiled_warmup_that_compiles_or_differs_fails():
     assert precompiled_status({**loaded, "precompiled": {"outputs": {"equal": False, "max_diff": 0.5}}})[0] == "failed"
     refused = {**loaded, "precompiled_load": {"status": "incompatible", "reason": "it was made with torch 2.11.0"}}
     assert precompiled_status(refused) == ("not used", "it was made with torch 2.11.0")
+
+
+def test_the_report_gives_each_way_a_replica_starts_as_measured():
+    from guardscope.report.recommendation import startup_costs
+
+    verification = {"artifacts": [{
+        "name": "warmup", "status": "passed", "setup_seconds": 9.2,
+        "bundle": {"without": {"status": "passed", "setup_seconds": 58.4}, "with": {"status": "passed", "setup_seconds": 13.1}},
+        "precompiled": {"status": "used", "run": {"setup_seconds": 0.8}}}]}
+    bench = {"device_name": "NVIDIA H200", "strategies": [
+        {"name": "warmup", "status": "ok", "setup_seconds": 12.0, "bundle": {"status": "loaded"}},
+        {"name": "precompiled", "status": "ok", "setup_seconds": 0.9},
+        {"name": "compile", "status": "ok", "setup_seconds": 0.0}]}
+    assert [(c["seconds"], c["way"], c["by"]) for c in startup_costs(verification, bench)] == [
+        (9.2, "compiling its graphs with this machine's caches", "verify"),
+        (58.4, "compiling its graphs, empty caches", "verify"),
+        (13.1, "from its compile-cache bundle, empty caches", "verify"),
+        (0.8, "from its precompiled graphs, empty caches", "verify"),
+        (12.0, "from its compile-cache bundle, empty caches", "guardscope bench on NVIDIA H200"),
+        (0.9, "from its precompiled graphs, empty caches", "guardscope bench on NVIDIA H200"),
+    ]
+    failed = {"artifacts": [{"name": "warmup", "status": "failed", "setup_seconds": 3.0,
+                             "precompiled": {"status": "failed", "run": {"setup_seconds": 1.0}}}]}
+    assert startup_costs(failed, None) == []
