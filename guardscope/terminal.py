@@ -168,6 +168,22 @@ def format_bundle_setup(measured: dict) -> str:
     return line
 
 
+def format_precompiled_setup(measured: dict) -> str:
+    """One line on the warmup's precompiled graphs from its verification result."""
+    line = f"precompiled {measured['status'].upper()}"
+    run = measured.get("run") or {}
+    served = (run.get("precompiled") or {}).get("stats") or {}
+    if measured["status"] in ("used", "failed") and run.get("setup_seconds") is not None:
+        outputs = (run.get("precompiled") or {}).get("outputs") or {}
+        line += (f": ready in {run['setup_seconds']:.1f} s from {measured['file']} ({measured['backend']}, "
+                 f"{measured['device']}; fresh process, empty caches); {served.get('precompiled_calls', 0)} calls served "
+                 f"by its {measured['graphs']} graphs, {run.get('replay_recompiles')} compiled, outputs "
+                 f"{'equal to' if outputs.get('equal') else 'DIFFERENT from'} eager's")
+    if measured.get("reason"):
+        line += f"; {measured['reason']}"
+    return line
+
+
 def replica_compile_lines(compiled: dict[str, int] | None, union: int, replicas: dict[str, int] | None) -> list[str]:
     """A fleet's compiles as its replicas' processes make them: each replica compiles its own
     first call's graph and each later one its calls need, so the fleet compiles more graphs in

@@ -11,7 +11,7 @@ import click
 
 from .. import store
 from ..plans import NAMES, SHAPES_SPEC, STRATEGIES
-from ..terminal import format_bundle_setup, format_replicas, reason_lines
+from ..terminal import format_bundle_setup, format_precompiled_setup, format_replicas, reason_lines
 from .common import (
     analysis_dir,
     artifact_option,
@@ -96,6 +96,8 @@ def verify(out_dir: str, artifacts: tuple[str, ...], holdout: float | None, time
             click.echo(reason_lines(result["reason"], store.VERIFICATION))
         if result.get("bundle"):
             click.echo(f"          {format_bundle_setup(result['bundle'])}")
+        if result.get("precompiled"):
+            click.echo(f"          {format_precompiled_setup(result['precompiled'])}")
         if result.get("replicas"):
             click.echo(f"          {format_replicas(result['replicas'])}")
         said = []
