@@ -176,8 +176,9 @@ def format_precompiled_setup(measured: dict) -> str:
     if measured["status"] in ("used", "failed") and run.get("setup_seconds") is not None:
         outputs = (run.get("precompiled") or {}).get("outputs") or {}
         line += (f": ready in {run['setup_seconds']:.1f} s from {measured['file']} ({measured['backend']}, "
-                 f"{measured['device']}; fresh process, empty caches); {served.get('precompiled_calls', 0)} calls served "
-                 f"by its {measured['graphs']} graphs, {run.get('replay_recompiles')} compiled, outputs "
+                 f"{measured['device']}; fresh process, empty caches); replay of {run.get('samples_replayed')} samples "
+                 f"through its {measured['graphs']} graphs: {run.get('replay_recompiles')} compiled, "
+                 f"{served.get('misses', 0)} missed, outputs "
                  f"{'equal to' if outputs.get('equal') else 'DIFFERENT from'} eager's")
     if measured.get("reason"):
         line += f"; {measured['reason']}"

@@ -91,6 +91,9 @@ def _set_up(strategy: str, module: Any, runner: Any, out_dir: Path, catalog: dic
         load = module.load_precompiled(runner.compiled, options.device, options.grad_mode)
         if load.status != "loaded":
             raise PrecompileError(f"the precompiled warmup was {load.status}: {load.reason}")
+        # its samples through the loaded graphs, as warmup() runs them: each graph's kernels load
+        module.warmup(runner.compiled, device=options.device, grad_mode=options.grad_mode, bundle=False,
+                      **precompiled_off(module))
         return compiled, load.graphs, load.to_json()
     if strategy in plans.BUNDLED:  # the plans with a warmup (and a bundle to load)
         load = module.load_bundle(runner.compiled, options.device).to_json()

@@ -56,7 +56,7 @@ def set_up_plan(name: str, out_dir: Path, model: Any, options: Any, *, use_bundl
                 warm_sample: Any = None, use_precompiled: bool = False) -> tuple[Any, Any, float, dict | None]:
     """Apply a plan as its module's docstring says, in this process: configure (unbacked), compile,
     load the compile-cache bundle (``use_bundle``) or the precompiled graphs (``use_precompiled``,
-    the warmup plan: when they load, nothing more runs), run the warmup. Returns (module, runner,
+    the warmup plan: when they load, the warmup's samples run through them), run the warmup. Returns (module, runner,
     set-up seconds, what the bundle or precompiled load did).
 
     Set-up is timed the same way everywhere guardscope reports it (verify, bundle, bench): from a
@@ -88,9 +88,9 @@ def set_up_plan(name: str, out_dir: Path, model: Any, options: Any, *, use_bundl
         load = module.load_precompiled(runner.compiled, options.device, options.grad_mode).to_json()
     elif use_bundle:
         load = module.load_bundle(runner.compiled, options.device).to_json()
-    if not (use_precompiled and load["status"] == "loaded"):
-        module.warmup(runner.compiled, device=options.device, grad_mode=options.grad_mode, bundle=False,
-                      **({"spec": True} if spec else {}), **precompiled_off(module))
+    # Loaded precompiled graphs then serve the warmup's samples: their kernels load there.
+    module.warmup(runner.compiled, device=options.device, grad_mode=options.grad_mode, bundle=False,
+                  **({"spec": True} if spec else {}), **precompiled_off(module))
     torch_compat.synchronize(runner.device)
     return module, runner, time.perf_counter() - started, load
 

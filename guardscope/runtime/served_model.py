@@ -162,6 +162,8 @@ class ServedModel:
         # The warmup's precompiled graphs, when warmup() loaded them: the compiled module's forward
         # is then guardscope's dispatch over them, and Dynamo's cache holds none of them.
         self.precompiled = precompiled_forward(compiled)
+        # (the warmup's own calls through it are not this model's to count)
+        self._precompiled_before = sum(self.precompiled.stats.served) if self.precompiled is not None else 0
         self.graphs = len(torch_compat.cache_entries(self._code) or []) + (
             len(self.precompiled.graphs) if self.precompiled is not None else 0)
         # Options of a BackgroundCompiler (max_compiles, switch_interval...); None: off.
@@ -351,7 +353,7 @@ class ServedModel:
                            background_pending=counted["pending"], background_dropped=counted["dropped"],
                            background_compiles=counted["compiles"])
         if self.precompiled is not None:
-            traffic["precompiled"] = sum(self.precompiled.stats.served)
+            traffic["precompiled"] = sum(self.precompiled.stats.served) - self._precompiled_before
         recorded = self.recorder.counts() if self.recorder is not None else None
         if recorded is None:
             return RuntimeStats(calls=calls, compiled=compiled, fallbacks=fallbacks,

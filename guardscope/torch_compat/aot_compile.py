@@ -7,7 +7,8 @@ Read in torch 2.13.0's source (experimental and private there; check again for e
   ``aot_compile_fullgraph`` per ``torch._dynamo.aot_compile.ModelInput(args, kwargs, contexts)``,
   each traced inside its contexts; ``compiled.forward`` becomes an ``AOTCompiledModel`` whose
   ``compiled_results`` are ``AOTCompiledFunction`` s. It needs ``fullgraph=True`` and
-  ``torch._dynamo.config.enable_aot_compile`` (True by default in 2.13).
+  ``torch._dynamo.config.enable_aot_compile`` (True by default in 2.13; torch 2.11 has the same
+  methods with the switch off: guardscope turns it on around its own calls).
 * ``_save_aot_compiled_module()`` returns the pickled graphs (guards included);
   ``_load_aot_compiled_module(data)`` on a fresh ``torch.compile(module)`` restores them.
 * Three behaviours guardscope owns rather than passes on:
@@ -71,9 +72,15 @@ def aot_compile_missing() -> str | None:
             return f"torch {torch_version()} has no OptimizedModule.{name} (torch's AOT compile of a module)"
     if not hasattr(aot_compile.AOTCompiledFunction, "disable_guard_check"):
         return f"torch {torch_version()} has no AOTCompiledFunction.disable_guard_check"
-    if not getattr(torch._dynamo.config, "enable_aot_compile", False):
-        return "torch._dynamo.config.enable_aot_compile is off"
+    if not hasattr(torch._dynamo.config, "enable_aot_compile"):
+        return f"torch {torch_version()} has no torch._dynamo.config.enable_aot_compile"
     return None
+
+
+def _enabled() -> Any:
+    """torch's AOT compile switched on for the block: on by default in 2.13, off in 2.11 (which has
+    the same methods behind it)."""
+    return torch._dynamo.config.patch(enable_aot_compile=True)
 
 
 def inductor_caches_off() -> str | None:
@@ -117,7 +124,8 @@ def aot_compile_module(compiled: Any, inputs: list[tuple[tuple, dict, list[Any]]
     for attempt in range(_RESTARTS + 1):
         models = [ModelInput(args, kwargs, [_fresh(context) for context in contexts]) for args, kwargs, contexts in inputs]
         try:
-            compiled._aot_compile(models)
+            with _enabled():
+                compiled._aot_compile(models)
             break
         except RestartAnalysis:
             if attempt == _RESTARTS:
@@ -136,7 +144,8 @@ def _fresh(context: Any) -> Any:
 
 def save_aot_module(compiled: Any) -> bytes:
     """The bytes of the graphs :func:`aot_compile_module` made (guards included)."""
-    return bytes(compiled._save_aot_compiled_module())
+    with _enabled():
+        return bytes(compiled._save_aot_compiled_module())
 
 
 def load_aot_graphs(compiled: Any, data: bytes) -> list[Any]:
@@ -144,7 +153,8 @@ def load_aot_graphs(compiled: Any, data: bytes) -> list[Any]:
     same model), each with its own guard check off (the caller dispatches). ``compiled.forward``
     is left as it was: the caller installs its dispatch over the graphs."""
     before = compiled.__dict__.get("forward")
-    compiled._load_aot_compiled_module(data)
+    with _enabled():
+        compiled._load_aot_compiled_module(data)
     graphs = list(compiled.forward.compiled_results)
     if before is None:
         compiled.__dict__.pop("forward", None)

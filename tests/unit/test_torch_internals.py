@@ -124,6 +124,7 @@ INTERNALS: dict[str, str] = {
     "torch._dynamo.config.enable_aot_compile": "aot_compile",
     "torch._dynamo.eval_frame.set_enable_dynamic": "aot_compile",
     "torch._dynamo.exc.RestartAnalysis": "aot_compile",
+    "torch._dynamo.config.patch": "aot_compile",
     "torch._inductor.config.force_disable_caches": "aot_compile",
     "torch._inductor.runtime.cache_dir_utils.cache_dir": "aot_compile",
     # versions
