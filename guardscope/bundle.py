@@ -129,6 +129,35 @@ class BundleLoad:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """Why an artifact beside a generated module is not used: ``incompatible`` or ``unreadable``."""
+
+    status: str
+    reason: str
+
+
+def read_fitting(path: Path, meta_path: Path, misfit: Any) -> tuple[dict[str, Any], bytes] | Refusal:
+    """An artifact's manifest and bytes (a bundle, precompiled graphs) when its manifest can be
+    read, ``misfit(manifest)`` finds no reason it does not fit here, and the bytes match the
+    manifest's checksum; else why not."""
+    try:
+        manifest = store.read_bundle_manifest_at(meta_path)
+    except (OSError, ValueError) as exc:
+        return Refusal("unreadable", f"its manifest {meta_path.name} cannot be read ({exc})")
+    reason = misfit(manifest)
+    if reason is not None:
+        return Refusal("incompatible", reason)
+    try:
+        data = store.read_bundle_at(path)
+    except OSError as exc:
+        return Refusal("unreadable", f"it cannot be read ({exc})")
+    if hashlib.sha256(data).hexdigest() != manifest.get("sha256"):
+        return Refusal("unreadable", f"its checksum differs from {meta_path.name}'s (truncated, or replaced "
+                       "without its manifest)")
+    return manifest, data
+
+
 def manifest_path(bundle_path: str | Path) -> Path:
     path = Path(bundle_path)
     return path.with_name(path.name[: -len(store.BUNDLE_SUFFIX)] + store.BUNDLE_MANIFEST_SUFFIX)
@@ -156,20 +185,11 @@ def load_bundle(bundle_path: str | Path, plan: dict[str, Any], warmup_dir: str |
         )
         return BundleLoad(status, path.name, reason, round(time.perf_counter() - started, 6))
 
-    try:
-        manifest = store.read_bundle_manifest_at(meta_path)
-    except (OSError, ValueError) as exc:
-        return not_used("unreadable", f"its manifest {meta_path.name} cannot be read ({exc})")
-    reason = check_manifest(manifest, runtime_facts(plan, warmup_dir, model, device))
-    if reason is not None:
-        return not_used("incompatible", reason)
-    try:
-        data = store.read_bundle_at(path)
-    except OSError as exc:
-        return not_used("unreadable", f"it cannot be read ({exc})")
-    if hashlib.sha256(data).hexdigest() != manifest.get("sha256"):
-        return not_used("unreadable", f"its checksum differs from {meta_path.name}'s (truncated, or replaced "
-                        "without its manifest)")
+    found = read_fitting(path, meta_path, lambda manifest: check_manifest(
+        manifest, runtime_facts(plan, warmup_dir, model, device)))
+    if isinstance(found, Refusal):
+        return not_used(found.status, found.reason)
+    manifest, data = found
     artifacts = torch_compat.load_compile_cache(data)
     if artifacts is None:
         return not_used("unreadable", "torch could not read its cache artifacts")

@@ -21,7 +21,6 @@ guard it failed — where torch's own dispatch would raise.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import sys
 import threading
@@ -32,9 +31,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import store
-from .bundle import check_manifest, runtime_facts
+from .bundle import Refusal, check_manifest, read_fitting, runtime_facts
 
-FORMAT = 1
 LOG = logging.getLogger("guardscope.precompiled")
 
 
@@ -209,22 +207,14 @@ def load_precompiled(artifact_path: str | Path, plan: dict[str, Any], warmup_dir
     if original is None:
         return not_used("incompatible", "precompiled graphs load into a torch.compile'd nn.Module "
                                         "(torch.compile(model)), not a compiled function or method")
-    try:
-        manifest = store.read_bundle_manifest_at(meta_path)
-    except (OSError, ValueError) as exc:
-        return not_used("unreadable", f"its manifest {meta_path.name} cannot be read ({exc})")
-    reason = check_precompiled(manifest, runtime_facts(plan, warmup_dir, model, device), grad_mode)
-    if reason is not None:
-        return not_used("incompatible", reason)
-    try:
-        data = store.read_bundle_at(path)
-    except OSError as exc:
-        return not_used("unreadable", f"it cannot be read ({exc})")
-    if hashlib.sha256(data).hexdigest() != manifest.get("sha256"):
-        return not_used("unreadable", f"its checksum differs from {meta_path.name}'s (truncated, or replaced "
-                        "without its manifest)")
+    found = read_fitting(path, meta_path, lambda manifest: check_precompiled(
+        manifest, runtime_facts(plan, warmup_dir, model, device), grad_mode))
+    if isinstance(found, Refusal):
+        return not_used(found.status, found.reason)
+    manifest, data = found
     alias_model_module(manifest.get("model_module"), original)
-    fallback = model.forward
+    installed = precompiled_forward(model)
+    fallback = installed.fallback if installed is not None else model.forward  # loaded twice: one dispatch
     try:
         graph_bytes, kernels = torch_compat.unpack_artifact(data)
         folders = torch_compat.kernel_cache_dirs()

@@ -45,9 +45,7 @@ def make_bundle(out_dir: str | Path, artifact: str, *, backend: str, device: str
 
 def _make_in_child(out: Path, artifact: str, backend: str, device: str, corpus: Path | None = None) -> dict[str, Any]:
     """Run the plan with the production backend in this (fresh) process and save its caches."""
-    import torch
-
-    from .. import __version__, torch_compat
+    from .. import torch_compat
 
     if not cache_dirs_empty():
         return {"error": "the compile-cache folders are not empty: start this through 'guardscope bundle', "
@@ -62,11 +60,31 @@ def _make_in_child(out: Path, artifact: str, backend: str, device: str, corpus: 
                          f"{backend!r}: bundles need a backend with caches (inductor), and inductor's caches on "
                          "(TORCHINDUCTOR_FORCE_DISABLE_CACHES, TORCHINDUCTOR_FX_GRAPH_CACHE=0 turn them off)"}
     data, artifacts = saved
-    bundle_name, manifest_name = store.bundle_files(artifact)
     manifest = {
+        **artifact_manifest(artifact, store.bundle_files(artifact), data, module, options, runner),
+        "inference_mode": options.inference_mode,
+        "graphs": runner.graphs(),
+        "artifacts": artifacts,
+        "cache": torch_compat.compile_cache_counters(),
+        "compile_seconds": round(seconds, 3),
+    }
+    write_artifact(out, store.bundle_files(artifact), data, manifest)
+    return manifest
+
+
+def artifact_manifest(artifact: str, files: tuple[str, str], data: bytes, module: Any, options: Any,
+                      runner: Any) -> dict[str, Any]:
+    """What every artifact saved beside a plan's module states first (a bundle, precompiled graphs):
+    its format, file, size and checksum, the plan it was made for, and the torch, device and
+    compile settings it was made with, as :func:`guardscope.bundle.check_manifest` reads them."""
+    import torch
+
+    from .. import __version__, torch_compat
+
+    return {
         "format": FORMAT,
         "artifact": artifact,
-        "file": bundle_name,
+        "file": files[0],
         "bytes": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
         "plan_hash": plan_hash(module.PLAN, module.WARMUP_DIR),
@@ -77,16 +95,14 @@ def _make_in_child(out: Path, artifact: str, backend: str, device: str, corpus: 
                     "mode": options.mode},
         "compiled": torch_compat.compiled_settings(runner.compiled),
         "grad_mode": options.grad_mode,
-        "inference_mode": options.inference_mode,
-        "graphs": runner.graphs(),
-        "artifacts": artifacts,
-        "cache": torch_compat.compile_cache_counters(),
-        "compile_seconds": round(seconds, 3),
         "guardscope_version": __version__,
     }
-    store.write_bytes(out / bundle_name, data)
-    store.write_json(out / manifest_name, manifest)
-    return manifest
+
+
+def write_artifact(out: Path, files: tuple[str, str], data: bytes, manifest: dict[str, Any]) -> None:
+    """The artifact's bytes, then its manifest (a manifest never names bytes not yet written)."""
+    store.write_bytes(out / files[0], data)
+    store.write_json(out / files[1], manifest)
 
 
 def production_backend(catalog: dict[str, Any], corpus_dir: Path) -> str:

@@ -11,7 +11,6 @@ when there is one, stays the warm start.
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import time
 from dataclasses import replace
@@ -19,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import plans, store
-from ..bundle import plan_hash
 from ..errors import CompileOptionsError, GuardscopeError, PrecompileError
 from ..options import BACKENDS, production_options
-from ..precompiled import FORMAT, forward_module
+from ..precompiled import forward_module
+from .bundling import artifact_manifest, production_backend, write_artifact
 from .isolation import child_environment, import_file, run_module
 from .setup import cache_dirs_empty, isolated_caches
 
@@ -51,8 +50,6 @@ def make_precompiled(out: Path, catalog: dict[str, Any], *, corpus: str | Path |
     """Precompile the warmup plan in DIR in a fresh process with empty compile caches and write
     ``warmup.precompiled.bin`` and its manifest beside ``warmup.py``; returns the manifest.
     Raises :class:`PrecompileError` with the one-line reason when it cannot be."""
-    from .bundling import production_backend
-
     module = plans.MODULES[ARTIFACT]
     if not (out / module).is_file():
         raise PrecompileError(f"{module} not found in {out}: run 'guardscope emit-warmup {out}' first")
@@ -89,9 +86,7 @@ def _step_dynamic(dynamic: bool | None, step: int) -> bool | None:
 
 def _build_in_child(out: Path, backend: str, device: str, corpus_dir: Path | None) -> dict[str, Any]:
     """Trace and compile every warmup step ahead of time in this (fresh) process and save them."""
-    import torch
-
-    from .. import __version__, torch_compat
+    from .. import torch_compat
     from ..corpus import load_corpus
     from ..replay.runner import Runner
 
@@ -141,29 +136,16 @@ def _build_in_child(out: Path, backend: str, device: str, corpus_dir: Path | Non
     carried = {name: store.read_cache_files(folder) for name, folder in torch_compat.kernel_cache_dirs().items()}
     data = torch_compat.pack_artifact(graph_bytes, carried)
     kernels = sum(len(files) for files in carried.values())
-    file, manifest_file = store.precompiled_files(ARTIFACT)
+    files = store.precompiled_files(ARTIFACT)
     manifest = {
-        "format": FORMAT,
-        "artifact": ARTIFACT,
-        "file": file,
-        "bytes": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "plan_hash": plan_hash(module.PLAN, module.WARMUP_DIR),
-        "torch_version": str(torch.__version__),
-        "device": options.device,
-        "device_name": torch_compat.cache_device_name(runner.device),
-        "compile": {"backend": options.backend, "dynamic": options.dynamic, "fullgraph": True, "mode": options.mode},
-        "compiled": torch_compat.compiled_settings(runner.compiled),
-        "grad_mode": options.grad_mode,
+        **artifact_manifest(ARTIFACT, files, data, module, replace(options, fullgraph=True), runner),
         "model_module": forward_module(torch_compat.forward_owner(model) or model),
         "graphs": len(graphs),
         "kernel_files": kernels,
         "steps": [int(step[0]) for step in module.STEPS],
         "build_seconds": round(seconds, 3),
-        "guardscope_version": __version__,
     }
-    store.write_bytes(out / file, data)
-    store.write_json(out / manifest_file, manifest)
+    write_artifact(out, files, data, manifest)
     return manifest
 
 
