@@ -8,7 +8,7 @@ network request the page made, and takes a full-page PNG screenshot.
 Run as a script to refresh the README's screenshot of a report (the top of the page, which
 keeps the PNG a few hundred KB)::
 
-    python -m tests.headless_chromium out/report.html docs/report.png 2400
+    python -m tests.headless_chromium out/report.html docs/report.png 2400   # docs/make_screenshot.py does it all
 """
 
 from __future__ import annotations

@@ -40,3 +40,17 @@ def test_every_docs_page_is_reachable_from_the_readme():
 
 def test_the_readme_is_a_front_page():
     assert len((REPO / "README.md").read_text(encoding="utf-8").splitlines()) <= 250
+
+
+def test_the_readme_screenshot_shows_todays_report_templates():
+    """docs/report.png records the templates' digest it was rendered with (docs/make_screenshot.py):
+    a change to the report's templates must come with a new picture."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_screenshot", REPO / "docs" / "make_screenshot.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert (REPO / "docs" / "report.png").is_file()
+    assert script.recorded_digest() == script.templates_digest(), (
+        "docs/report.png is older than the report's templates: run `python docs/make_screenshot.py` and commit "
+        "docs/report.png and docs/report.png.json")
