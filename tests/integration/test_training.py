@@ -64,39 +64,61 @@ def train(module, forward, steps, seed: int) -> None:
         optimizer.zero_grad()
 
 
-def compiled_training(steps, warmup=None, **options) -> tuple[tuple[int, int], tuple[int, int]]:
-    """A fresh model compiled as production compiles it (automatic dynamic shapes), warmed up with
-    ``warmup`` when given, then trained on ``steps``: the (forward, backward) compiles of the
-    warmup, then of the training."""
+def compiled_training(steps, warmup=None, dynamic=None, **options) -> tuple[tuple[int, int], tuple[int, int]]:
+    """A fresh model compiled as production compiles it, warmed up with ``warmup`` (and
+    ``options``) when given, then trained on ``steps``: the (forward, backward) compiles of the
+    warmup, then of the training. The warmup leaves every parameter's ``.grad`` as it was."""
     torch._dynamo.reset()
     counting = CountingBackend()
     model = TokenTagger()
-    compiled = torch.compile(model, backend=counting.backend)
+    compiled = torch.compile(model, backend=counting.backend, dynamic=dynamic)
     if warmup is not None:
         warmup.warmup(compiled, **options)
+        assert all(parameter.grad is None for parameter in model.parameters())
     warmed = counting.counts()
     train(model, compiled, steps, seed=1)
     torch._dynamo.reset()
     return warmed, (counting.forward - warmed[0], counting.backward - warmed[1])
 
 
-def test_a_recorded_training_loop_is_analysed_under_grad_and_its_warmup_leaves_training_nothing_to_compile(tmp_path):
+def recorded_warmup(tmp_path, dynamic, steps=RECORDED):
+    """A training loop over ``steps`` recorded by the traffic recorder (on the training thread: grad
+    enabled), analysed, and its warmup module; with the analysis's catalog."""
     model = TokenTagger()
-    traffic = TrafficRecorder(tmp_path / "traffic", model=model_spec("TokenTagger"), compile={"dynamic": None})
-    train(model, traffic.wrap(model), RECORDED, seed=0)  # read on the training thread: grad enabled
+    traffic = TrafficRecorder(tmp_path / "traffic", model=model_spec("TokenTagger"), compile={"dynamic": dynamic})
+    train(model, traffic.wrap(model), steps, seed=0)
     traffic.close()
     assert json.loads((tmp_path / "traffic" / "corpus.json").read_text())["grad_mode"] == "grad"
-
     catalog = read_catalog(guardscope.analyze(tmp_path / "traffic", tmp_path / "out").out_dir)
     assert catalog["compile"]["grad_mode"] == "grad"
     pipeline.emit_warmup(tmp_path / "out")
     warmup = import_file(tmp_path / "out" / "warmup.py")
     assert warmup.GRAD_MODE == "grad"
+    return warmup, catalog
 
+
+def test_a_recorded_training_loop_is_analysed_under_grad_and_its_warmup_leaves_training_nothing_to_compile(tmp_path):
+    warmup, catalog = recorded_warmup(tmp_path, dynamic=None)
     plain = compiled_training(NEW)
     warmed, training = compiled_training(NEW, warmup)
     print(f"graphs {catalog['summary']['compiles']}; plain compile: training compiles {plain[1]} "
           f"(forward, backward); warmup compiles {warmed}, then training {training}")
     assert plain[1][0] > 0  # without the warmup, training compiles forward graphs
-    assert warmed[0] == warmup.GRAPHS
+    # The static first graph's backward is left to its first .backward(), which never comes: the
+    # dynamic graphs compiled after it accept its calls first (Dynamo tries the latest used first).
+    assert warmed == (warmup.GRAPHS, warmup.GRAPHS - 1)
     assert training == (0, 0)
+
+
+def test_static_graphs_compile_their_backward_on_the_first_training_step_unless_the_warmup_backpropagates(tmp_path):
+    """dynamic=False: no graph's backward needs a size, so AOTAutograd compiles each one lazily; a
+    second epoch over the recorded shapes compiles every backward after a forward-only warmup, and
+    none after warmup(backward=True)."""
+    epoch = RECORDED[:4]
+    warmup, _ = recorded_warmup(tmp_path, dynamic=False, steps=epoch)
+    assert warmup.GRAPHS == len(set(epoch))
+    forward_only = compiled_training(epoch, warmup, dynamic=False)
+    backpropagated = compiled_training(epoch, warmup, dynamic=False, backward=True)
+    print(f"forward-only warmup {forward_only}; warmup(backward=True) {backpropagated}")
+    assert forward_only == ((warmup.GRAPHS, 0), (0, warmup.GRAPHS))
+    assert backpropagated == ((warmup.GRAPHS, warmup.GRAPHS), (0, 0))
