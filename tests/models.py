@@ -209,3 +209,17 @@ class SizeDivisibleCNN(NormalisedCNN):
             levels.append(x)
         merged = levels[-2] + torch.nn.functional.interpolate(levels[-1], scale_factor=2.0, mode="nearest")
         return self.head(merged.mean((2, 3)))
+
+
+class TokenTagger(torch.nn.Module):
+    """A tiny per-token classifier, trained as a language model's head is: an embedding, a
+    two-layer MLP, logits for every token of a ``(batch, length)`` batch of token ids."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(50, 16)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 50))
+
+    def forward(self, tokens):
+        return self.mlp(self.embed(tokens))

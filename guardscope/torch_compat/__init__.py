@@ -34,7 +34,7 @@ from .dynamo_config import (DUCK_SHAPE_SETTING, DYNAMO_SETTINGS, LIMIT_SETTINGS,
                             dynamo_defaults,
                             dynamo_settings, is_recompile_limit_error, patched_config, raised_recompile_limit,
                             recompile_limits, reset_dynamo, warn_once, without_guard_latency_profile)
-from .grad_modes import current_grad_mode, grad_context
+from .grad_modes import backpropagate, current_grad_mode, grad_context
 from .logs import torch_logs_captured, trace_formatter, trace_logger
 from .guards import (LookupOrder, cache_entries, code_of, compiled_function_original, compiled_module_original,
                      entries_by_age, first_accepting, forward_owner)
@@ -60,7 +60,7 @@ __all__ = [
     "dynamo_settings", "is_recompile_limit_error", "patched_config", "raised_recompile_limit", "recompile_limits",
     "reset_dynamo",
     "warn_once", "without_guard_latency_profile",
-    "current_grad_mode", "grad_context",
+    "backpropagate", "current_grad_mode", "grad_context",
     "torch_logs_captured", "trace_formatter", "trace_logger",
     "LookupOrder", "cache_entries", "code_of", "compiled_function_original", "compiled_module_original",
     "entries_by_age", "first_accepting", "forward_owner",

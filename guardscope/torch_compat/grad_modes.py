@@ -5,8 +5,9 @@ compiled under ``torch.no_grad()`` does not serve a call under ``torch.inference
 tensors created under inference mode are "inference tensors", with other dispatch keys). So a
 replay must run under production's mode, which a recorder reads on the serving thread.
 
-Public torch only: ``torch.is_inference_mode_enabled``, ``torch.is_grad_enabled`` and the three
-context managers.
+Public torch only: ``torch.is_inference_mode_enabled``, ``torch.is_grad_enabled``, the three
+context managers, and for :func:`backpropagate` ``torch.autograd.grad`` and the autograd graph's
+``grad_fn.next_functions`` and ``AccumulateGrad.variable``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,50 @@ def grad_context(mode: str) -> Any:
     if mode == GRAD:
         return _Block(lambda: torch.inference_mode(False), torch.enable_grad)
     raise ValueError(f"grad mode {mode!r} is not one of {', '.join(GRAD_MODES)}")
+
+
+def backpropagate(outputs: Any) -> bool:
+    """Backpropagate through a call's ``outputs`` (tensors in tuples, lists and dicts), as a
+    training step's ``.backward()`` would, so that each compiled graph they came through has its
+    backward compiled now: AOTAutograd compiles a graph's backward with its forward only when the
+    backward needs sizes of a dynamic graph, else lazily on the first backward through it (torch
+    2.13, ``_aot_stage2b_bw_compile``). The gradient is the sum's, taken with
+    ``torch.autograd.grad`` onto the leaves the outputs come from: no parameter's ``.grad`` changes
+    and no hook on it runs. Whether anything needed gradients (False: nothing to run)."""
+    tensors = [t for t in _tensors(outputs) if t.grad_fn is not None]
+    leaves = _leaves(tensors)
+    if not leaves:
+        return False
+    torch.autograd.grad(tensors, leaves, grad_outputs=[torch.ones_like(t) for t in tensors], allow_unused=True)
+    return True
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _tensors(item)]
+    return []
+
+
+def _leaves(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The tensors gradients would accumulate into (each ``AccumulateGrad`` node's), found by
+    walking the autograd graph back from ``tensors``."""
+    leaves: dict[int, torch.Tensor] = {}
+    seen: set[int] = set()
+    todo = [t.grad_fn for t in tensors]
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        variable = getattr(node, "variable", None)
+        if isinstance(variable, torch.Tensor):
+            leaves[id(variable)] = variable
+        todo.extend(following for following, _ in node.next_functions)
+    return list(leaves.values())
 
 
 class _Block:

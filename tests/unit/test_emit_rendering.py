@@ -155,3 +155,13 @@ def test_the_unbacked_plan_marks_dims_inside_arguments_by_path():
     assert [(d.argument, d.axis, d.nested) for d in plan.dims] == [("input_ids", 0, False),
                                                                     ("cache.layers[0].keys", 0, True)]
     assert [dim for dim, _ in plan.skipped] == ["cache.get_mask().size()[0]"]  # read, never called
+
+
+@pytest.mark.parametrize("grad_mode", ["grad", "no_grad"])
+def test_a_training_warmups_usage_line_backpropagates(grad_mode):
+    """Recorded under grad (a training loop), the usage line asks warmup() for the backward graphs too."""
+    catalog = copy.deepcopy(CATALOG)
+    catalog["compile"]["grad_mode"] = grad_mode
+    text = render_warmup(catalog, WARMUP)
+    assert constants(text)["GRAD_MODE"] == grad_mode
+    assert ("warmup.warmup(compiled, backward=True)" in text) is (grad_mode == "grad")

@@ -77,11 +77,13 @@ INTERNALS: dict[str, str] = {
     "torch._dynamo.utils.orig_code_map.refs": "frames",
     "torch._dynamo.utils.orig_code_map.values": "frames",
     # grad_modes
+    "torch.autograd.grad": "grad_modes",
     "torch.enable_grad": "grad_modes",
     "torch.inference_mode": "grad_modes, guard_columns",
     "torch.is_grad_enabled": "grad_modes",
     "torch.is_inference_mode_enabled": "grad_modes",
     "torch.no_grad": "grad_modes",
+    "torch.ones_like": "grad_modes",
     # guard_columns
     "torch._C._dispatch_keys": "guard_columns",
     "torch._C._dispatch_tls_local_exclude_set": "guard_columns",
