@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from guardscope import torch_compat
+from guardscope.torch_compat.cudagraphs import _skip_logger_name
 from guardscope.torch_compat.dynamo_config import DYNAMO_SETTINGS
 from guardscope.torch_compat.logs import terminal_handler_types
 
@@ -45,6 +46,9 @@ INTERNALS: dict[str, str] = {
     "torch._inductor.config.triton.cudagraph_skip_dynamic_graphs": "cudagraphs",
     "torch._inductor.scheduler.get_scheduler_node_symbol_uses": "cudagraphs",
     "torch._logging._internal.log_registry": "cudagraphs, logs",
+    "torch._inductor.cudagraph_utils": "cudagraphs",
+    "torch._inductor.cudagraph_utils.log_cudagraph_skip_and_bump_counter": "cudagraphs",
+    "torch._inductor.cudagraph_utils.perf_hint_log": "cudagraphs",
     "torch._logging._internal.log_registry.get_artifact_log_qnames": "cudagraphs",
     "torch._logging._internal.log_registry.get_log_qnames": "logs",
     # dtypes
@@ -136,12 +140,15 @@ GATES = {
     "torch._dynamo.variables.builder._parse_source_entry": torch_compat.supports_unbacked_sources,
     "torch._logging._internal._StderrHandler": lambda: len(terminal_handler_types()) > 1,
     "torch.compiler.set_stance": torch_compat.supports_eager_on_recompile,
+    # where "skipping cudagraphs" is logged: perf_hint_log in 2.9.1 and 2.10.0 (cudagraphs_log after)
+    "torch._inductor.cudagraph_utils.perf_hint_log": lambda: _skip_logger_name() is not None,
 }
-PARTIAL_GATES = {"torch.compiler.config.unbacked_sources"}
+PARTIAL_GATES = {"torch.compiler.config.unbacked_sources", "torch._inductor.cudagraph_utils.perf_hint_log"}
 # Gated by a fallback beside the read, not a supports_* function: absent, guardscope says so or
-# takes the other path (each in its module's docstring). Present in 2.13.0 and 2.14.1.
+# takes the other path (each in its module's docstring). Present in 2.13.0 and 2.14.1;
+# 2.9.1 has no module-level get_scheduler_node_symbol_uses.
 FALLBACK = {
-    "torch._inductor.scheduler.get_scheduler_node_symbol_uses",  # cudagraphs: partitions_dynamic_shapes
+    "torch._inductor.scheduler.get_scheduler_node_symbol_uses",  # cudagraphs: partitions_dynamic_shapes (2.10+)
     "torch._inductor.config.graph_partition",  # cudagraphs: off where absent
     "torch.compiler.save_cache_artifacts", "torch.compiler.load_cache_artifacts",  # compile_cache: bundles refused
     "torch._TorchCompileInductorWrapper", "torch._TorchCompileWrapper",  # compile_cache: compiled_settings
