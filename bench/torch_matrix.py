@@ -213,11 +213,15 @@ def e2e_cell(entry: dict | None) -> str:
             continue
         done = entry[step]
         if step == "verify":
-            verdict = str(done.get("verdict") or f"exit {done['status']}").split("(")[0].strip()
-            steps.append(verdict.replace("verdict", "verify").replace("  ", " ").strip()
-                         + (f", spec as {done['spec_keyword']}=" if done.get("spec_keyword") else ""))
+            verdict = " ".join(str(done.get("verdict") or f"exit {done['status']}").split("(")[0].split()[1:2])
+            spec = (done.get("spec_result") or "").split()
+            steps.append(f"verify {verdict or 'exit ' + str(done['status'])}"
+                         + (f" (spec form {spec[1]} as {done['spec_keyword']}=)" if done.get("spec_keyword") and spec
+                            else ""))
         elif done["status"] != 0:
             steps.append(f"{step} exit {done['status']}")
+        elif step == "emit-warmup" and str(done.get("spec_line") or "").startswith("shapes_spec not written"):
+            steps.append("no spec form (" + done["spec_line"].split(": ", 1)[-1].split(" (")[0] + ")")
     return "; ".join(steps) or "ok"
 
 
@@ -230,8 +234,8 @@ def table(work: Path) -> str:
         row = json.loads(path.read_text())
         env = row.get("environment") or {}
         build = env.get("torch") or row["requested"]
-        if env.get("torch") and "+" not in build:
-            build += f" (CUDA {env['cuda']} wheel, run on the CPU)" if env.get("cuda") else ""
+        if env.get("cuda") and not env.get("cuda_available"):
+            build += f" (CUDA {env['cuda']} wheel, on the CPU)"
         if (row.get("install") or {}).get("status"):
             lines.append(f"| {build} | {row['started']} | {row.get('commit')} | install failed (exit "
                          f"{row['install']['status']}) | | | |")

@@ -34,7 +34,27 @@ def cudagraph_loggers() -> list[logging.Logger]:
     qnames = getattr(registry, "get_artifact_log_qnames", None)
     if callable(qnames):
         names |= {name for name in qnames() if name.endswith(suffix)}
+    skips = _skip_logger_name()
+    if skips is not None:
+        names.add(skips)
     return [logging.getLogger(name) for name in sorted(names)]
+
+
+def _skip_logger_name() -> str | None:
+    """The logger "skipping cudagraphs due to ..." goes to where it is not a ``cudagraphs`` one:
+    ``cudagraph_utils.log_cudagraph_skip_and_bump_counter`` writes to ``perf_hint_log`` (the
+    ``perf_hints`` artifact) in torch 2.9.1 and 2.10.0, to ``cudagraphs_log`` in 2.11.0 to 2.14.1
+    (versions read in their sources). Detected from the names the function's code uses."""
+    try:
+        from torch._inductor import cudagraph_utils
+    except ImportError:  # pragma: no cover - every supported torch has it
+        return None
+    function = getattr(cudagraph_utils, "log_cudagraph_skip_and_bump_counter", None)
+    names = getattr(getattr(function, "__code__", None), "co_names", ())
+    hints = getattr(cudagraph_utils, "perf_hint_log", None)
+    if "perf_hint_log" in names and "cudagraphs_log" not in names and isinstance(hints, logging.Logger):
+        return hints.name
+    return None
 
 
 def cudagraph_skip_count() -> int:
@@ -58,9 +78,10 @@ def partitions_dynamic_shapes() -> bool:
     Otherwise the whole graph is skipped ("skipping cudagraphs due to graph with symbolic
     shapes inputs and config.triton.cudagraph_skip_dynamic_graphs=True").
 
-    Versions read: ``get_scheduler_node_symbol_uses`` and ``config.graph_partition`` are in the
-    sources of 2.9.1, 2.10.0, 2.11.0, 2.12.1, 2.13.0 and 2.14.1, so below 2.11 the ``hasattr``
-    answers True as well; the partitioning itself was observed on 2.11 (H200) only.
+    Versions read: ``config.graph_partition`` is in 2.9.1 to 2.14.1; ``get_scheduler_node_symbol_uses``
+    is a module-level function of ``scheduler`` in 2.10.0 to 2.14.1 (2.9.1 defines it inside a
+    method only, so the ``hasattr`` is False there, and True on 2.10.0); the partitioning itself was
+    observed on 2.11 (H200) only.
     """
     from torch._inductor import config
 

@@ -414,6 +414,7 @@ def _translate(entry: Any, layout: Mapping[str, Any], constants: Mapping[str, An
         result.reason = "this torch cannot clone a guard tree"
         return result
     static, fixed, exprs, refused, missing = True, [], [], [], []
+    compiler = _ExprCompiler(layout)
     for guard in root.get_leaf_guards():
         refused += [_strip(t) for t in guard.verbose_code_parts() if _mentions(t, varying)]
     for manager in root.get_child_managers():
@@ -435,6 +436,15 @@ def _translate(entry: Any, layout: Mapping[str, Any], constants: Mapping[str, An
             continue
         for guard in manager.get_leaf_guards():
             for text in guard.verbose_code_parts() or [""]:
+                if type(guard).__name__ == "OBJECT_ALIASING":
+                    # torch 2.14.1 checks ``L['x'] is L['y']`` as a leaf guard of the locals' managers
+                    # (2.13.0: an epilogue lambda guard): the same expression, translated alike (fresh rows)
+                    try:
+                        compiler.compile(_strip(text))
+                        exprs.append(_strip(text))
+                        continue
+                    except (_Untranslatable, SyntaxError, ValueError, TypeError):
+                        pass
                 try:
                     holds, keys = _leaf(type(guard).__name__, _strip(text), name, spec, probe)
                 except (_Untranslatable, SyntaxError, ValueError, TypeError):
@@ -442,7 +452,6 @@ def _translate(entry: Any, layout: Mapping[str, Any], constants: Mapping[str, An
                     continue
                 static = static and holds
                 fixed.extend(keys)
-    compiler = _ExprCompiler(layout)
     assumed = []
     for guard in root.get_epilogue_lambda_guards():
         for text in guard.verbose_code_parts():

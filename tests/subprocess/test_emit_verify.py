@@ -137,8 +137,8 @@ def test_artifacts_work_from_a_plain_script(seed_fixes, tmp_path):
 def test_the_shapes_spec_form_is_verified_beside_the_marks_on_a_text_classifier(tmp_path):
     """Issue 35: a model other than the seed (tests.models.TextClassifier, dynamic=None, a graph
     break in its encoder), batch and length 1 among others. Under the spec every dim it does not
-    name is static and no automatic dynamic applies, so it needs more graphs than the marks: each
-    is measured, written, and proven on its own; verify says the verdicts agree."""
+    name is static and no automatic dynamic applies, so it needs as many graphs as the marks or
+    more: each is measured, written, and proven on its own; verify says the verdicts agree."""
     torch.manual_seed(0)
     calls = [(2, 8), (2, 8), (1, 8), (3, 9), (1, 5), (4, 1), (5, 7), (2, 3), (6, 1), (1, 1), (3, 4)]
     with CorpusWriter(tmp_path / "corpus", model=model_spec("TextClassifier"), compile={"dynamic": None}) as writer:
@@ -150,7 +150,9 @@ def test_the_shapes_spec_form_is_verified_beside_the_marks_on_a_text_classifier(
     unbacked = next(a for a in json.loads((out / store.FIXES).read_text())["artifacts"] if a["name"] == "unbacked")
     spec = unbacked["details"]["shapes_spec"]
     assert spec["status"] == "ok" and spec["dims"] == unbacked["details"]["dims"]
-    assert spec["graphs"] > unbacked["details"]["graphs"]  # the unnamed dims are static under a spec
+    # the unnamed dims are static under a spec: never fewer graphs than the marks (torch 2.13.0: 11
+    # against 7; torch 2.14.1 needs 1 graph for either here)
+    assert spec["graphs"] >= unbacked["details"]["graphs"]
     # every plan, the spec form too whatever it costs beside the warmup (issue 51: not by default)
     document = pipeline.verify(out, backend="eager", bundle=False, everything=True)
     results = {r["name"]: r for r in document["artifacts"]}
