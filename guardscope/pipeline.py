@@ -322,14 +322,16 @@ def fleet_corpus(paths: tuple[str, ...] | list[str], out_dir: str | Path, *, for
 
 def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: bool = False,
                 exclude_probed_sizes: tuple[int, ...] = (), corpus: str | Path | None = None,
-                started: Callable[[], None] | None = None) -> Fixes:
+                started: Callable[[], None] | None = None, only: tuple[str, ...] | None = None,
+                progress: Callable[[str], None] | None = None) -> Fixes:
     """Write the three fixes for the analysis in ``out_dir`` (see DESIGN "Emitted modules";
     :mod:`guardscope.fixes.document`), then refresh the report.
 
     With ``include_probed``, the warmup and the unbacked plan also cover the topologies
     ``probe`` found (``probe/corpus``), and ``verify`` replays those samples too, but those found by
     setting a dimension to one of ``exclude_probed_sizes`` (0: batches or sequences production
-    never sends empty). ``started`` is
+    never sends empty). ``only``: the plans to make (the warmup always; the others ``not planned``
+    in fixes.json); ``progress`` hears a line per plan (and per topology of the warmup). ``started`` is
     called once the inputs are checked (the folder, its catalog, corpus and model), before the
     planning: a caller's progress line never precedes an error about its inputs."""
     from .fixes.document import emit
@@ -347,7 +349,7 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: boo
     with torch_compat.torch_logs_captured() as logged:
         try:
             fixes = emit(out, catalog, loaded, model, margin=margin, include_probed=include_probed,
-                         exclude_probed_sizes=tuple(exclude_probed_sizes))
+                         exclude_probed_sizes=tuple(exclude_probed_sizes), only=only, progress=progress)
         finally:
             log_file = store.write_torch_log(out, store.EMIT_LOG, logged.text)
     report = _render(out)
