@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,8 +142,6 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
     compiles nothing to look for a smaller cover (:func:`guardscope.fixes.plan.plan_warmup`'s
     ``measure_cover``). ``progress`` hears a line as each plan starts and ends (and the
     warmup's per topology)."""
-    import time
-
     files = plans.MODULES
     planned = planned_set(only)
     say = progress or (lambda line: None)
