@@ -116,9 +116,8 @@ def planned_set(only: tuple[str, ...] | None) -> tuple[str, ...]:
 
 def not_planned_reason(name: str, planned: tuple[str, ...]) -> str:
     """fixes.json's reason for a plan emit-warmup was not asked to plan: the option that plans it."""
-    asked = " ".join(f"--only {n}" for n in planned)
-    return (f"not planned: emit-warmup ran with {asked}; run it without --only, or add --only {name}, "
-            "to plan it")
+    return (f"not planned: emit-warmup was asked (--only) for {', '.join(planned)}; run it without --only, "
+            f"or add --only {name}, to plan it")
 
 
 def costs_more(graphs: int, warmup_graphs: int) -> str | None:

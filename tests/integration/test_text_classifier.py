@@ -124,7 +124,7 @@ def test_emit_warmup_plans_the_warmup_first_and_alone_when_asked(classifier_anal
     assert choose_plan("auto", fixes, None)[0] == "warmup"
     states = {s["name"]: s["state"] for s in choose_fix(fixes, None, None)["fixes"]}
     assert states == {"warmup": "unverified", "unbacked": "not planned", "export": "not planned"}
-    assert "not planned: emit-warmup ran with --only warmup" in (out / store.REPORT).read_text()
+    assert "not planned: emit-warmup was asked (--only) for warmup;" in (out / store.REPORT).read_text()
 
 
 def test_an_export_that_serves_no_sample_is_not_possible_with_the_reason(tmp_path):
