@@ -322,16 +322,17 @@ def fleet_corpus(paths: tuple[str, ...] | list[str], out_dir: str | Path, *, for
 
 def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: bool = False,
                 exclude_probed_sizes: tuple[int, ...] = (), corpus: str | Path | None = None,
-                started: Callable[[], None] | None = None) -> Fixes:
+                only: tuple[str, ...] | None = None, progress: Callable[[str], None] | None = None) -> Fixes:
     """Write the three fixes for the analysis in ``out_dir`` (see DESIGN "Emitted modules";
     :mod:`guardscope.fixes.document`), then refresh the report.
 
     With ``include_probed``, the warmup and the unbacked plan also cover the topologies
     ``probe`` found (``probe/corpus``), and ``verify`` replays those samples too, but those found by
     setting a dimension to one of ``exclude_probed_sizes`` (0: batches or sequences production
-    never sends empty). ``started`` is
-    called once the inputs are checked (the folder, its catalog, corpus and model), before the
-    planning: a caller's progress line never precedes an error about its inputs."""
+    never sends empty). ``only``: the plans to make (the warmup always; the others ``not planned``
+    in fixes.json); ``progress`` hears a line as each plan starts and ends (and per topology of the
+    warmup), only once the inputs are checked (the folder, its catalog, corpus and model): a caller's
+    progress line never precedes an error about its inputs."""
     from .fixes.document import emit
 
     if margin < 0:
@@ -340,14 +341,12 @@ def emit_warmup(out_dir: str | Path, *, margin: float = 0.0, include_probed: boo
         raise CompileOptionsError("--exclude-probed-size leaves out probed topologies: use it with --include-probed")
     out, catalog, loaded, model = store.load_inputs(out_dir, corpus)
     store.refuse_foreign(out, [store.EMIT_LOG])
-    if started is not None:
-        started()
     # torch logs a failed trial (marks that make a shape data-dependent, an export it refuses)
     # with its whole traceback: those lines go to a file, the caller gets one entry per cause.
     with torch_compat.torch_logs_captured() as logged:
         try:
             fixes = emit(out, catalog, loaded, model, margin=margin, include_probed=include_probed,
-                         exclude_probed_sizes=tuple(exclude_probed_sizes))
+                         exclude_probed_sizes=tuple(exclude_probed_sizes), only=only, progress=progress)
         finally:
             log_file = store.write_torch_log(out, store.EMIT_LOG, logged.text)
     report = _render(out)

@@ -43,6 +43,14 @@ NAMES = tuple(plan.name for plan in PLANS)  # also the order ties between fixes 
 WARMUP, UNBACKED, EXPORT = NAMES  # for code that handles one plan in particular
 BUNDLED = tuple(plan.name for plan in PLANS if plan.bundleable)
 SERVED = tuple(plan.name for plan in PLANS if plan.served)
+
+# What emit-warmup can plan (``--only``), in the order it plans them: the warmup first (the plan to
+# deploy, and the yardstick the others' graphs are compared with), the shapes_spec form last (its
+# replay compiles a graph for each size of every dim it leaves static: often the most).
+PLANNABLE = (*NAMES, SHAPES_SPEC)
+# fixes.json's status of a plan emit-warmup was not asked to plan (``--only``): no module written.
+NOT_PLANNED = "not planned"
+
 MODULES = {plan.name: plan.module for plan in PLANS}
 # The plan each verified artifact is made from (the shapes_spec form is unbacked.py's).
 SOURCE_PLAN = {**{name: name for name in NAMES}, SHAPES_SPEC: UNBACKED}

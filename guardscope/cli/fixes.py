@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..plans import BUNDLED
+from ..plans import BUNDLED, EXPORT, PLANNABLE, SHAPES_SPEC, UNBACKED
 from ..terminal import format_probed
 from ..text import counted, first_line, torch_log_lines
 from .common import (
@@ -34,6 +34,10 @@ from .common import (
               metavar="N",
               help="With --include-probed: leave out the probed topologies found by setting a dimension to N "
                    "(repeatable; 0: empty batches and length-0 sequences, which production may never send).")
+@click.option("--only", "only", type=click.Choice(PLANNABLE), multiple=True,
+              help="Plan only these (repeatable); the warmup always. fixes.json says the others were not planned. "
+                   "'--only warmup' alone takes the warmup from the analysis's compiles (each topology's first "
+                   "sample, in corpus order) and compiles nothing: seconds, where all the plans take minutes.")
 @click.option("--bundle", "make_bundles", is_flag=True,
               help="Then compile both plans with the production backend and save their compile-cache "
               "bundles (as 'guardscope bundle DIR' with its defaults).")
@@ -43,12 +47,14 @@ from .common import (
 @corpus_option()
 @friendly_errors
 def emit_warmup(out_dir: str, margin: float, include_probed: bool, exclude_probed_sizes: tuple[int, ...],
-                make_bundles: bool, transforms: tuple[str, ...], corpus: str | None) -> None:
+                only: tuple[str, ...], make_bundles: bool, transforms: tuple[str, ...], corpus: str | None) -> None:
     """Write the fixes for the analysis in DIR: a warmup set, a mark_unbacked plan, export Dims.
 
     Reads DIR/catalog.json and the corpus it names; writes DIR/warmup/ + DIR/warmup.py,
     DIR/unbacked_warmup/ + DIR/unbacked.py, DIR/export_dims.py and DIR/fixes.json, then refreshes
-    DIR/report.html. What torch logs while the plans are tried (its tracebacks) goes to
+    DIR/report.html. The warmup is planned first; each plan's start and end (and the warmup's
+    topologies) are printed to stderr as it goes, and a plan that compiles more graphs than the
+    warmup says so ("costs N graphs, the warmup M"). What torch logs while the plans are tried (its tracebacks) goes to
     DIR/emit-warmup.log, one line per cause to the terminal. Prove the fixes with 'guardscope
     verify DIR' before trusting them.
 
@@ -57,16 +63,19 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool, exclude_probe
       guardscope analyze samples/gnn/corpus --out out/
       guardscope emit-warmup out/
       guardscope verify out/
+      guardscope emit-warmup out/ --only warmup      # the warmup alone, in seconds
+      guardscope emit-warmup out/ --only unbacked    # the warmup and the mark_unbacked plan
       guardscope probe out/ && guardscope emit-warmup out/ --include-probed
       guardscope emit-warmup out/ --include-probed --exclude-probed-size 0   # never an empty batch
       guardscope emit-warmup out/ --bundle     # plus compile-cache bundles, on the production machine
       guardscope emit-warmup out/ --transform cast:images:float32 --transform contiguous:images
     """
     from .. import pipeline
+    from ..fixes.document import costs_more, not_planned_reason
 
-    if transforms and (make_bundles or include_probed or exclude_probed_sizes or margin):
-        raise click.UsageError("--transform writes canonicalise.py alone: run it without --bundle, --include-probed "
-                               "and --margin")
+    if transforms and (make_bundles or include_probed or exclude_probed_sizes or margin or only):
+        raise click.UsageError("--transform writes canonicalise.py alone: run it without --bundle, --include-probed, "
+                               "--only and --margin")
     if transforms:
         plan, files = pipeline.emit_canonical(
             out_dir, transforms, corpus=corpus,
@@ -83,33 +92,41 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool, exclude_probe
 
     fixes = pipeline.emit_warmup(
         out_dir, margin=margin, include_probed=include_probed, exclude_probed_sizes=exclude_probed_sizes, corpus=corpus,
-        started=lambda: click.echo("planning the warmup (compiles each topology's representative once)...", err=True))
+        only=only or None, progress=lambda line: click.echo(line, err=True))
     warmup, unbacked = fixes.warmup, fixes.unbacked
     click.echo(f"warmup      {len(warmup.steps)} samples {[s.sample for s in warmup.steps]} compile "
                f"{warmup.graphs} graphs for {warmup.topologies} topologies "
                f"(one per topology: {warmup.one_per_topology})")
     for line in format_probed(fixes.probed or {}):
         click.echo(line)
-    if unbacked.status == "ok":
-        click.echo(f"unbacked    {len(unbacked.dims)} dims "
+    if unbacked is None:
+        click.echo(f"unbacked    {not_planned_reason(UNBACKED, fixes.planned)}")
+    elif unbacked.status == "ok":
+        more = costs_more(unbacked.graphs, warmup.graphs)
+        click.echo(f"unbacked    {_not_a_peer(more)}{len(unbacked.dims)} dims "
                    f"{[f'{d.argument}:{d.axis}' for d in unbacked.dims]}, duck sizing "
                    f"{'on' if unbacked.duck_shape else 'off'}; residual warmup {list(unbacked.residual)} "
                    f"({unbacked.graphs} graphs" + (f" in {unbacked.frames} frames" if unbacked.frames > 1 else "") + ")")
         for added in unbacked.added_breaks:
             click.secho(f"            the marks add a graph break: {added}", fg="yellow")
         spec = fixes.spec
-        if spec is not None and spec.status == "ok":
-            click.echo(f"shapes_spec the same dims as torch.compile({spec.keyword}=unbacked.shapes_spec()), every other "
+        if SHAPES_SPEC not in fixes.planned:
+            click.echo(f"shapes_spec {not_planned_reason(SHAPES_SPEC, fixes.planned)}")
+        elif spec is not None and spec.status == "ok":
+            more = costs_more(spec.graphs, warmup.graphs)
+            click.echo(f"shapes_spec {_not_a_peer(more)}the same dims as torch.compile({spec.keyword}=unbacked.shapes_spec()), every other "
                        f"dim static: residual warmup {list(spec.residual)} ({spec.graphs} graphs)")
         elif spec is not None:
             click.echo(f"shapes_spec not written: {first_line(spec.reason)}")
     else:
         click.secho(f"unbacked    NOT POSSIBLE on this model, unbacked.py not written: {first_line(unbacked.reason)} "
                     "(the whole reason is in fixes.json and the report)", fg="yellow")
-    for dim, why in unbacked.skipped:
+    for dim, why in unbacked.skipped if unbacked is not None else ():
         click.echo(f"            not marked {dim}: {why}")
     export = fixes.export
-    if export.feasible:
+    if export is None:
+        click.echo(f"export      {not_planned_reason(EXPORT, fixes.planned)}")
+    elif export.feasible:
         click.echo(f"export      {sum(d.kind == 'dim' for d in export.dims)} Dims: "
                    + (", ".join(d.describe() for d in export.dims) or "every dim static")
                    + (f"; outside them: {', '.join(f'T{o.topology}' for o in export.outside)} "
@@ -125,6 +142,12 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool, exclude_probe
     click.echo("wrote       " + ", ".join(str(p) for p in fixes.files))
     if make_bundles:
         _echo_bundles(out_dir, pipeline.bundle(out_dir, progress=_bundle_progress, corpus=corpus))
+
+
+def _not_a_peer(costs: str | None) -> str:
+    """The head of a plan's line when it compiles more graphs than the warmup (``costs``, from
+    :func:`guardscope.fixes.document.costs_more`): it is not the warmup's peer."""
+    return f"{costs} (more than the plan to deploy): " if costs else ""
 
 
 def _bundle_progress(name: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,8 @@ class Fixes:
     unbacked: Any
     export: Any
     spec: Any = None  # the unbacked plan's declarative spec form (spec_plan.SpecPlan), None when not tried
+    # The plans made (plans.PLANNABLE's names); unbacked and export are None when not planned.
+    planned: tuple[str, ...] = plans.PLANNABLE
     # fixes.json's "probed": what --include-probed added (the topologies, the warmup without them)
     # and what --exclude-probed-size left out.
     probed: dict[str, Any] | None = None
@@ -101,15 +104,55 @@ def excluded_by_size(found: dict[str, Any], sizes: tuple[int, ...]) -> int | Non
     return None
 
 
+def planned_set(only: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The plans emit-warmup plans, in :data:`guardscope.plans.PLANNABLE`'s order: every one
+    without ``only``; else those named, the warmup always (the plan to deploy, and the yardstick of
+    the others' graphs), the unbacked plan with its shapes_spec form (the spec names its dims)."""
+    if not only:
+        return plans.PLANNABLE
+    asked = {plans.WARMUP, *only} | ({plans.UNBACKED} if plans.SHAPES_SPEC in only else set())
+    return tuple(name for name in plans.PLANNABLE if name in asked)
+
+
+def not_planned_reason(name: str, planned: tuple[str, ...]) -> str:
+    """fixes.json's reason for a plan emit-warmup was not asked to plan: the option that plans it."""
+    return (f"not planned: emit-warmup was asked (--only) for {', '.join(planned)}; run it without --only, "
+            f"or add --only {name}, to plan it")
+
+
+def costs_more(graphs: int, warmup_graphs: int) -> str | None:
+    """``costs N graphs, the warmup M`` for a plan that compiles more graphs at set-up than the
+    warmup (it is not the warmup's peer), else None. Pure."""
+    return f"costs {graphs} graphs, the warmup {warmup_graphs}" if graphs > warmup_graphs else None
+
+
 def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin: float = 0.0,
-         include_probed: bool = False, exclude_probed_sizes: tuple[int, ...] = ()) -> Fixes:
+         include_probed: bool = False, exclude_probed_sizes: tuple[int, ...] = (),
+         only: tuple[str, ...] | None = None, progress: Callable[[str], None] | None = None) -> Fixes:
     """Plan, render and write the three fixes for the analysis in ``out`` (see DESIGN "Emitted
     modules"): the modules, their warmup corpora and fixes.json. With ``include_probed`` the plans
     also cover the topologies ``probe`` found, but those found by setting a dimension to one of
     ``exclude_probed_sizes`` (0: an empty batch, a length-0 sequence, which production may never
     send); fixes.json's ``probed`` says which were added, which left out, and what the warmup
-    costs without them."""
+    costs without them.
+
+    ``only``: the plans to make (:func:`planned_set`); the others are ``not planned`` in
+    fixes.json, with the option that plans them, and their modules are removed. The warmup alone
+    compiles nothing to look for a smaller cover (:func:`guardscope.fixes.plan.plan_warmup`'s
+    ``measure_cover``). ``progress`` hears a line as each plan starts and ends (and the
+    warmup's per topology)."""
     files = plans.MODULES
+    planned = planned_set(only)
+    say = progress or (lambda line: None)
+    started = [0.0]
+
+    def begin(name: str, what: str) -> None:
+        started[0] = time.perf_counter()
+        say(f"planning {planned.index(name) + 1} of {len(planned)}: {what}...")
+
+    def end(name: str, line: str) -> None:
+        say(f"  {name}: {line} ({time.perf_counter() - started[0]:.1f} s)")
+
     store.refuse_foreign(out, [*files.values(), store.FIXES])
     options = production_options(catalog)
     probed: list[Any] = []
@@ -140,22 +183,36 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
     # Decode steps run on the cache their request's earlier steps extended (corpus.chains).
     chains = Chains(corpus.requests, holds_state, len(corpus))
     frames = len(catalog.get("frames") or ()) or 1
+    measure_cover = planned != (plans.WARMUP,)
+    begin(plans.WARMUP, "the warmup" + (" (compiles each topology's representative once)" if measure_cover else
+                                         " from the analysis's compiles"))
     warmup_plan = planning.plan_warmup(model, catalog["topologies"], sample_at, options, frames=frames,
-                                       chains=chains)
+                                       chains=chains, measure_cover=measure_cover,
+                                       progress=lambda line: say(f"  {line}"))
     # What the probed topologies cost: the warmup planned on the corpus alone, beside it.
     without = planning.plan_warmup(model, corpus_catalog["topologies"], sample_at, options, frames=frames,
-                                   chains=chains) if probed else warmup_plan
-    unbacked_plan = planning.residual_samples(
-        model, lambda: itertools.chain(corpus.iter_records(), probed), planning.choose_unbacked(catalog), options,
-        catalog
-    )
-    export_plan = plan_export(model, catalog, sample_at, margin,
-                              records=itertools.chain(corpus.iter_records(), probed))
-    unbacked_ok = unbacked_plan.status == "ok"
+                                   chains=chains, measure_cover=measure_cover) if probed else warmup_plan
+    end(plans.WARMUP, f"{len(warmup_plan.steps)} samples, {warmup_plan.graphs} graphs")
+    unbacked_plan = export_plan = spec_plan = None
+    if plans.UNBACKED in planned:
+        begin(plans.UNBACKED, "the mark_unbacked plan (replays the corpus with the marks)")
+        unbacked_plan = planning.residual_samples(
+            model, lambda: itertools.chain(corpus.iter_records(), probed), planning.choose_unbacked(catalog), options,
+            catalog
+        )
+        end(plans.UNBACKED, f"{unbacked_plan.graphs} graphs" if unbacked_plan.status == "ok" else unbacked_plan.status)
+    if plans.EXPORT in planned:
+        begin(plans.EXPORT, "the torch.export Dims (exports the model)")
+        export_plan = plan_export(model, catalog, sample_at, margin,
+                                  records=itertools.chain(corpus.iter_records(), probed))
+        end(plans.EXPORT, export_plan.status)
+    unbacked_ok = unbacked_plan is not None and unbacked_plan.status == "ok"
     # The same dims as torch's declarative spec (shapes_spec= in 2.13, dynamic_shapes= in 2.14): its own
     # replay (every other dim static).
-    spec_plan = plan_spec(model, itertools.chain(corpus.iter_records(), probed), unbacked_plan, options, catalog) \
-        if unbacked_ok else None
+    if unbacked_ok and plans.SHAPES_SPEC in planned:
+        begin(plans.SHAPES_SPEC, "the unbacked plan's shapes_spec form (replays the corpus under the spec)")
+        spec_plan = plan_spec(model, itertools.chain(corpus.iter_records(), probed), unbacked_plan, options, catalog)
+        end(plans.SHAPES_SPEC, f"{spec_plan.graphs} graphs" if spec_plan.status == "ok" else spec_plan.status)
     spec_ok = spec_plan is not None and spec_plan.status == "ok"
 
     # Each warmup corpus is tagged with requests and steps, so that its decode steps run on the
@@ -193,15 +250,16 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
     ) if words is not None}
     codes = {
         plans.WARMUP: render_warmup(catalog, warmup_plan),
-        plans.UNBACKED: render_unbacked(
+        plans.UNBACKED: None if unbacked_plan is None else render_unbacked(
             catalog, unbacked_plan, plain_graphs=warmup_plan.graphs,
             supports_unbacked_sources=torch_compat.supports_unbacked_sources(), spec=spec_plan,
         ) if unbacked_ok else None,
-        plans.EXPORT: render_export_dims(catalog, export_plan) if export_plan.feasible else None,
+        plans.EXPORT: render_export_dims(catalog, export_plan) if export_plan is not None and export_plan.feasible
+        else None,
     }
     written = []
     for name, code in codes.items():
-        if code is None:  # an infeasible fix: no module, and none left from an earlier run
+        if code is None:  # an infeasible or unplanned fix: no module, and none left from an earlier run
             store.remove_generated(out / files[name])
         else:
             written.append(store.write_text(out / files[name], code))
@@ -227,10 +285,12 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
                     "samples": [step.sample for step in warmup_plan.steps],
                     "graphs": warmup_plan.graphs,
                     "one_per_topology_graphs": warmup_plan.one_per_topology,
+                    # False: the analysis's order taken as it is (emit-warmup --only warmup)
+                    "cover_measured": measure_cover,
                     "covers": {f"T{s.topology}": [f"T{c}" for c in s.covers] for s in warmup_plan.steps if s.covers},
                 },
             },
-            {
+            not_planned_entry(plans.UNBACKED, planned) if unbacked_plan is None else {
                 "name": "unbacked",
                 "file": files["unbacked"] if unbacked_ok else None,
                 "title": plans.BY_NAME["unbacked"].title,
@@ -238,6 +298,8 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
                 "reason": unbacked_plan.reason,
                 "summary": unbacked_summary(unbacked_plan, warmup_plan.graphs, spec_plan),
                 "code": codes["unbacked"],
+                "costs_more": costs_more(unbacked_plan.graphs, warmup_plan.graphs) if unbacked_ok
+                else None,
                 "details": {
                     "dims": [f"{d.argument}:{d.axis}" for d in unbacked_plan.dims],
                     "duck_shape": unbacked_plan.duck_shape,
@@ -247,10 +309,14 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
                     "added_graph_breaks": list(unbacked_plan.added_breaks),
                     "not_marked": {dim: why for dim, why in unbacked_plan.skipped},
                     "failed_samples": [{"sample": i, "error": e} for i, e in unbacked_plan.failed[:20]],
-                    **({plans.SHAPES_SPEC: spec_plan.to_json()} if spec_plan is not None else {}),
+                    **({plans.SHAPES_SPEC: {**spec_plan.to_json(), "costs_more": costs_more(spec_plan.graphs, warmup_plan.graphs)
+                                           if spec_ok else None}} if spec_plan is not None else
+                       {plans.SHAPES_SPEC: {"status": plans.NOT_PLANNED,
+                                            "reason": not_planned_reason(plans.SHAPES_SPEC, planned)}}
+                       if unbacked_ok else {}),
                 },
             },
-            {
+            not_planned_entry(plans.EXPORT, planned) if export_plan is None else {
                 "name": "export",
                 "file": files["export"] if export_plan.feasible else None,
                 "title": plans.BY_NAME["export"].title,
@@ -282,8 +348,17 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
         ],
     }
     written.append(store.write_document(out, store.FIXES, fixes))
+    say(f"wrote the plans: {', '.join(planned)}" + (f"; not planned: {', '.join(n for n in plans.PLANNABLE if n not in planned)}"
+                                                    if planned != plans.PLANNABLE else ""))
     return Fixes(out_dir=out, files=tuple(written), warmup=warmup_plan, unbacked=unbacked_plan, export=export_plan,
-                 spec=spec_plan, probed=fixes["probed"], limits=tuple(limits.values()))
+                 spec=spec_plan, planned=planned, probed=fixes["probed"], limits=tuple(limits.values()))
+
+
+def not_planned_entry(name: str, planned: tuple[str, ...]) -> dict[str, Any]:
+    """fixes.json's entry for a plan emit-warmup was not asked to plan (no module written)."""
+    reason = not_planned_reason(name, planned)
+    return {"name": name, "file": None, "title": plans.BY_NAME[name].title, "status": plans.NOT_PLANNED,
+            "reason": reason, "summary": reason, "code": None, "details": {}}
 
 
 def probed_section(included: bool, catalog: dict[str, Any], added: list[dict[str, Any]],

@@ -88,6 +88,8 @@ def plan_warmup(
     *,
     frames: int = 1,
     chains: Chains | None = None,
+    measure_cover: bool = True,
+    progress: Callable[[str], None] | None = None,
 ) -> WarmupPlan:
     """Measure coverage between topology representatives and choose the warmup order.
 
@@ -99,6 +101,11 @@ def plan_warmup(
     preceded by its request's earlier steps, from the prefill, so that it runs on a cache the
     compiled model extended, as in production (:mod:`guardscope.corpus.chains`); the graphs
     are measured on that order.
+
+    Without ``measure_cover`` nothing is compiled to look for a smaller cover: the warmup is each
+    served topology's representative in corpus order, the order the analysis compiled them in,
+    and its graphs are the analysis's (a chained corpus is still measured on its order). ``progress``
+    hears one line per topology compiled alone and one for the chosen order.
     """
     served = [t for t in topologies if t["compile_id"] is not None]
     order = [t["id"] for t in served]
@@ -109,21 +116,32 @@ def plan_warmup(
     def coverage(warmup: list[int]) -> tuple[list[bool], int]:
         return coverage_after_warmup(model, [samples[t] for t in warmup], probes, options, run_probes=run_probes)
 
-    covers: dict[int, set[int]] = {}
-    for topology in order:
-        accepted, _ = coverage([topology])
-        covers[topology] = {t for t, ok in zip(order, accepted) if ok} | {topology}
-    chosen = choose_cover(order, covers)
-    # Compile the chosen order in one process, as warmup() will, and re-check every topology:
-    # a graph compiled after others can differ from one compiled alone. Add what is missed until
-    # nothing is (at most once per topology).
-    accepted, graphs = coverage(chosen)
-    for _ in order:
-        missing = [t for t, ok in zip(order, accepted) if not ok and t not in chosen]
-        if not missing:
-            break
-        chosen += missing
+    # The analysis itself was the one-sample-per-topology warmup in corpus order: each topology
+    # got its own graph(s).
+    one_per_topology = len(order) if not run_probes else len({g for t in served for g in t.get("graphs") or ()})
+    covers: dict[int, set[int]] = {topology: {topology} for topology in order}
+    if not measure_cover:
+        chosen, graphs = list(order), one_per_topology
+    else:
+        for position, topology in enumerate(order, 1):
+            accepted, _ = coverage([topology])
+            covers[topology] = {t for t, ok in zip(order, accepted) if ok} | {topology}
+            if progress is not None:
+                progress(f"warmup: T{topology} compiled alone serves {len(covers[topology])} of {len(order)} "
+                         f"topologies ({position} of {len(order)})")
+        chosen = choose_cover(order, covers)
+        # Compile the chosen order in one process, as warmup() will, and re-check every topology:
+        # a graph compiled after others can differ from one compiled alone. Add what is missed until
+        # nothing is (at most once per topology).
         accepted, graphs = coverage(chosen)
+        for _ in order:
+            missing = [t for t, ok in zip(order, accepted) if not ok and t not in chosen]
+            if not missing:
+                break
+            chosen += missing
+            accepted, graphs = coverage(chosen)
+        if progress is not None:
+            progress(f"warmup: {len(chosen)} samples in the chosen order compile {graphs} graphs")
     by_id = {t["id"]: t for t in served}
     steps = tuple(
         WarmupStep(
@@ -138,9 +156,6 @@ def plan_warmup(
         steps, chained_graphs = _chained(model, steps, chains, topologies, representative, probes, options, run_probes)
         if chained_graphs is not None:
             graphs = chained_graphs
-    # The analysis itself was the one-sample-per-topology warmup in corpus order: each topology
-    # got its own graph(s).
-    one_per_topology = len(order) if not run_probes else len({g for t in served for g in t.get("graphs") or ()})
     return WarmupPlan(steps=steps, graphs=graphs, one_per_topology=one_per_topology, topologies=len(order))
 
 

@@ -146,8 +146,11 @@ def deployed_artifacts(out: Path, *, everything: bool = False) -> tuple[tuple[st
     spec = spec_entry(out)
     chosen = (*plans.NAMES, *([SHAPES_SPEC] if spec is not None else []),
               *([CANONICAL] if (out / store.CANONICALISE).is_file() else []))
+    # What emit-warmup --only left out has nothing to prove, whatever is asked: skipped with why.
+    unplanned = not_planned(out)
+    chosen = tuple(name for name in chosen if name not in unplanned)
     if everything:
-        return chosen, {}
+        return chosen, unplanned
     graphs: dict[str, int] = {}
     for name in (plans.WARMUP, plans.UNBACKED):
         entry = store.fix_entry(out, name) or {}
@@ -157,7 +160,7 @@ def deployed_artifacts(out: Path, *, everything: bool = False) -> tuple[tuple[st
     if spec is not None and spec.get("status") == "ok" and isinstance(spec.get("graphs"), int):
         graphs[SHAPES_SPEC] = spec["graphs"]
     if plans.WARMUP not in graphs:
-        return chosen, {}
+        return chosen, unplanned
     benched = ((store.read_document(out, store.BENCH) or {}).get("recommendation") or {}).get("strategy")
     budget = graphs[plans.WARMUP]
     left_out = {
@@ -165,7 +168,21 @@ def deployed_artifacts(out: Path, *, everything: bool = False) -> tuple[tuple[st
                f"(the plan to deploy); 'guardscope verify {out} --all' or '--artifact {name}' proves it")
         for name, count in graphs.items() if count > budget and name != benched
     }
-    return tuple(name for name in chosen if name not in left_out), left_out
+    return tuple(name for name in chosen if name not in left_out), {**unplanned, **left_out}
+
+
+def not_planned(out_dir: Path) -> dict[str, str]:
+    """The artifacts fixes.json says emit-warmup did not plan (``--only``), with its reason (the
+    option that plans them): the plans, and the unbacked plan's shapes_spec form."""
+    unplanned = {}
+    for name in plans.NAMES:
+        entry = store.fix_entry(out_dir, name) or {}
+        if entry.get("status") == plans.NOT_PLANNED:
+            unplanned[name] = str(entry.get("reason") or plans.NOT_PLANNED)
+    spec = ((store.fix_entry(out_dir, plans.UNBACKED) or {}).get("details") or {}).get(SHAPES_SPEC) or {}
+    if plans.UNBACKED in unplanned or spec.get("status") == plans.NOT_PLANNED:
+        unplanned[SHAPES_SPEC] = unplanned.get(plans.UNBACKED) or str(spec.get("reason") or plans.NOT_PLANNED)
+    return unplanned
 
 
 def spec_entry(out_dir: Path) -> dict[str, Any] | None:
@@ -231,6 +248,9 @@ def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: fl
         options = (["--holdout", str(holdout)] if holdout is not None else []) + (
             ["--corpus", str(Path(corpus).resolve())] if corpus is not None else []) + ["--prove-backend", backend]
         return _run_child(out_dir, name, name, options, timeout=timeout)
+    unplanned = not_planned(out_dir).get(name)
+    if unplanned is not None:
+        return _result(name, "skipped", unplanned)
     if name == SHAPES_SPEC:
         spec = spec_entry(out_dir)
         if spec is None or not (out_dir / plans.MODULES[plans.UNBACKED]).is_file():

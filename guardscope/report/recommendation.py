@@ -25,14 +25,17 @@ RECOMMENDATION_RULE = (
 
 
 def _fix_states(fixes: dict | None, verification: dict | None) -> list[dict]:
-    """Each artifact of fixes.json: ``state`` (passed, partial, failed, crashed, infeasible or unverified),
+    """Each artifact of fixes.json: ``state`` (passed, partial, failed, crashed, infeasible, not planned
+    (``emit-warmup --only`` left it out) or unverified),
     the reason for it, and the graphs it compiles at set-up (verify's count, else emit-warmup's)."""
     verified = verification_by_name(verification)
     states = []
     for artifact in (fixes or {}).get("artifacts", []):
         check = verified.get(artifact["name"]) or {}
         status = check.get("status")
-        if artifact.get("status", "ok") != "ok" or status == "infeasible":
+        if artifact.get("status") == plans.NOT_PLANNED:
+            state, reason = plans.NOT_PLANNED, artifact.get("reason")
+        elif artifact.get("status", "ok") != "ok" or status == "infeasible":
             state, reason = "infeasible", artifact.get("reason") or check.get("reason")
         elif status in (None, "skipped"):
             state, reason = "unverified", check.get("reason")

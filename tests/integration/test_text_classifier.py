@@ -15,6 +15,7 @@ from guardscope import cli, store
 from guardscope.corpus.writer import CorpusWriter
 
 from ..paths import model_spec
+from ..sessions import copy_analysis
 from ..unit.test_torch_logs import terminal_streams
 
 # (batch, length, temperature): 0.5 first, so the graph specialises to it; a second value makes
@@ -73,6 +74,60 @@ def test_emit_warmup_keeps_torchs_tracebacks_in_a_file(classifier_analysis, monk
     unbacked = next(a for a in json.loads((classifier_analysis / store.FIXES).read_text())["artifacts"]
                     if a["name"] == "unbacked")
     assert not any("marked as skipped" in added for added in unbacked["details"]["added_graph_breaks"])
+
+
+def test_emit_warmup_plans_the_warmup_first_and_alone_when_asked(classifier_analysis, tmp_path, monkeypatch):
+    """Issue 51 item 2: emit-warmup showed one line for minutes while it planned every plan. Now
+    each plan's start and end go to stderr, the warmup first, a plan that compiles more graphs than
+    the warmup says so; '--only warmup' writes warmup.py and fixes.json without planning (or
+    compiling) anything else, fixes.json says what was not planned and how to plan it, and verify,
+    serve and the report read it."""
+    from guardscope.fixes import document, plan
+    from guardscope.proving.verify import deployed_artifacts, run_artifact
+    from guardscope.report.recommendation import choose_fix
+    from guardscope.runtime.serving import choose_plan
+
+    out = copy_analysis(classifier_analysis, tmp_path / "out")
+    result = CliRunner().invoke(cli.main, ["emit-warmup", str(out)])
+    assert result.exit_code == 0, result.output
+    planning = [line for line in result.stderr.splitlines() if line.startswith("planning ")]
+    assert [line.split(":")[0] for line in planning] == ["planning 1 of 4", "planning 2 of 4", "planning 3 of 4",
+                                                        "planning 4 of 4"]
+    assert "the warmup" in planning[0] and "shapes_spec" in planning[3]
+    assert sum("compiled alone serves" in line for line in result.stderr.splitlines()) == 7  # one per topology
+    fixes = json.loads((out / store.FIXES).read_text())
+    warmup, unbacked = fixes["artifacts"][0], fixes["artifacts"][1]
+    graphs = warmup["details"]["graphs"]
+    if unbacked["details"]["graphs"] > graphs:  # 8 graphs in two frames beside the warmup's 7 (torch 2.13)
+        assert unbacked["costs_more"] == f"costs {unbacked['details']['graphs']} graphs, the warmup {graphs}"
+        assert f"unbacked    costs {unbacked['details']['graphs']} graphs, the warmup {graphs}" in result.stdout
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("--only warmup planned something else")
+
+    for module, name in ((plan, "coverage_after_warmup"), (plan, "residual_samples"), (document, "plan_export"),
+                         (document, "plan_spec")):
+        monkeypatch.setattr(module, name, refuse)
+    result = CliRunner().invoke(cli.main, ["emit-warmup", str(out), "--only", "warmup"])
+    assert result.exit_code == 0, result.output
+    assert "planning 1 of 1: the warmup from the analysis's compiles" in result.stderr
+    assert (out / "warmup.py").is_file() and not (out / "unbacked.py").exists()
+    assert not (out / "export_dims.py").exists()
+    fixes = json.loads((out / store.FIXES).read_text())
+    by_name = {a["name"]: a for a in fixes["artifacts"]}
+    assert by_name["warmup"]["status"] == "ok" and by_name["warmup"]["details"]["cover_measured"] is False
+    assert by_name["warmup"]["details"]["graphs"] == graphs  # the analysis's: one graph per topology here
+    for name in ("unbacked", "export"):
+        assert by_name[name]["status"] == "not planned" and f"--only {name}" in by_name[name]["reason"]
+        assert f"{name:<11} not planned" in result.stdout
+    chosen, left_out = deployed_artifacts(out)
+    assert chosen == ("warmup",) and set(left_out) == {"unbacked", "export", "shapes_spec"}
+    skipped = run_artifact(out, "unbacked", holdout=None, timeout=60)
+    assert skipped["status"] == "skipped" and "--only unbacked" in skipped["reason"]
+    assert choose_plan("auto", fixes, None)[0] == "warmup"
+    states = {s["name"]: s["state"] for s in choose_fix(fixes, None, None)["fixes"]}
+    assert states == {"warmup": "unverified", "unbacked": "not planned", "export": "not planned"}
+    assert "not planned: emit-warmup was asked (--only) for warmup;" in (out / store.REPORT).read_text()
 
 
 def test_an_export_that_serves_no_sample_is_not_possible_with_the_reason(tmp_path):
