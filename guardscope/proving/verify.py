@@ -41,8 +41,9 @@ from ..options import production_backend, production_options
 from ..text import first_line
 from .isolation import child_environment, import_file, run_module, watch_parent
 from .results import OK_STATUSES, PARTIAL, result as _result
-from .setup import cache_dirs_empty, isolated_caches, set_up_plan
+from .setup import cache_dirs_empty, set_up_plan
 from .verify_export import verify_export
+from .verify_bundle import measure_bundle
 from .verify_precompiled import measure_precompiled, precompiled_outcome
 from .verify_replicas import replica_results
 
@@ -277,7 +278,7 @@ def run_artifact(out_dir: Path, name: str, *, holdout: float | None, timeout: fl
 
         result["keyword"] = torch_compat.spec_keyword()
     if bundle and name in plans.BUNDLED and result["status"] != "crashed":
-        measured = measure_bundle(out_dir, name, split, timeout=timeout)
+        measured = measure_bundle(out_dir, name, split, _run_child, timeout=timeout)
         if measured is not None:
             result["bundle"] = measured
             recompiles = (measured.get("with") or {}).get("replay_recompiles")
@@ -323,52 +324,6 @@ def planned_status(out_dir: Path, name: str) -> str | None:
     if entry is None or entry.get("status") != "infeasible":
         return None
     return str(entry.get("reason") or "emit-warmup found it infeasible")
-
-
-def measure_bundle(out_dir: Path, name: str, split: list[str], *, timeout: float) -> dict[str, Any] | None:
-    """Set-up of a plan in fresh processes with empty cache folders, without and with its bundle
-    (None when the plan has no bundle). ``status``: ``used`` (every graph came from the cache),
-    ``partial`` (some compiled from scratch), ``not used`` (the bundle was refused: ``reason``),
-    ``not measured`` (a child could not run here, e.g. no GPU for a CUDA bundle), ``crashed``
-    (a child died: the plan crashes under the production backend)."""
-
-    try:
-        manifest = store.read_bundle_manifest(out_dir, name)
-    except GuardscopeError as exc:
-        return {"status": "not used", "reason": str(exc), "without": None, "with": None}
-    if manifest is None:
-        return None
-    measured: dict[str, Any] = {
-        key: manifest.get(key) for key in ("file", "bytes", "torch_version", "device", "device_name", "graphs")
-    }
-    measured["backend"] = (manifest.get("compile") or {}).get("backend")
-    for mode in ("without", "with"):
-        options = [*split, "--backend", str(measured["backend"]), "--device", str(measured["device"])]
-        with isolated_caches() as caches:
-            measured[mode] = _run_child(out_dir, name, f"{name}-{mode}-bundle",
-                                        options + (["--bundle"] if mode == "with" else []),
-                                        timeout=timeout, env=caches)
-    status, reason = bundle_status(measured["without"], measured["with"], f"{measured['backend']} on {measured['device']}")
-    measured.update(status=status, reason=reason)
-    return measured
-
-
-def bundle_status(without: dict[str, Any], with_: dict[str, Any], where: str) -> tuple[str, str | None]:
-    """(status, reason) of a bundle from its two set-up results; see :func:`measure_bundle`. Pure."""
-    for mode, run in (("without", without), ("with", with_)):
-        if run["status"] == "crashed":
-            return "crashed", f"set-up with {where} {mode} the bundle crashed: {run['reason']}"
-    for run in (without, with_):
-        if run["status"] == "skipped":
-            return "not measured", run["reason"]
-    load = with_.get("bundle_load") or {}
-    if load.get("status") != "loaded":
-        return "not used", load.get("reason") or f"the bundle was {load.get('status')}"
-    cache = with_["cache"]
-    if cache["fxgraph_misses"]:
-        return "partial", (f"{cache['fxgraph_misses']} graph(s) compiled from scratch despite the bundle "
-                           f"({cache['fxgraph_hits']} from the cache)")
-    return "used", None
 
 
 # --- the child ---------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import copy
 import pytest
 
 from guardscope.bundle import check_manifest, plan_hash
-from guardscope.proving.verify import bundle_status
+from guardscope.proving.verify_bundle import bundle_status
 from guardscope.report.sections import bundle_context
 
 from ..builders import write_sized_corpus
