@@ -412,6 +412,9 @@ class Catalog:
     # frame): its calls replayed alone, its first call's graph included (guardscope.replay.replicas).
     # The fleet's union is summary.compiles. None, and absent from catalog.json, for one replica.
     replica_compiles: dict[str, int] | None = None
+    # What each compile stalled production, as the recording process observed it (compiles.jsonl;
+    # catalog.stalls): a plain JSON dict; None, and absent from catalog.json, when not recorded.
+    production_compiles: dict[str, Any] | None = None
 
     SCHEMA = 1
 
@@ -501,6 +504,7 @@ class Catalog:
                 "unparsed": dict(sorted(self.unparsed.items())),
             },
             **({"production": self.production} if self.production is not None else {}),
+            **({"production_compiles": self.production_compiles} if self.production_compiles is not None else {}),
             "risk": self.risk(),
             "compiles": [c.to_json() for c in self.compiles],
             "frames": [dict(f) for f in self.frames],

@@ -20,6 +20,7 @@ from .catalog.fleet import sample_groups, with_fleet
 from .catalog.limits import production_limits, production_section
 from .catalog.cudagraphs import CudagraphSettings
 from .catalog.requests import request_summary
+from .catalog.stalls import production_stalls
 from .corpus import load_corpus, load_model
 from .corpus.fleet_samples import group_tally, replica_of_samples
 from .corpus.weights import recorded_model_warning
@@ -233,6 +234,7 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
     limits = production_limits(corpus.manifest.dynamo_config, corpus.manifest.compile, torch_compat.dynamo_defaults())
     catalog = replace(catalog, production=production_section(catalog, limits, corpus.requests,
                                                               carries_state(corpus)))
+    catalog = replace(catalog, production_compiles=production_stalls(corpus.production_compiles, result.events))
     # A merged fleet corpus: its calls per replica; a traffic log with timestamps: each topology's
     # first and last sighting (one read of the shards' few columns for both, a shard at a time).
     skipped = {entry["file"] for entry in replayed.skipped_shards}

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import store
+from .catalog.stalls import stall_seconds
 from .corpus.spec import model_label
 from .text import compile_failure_cause, error_line, production_lines
 
@@ -199,6 +200,46 @@ def replica_compile_lines(compiled: dict[str, int] | None, union: int, replicas:
             f"{sum(compiled.values())} in the fleet against the union's {union}"]
 
 
+def stall_lines(catalog: Any) -> list[str]:
+    """What the compiles cost, each figure in its own currency: production's stalls as its
+    recorder timed them (``production_compiles``), and the analysis's own compile seconds (its
+    backend, this machine), never the one passed off as the other. Pure."""
+    lines = []
+    recorded = catalog.production_compiles
+    stalls = stall_seconds(recorded)
+    if stalls:
+        slowest_id = max(stalls, key=lambda compile_id: (stalls[compile_id], compile_id))
+        sample = next((c.event.sample for c in catalog.compiles if c.event.compile_id == slowest_id), None)
+        lines.append(f"stalls      production compiled these graphs in {sum(stalls.values()):.2f} s in all "
+                     f"({recorded.get('backend') or 'its backend'}, as its recorder timed them); slowest "
+                     f"{stalls[slowest_id]:.2f} s (compile {slowest_id}, sample {sample})")
+        if recorded.get("unmatched"):
+            lines.append(f"  unmatched {len(recorded['unmatched'])} of the analysis's compiles have no recorded compile "
+                         f"(first {', '.join(recorded['unmatched'][:5])}): the recorder started after them")
+    elif recorded is not None and len(recorded.get("replicas") or {}) == 1:
+        (r,) = recorded["replicas"].values()
+        lines.append(f"stalls      production's process compiled {r['compiles']} graphs while serving in {r['seconds']:.2f} s "
+                     f"and {r['startup_compiles']} before serving in {r['startup_seconds']:.2f} s "
+                     f"({recorded.get('backend') or 'its backend'}, as its recorder timed them; a warmup's graphs "
+                     "shift its compile numbers, so none is matched to the analysis's)")
+    elif recorded is not None and len(recorded.get("replicas") or {}) > 1:
+        shown = ", ".join(f"{name} {r['compiles']} graphs in {r['seconds']:.2f} s"
+                          + (f" (+{r['startup_compiles']} before serving)" if r.get("startup_compiles") else "")
+                          for name, r in list(recorded["replicas"].items())[:6])
+        lines.append(f"stalls      each replica's process, as its recorder timed it ({recorded.get('backend') or 'its backend'}): "
+                     f"{shown}{', ...' if len(recorded['replicas']) > 6 else ''}")
+    timed = [c for c in catalog.compiles if c.event.seconds is not None]
+    if timed:
+        slowest = max(timed, key=lambda c: c.event.seconds)
+        backend = catalog.compile.get("backend")
+        lines.append(
+            f"analysis    compiling took {sum(c.event.seconds for c in timed):.2f} s in all, slowest "
+            f"{slowest.event.seconds:.2f} s (compile {slowest.event.compile_id}): the analysis's own cost with "
+            f"backend={backend} on this machine"
+            + ("" if recorded is not None else ", not production's stall (a TrafficRecorder records that)"))
+    return lines
+
+
 def format_summary(analysis: Any) -> str:
     catalog = analysis.catalog
     data = catalog.to_json()["summary"]
@@ -234,14 +275,7 @@ def format_summary(analysis: Any) -> str:
             lines.append(f"  unseen    {tagged['unseen_topology_probability']:.1%} chance the next request brings a new "
                          f"topology ({len(tagged['singleton_topologies'])} topologies seen in one request only; "
                          "counted by requests, not calls)")
-    timed = [c for c in catalog.compiles if c.event.seconds is not None]
-    if timed:
-        slowest = max(timed, key=lambda c: c.event.seconds)
-        total = sum(c.event.seconds for c in timed)
-        lines.append(
-            f"compile time {total:.2f} s in all; slowest {slowest.event.seconds:.2f} s "
-            f"(compile {slowest.event.compile_id}, sample {slowest.event.sample})"
-        )
+    lines.extend(stall_lines(catalog))
     if len(catalog.frames) > 1:
         lines.append(f"frames      {len(catalog.frames)} (graph breaks split the model; each frame compiles on its own)")
         for frame in catalog.frames:

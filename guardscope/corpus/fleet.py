@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CorpusError, ShardError
+from .compile_log import merge_compile_logs
 from .fleet_compact import compact_rows, digest_codes
 from .format import MANIFEST_NAME, TRAFFIC_FORMAT_VERSION, ShardInfo
 from .reader import Corpus, load_corpus
@@ -410,6 +411,7 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
             for index in wanted_shards[last_chunk[wanted_shards] == number]:
                 del held_shards[index]  # its last row is written
     merged.rows = len(shard_of)
+    merge_compile_logs([replica.corpus.path for replica in replicas], destination)  # each process's compiles
     _release_arrow_memory()  # for an analysis that follows in this process
     merged.replicas = {name: int(total) for name, total in zip(sorted_names, calls_per_name)}
     return merged

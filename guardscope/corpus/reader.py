@@ -28,6 +28,7 @@ from .log_records import log_records
 from .records import SignatureRecord
 from .format import FORMAT, Manifest, ShardInfo, corpus_directory, read_manifest
 from .materialising import check_devices, materialise
+from .compile_log import read_compiles
 from .requests import RequestRuns, read_requests
 from .shards import read_shard
 from .signature import signature_from_json
@@ -74,6 +75,12 @@ class Corpus:
         """Which request and step each call was (``requests.json``, written when the recorder
         knew); None for a corpus without it. ``corpus.requests.of(index)`` -> ``(tag, step)``."""
         return read_requests(self.path, self.manifest.samples)
+
+    @functools.cached_property
+    def production_compiles(self) -> list[dict[str, Any]] | None:
+        """What the recording process compiled, as its recorder observed it (``compiles.jsonl``:
+        :mod:`.compile_log`); None for a corpus recorded without it."""
+        return read_compiles(self.path)
 
     def __repr__(self) -> str:
         return f"Corpus({str(self.path)!r}, samples={len(self)}, model={self.manifest.model!r})"

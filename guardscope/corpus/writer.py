@@ -38,6 +38,7 @@ from .format import (
 )
 from .log_window import LogWindow
 from .materialising import materialise
+from .compile_log import COMPILE_LOG
 from .requests import REQUESTS_NAME, RequestRuns, check_request
 from .shards import encode_shard
 from .signature import holds_objects, signature, signature_digest
@@ -98,7 +99,8 @@ class CorpusWriter:
     indices are given when a shard is written (:meth:`add` and friends return None);
     ``timestamps=False`` leaves the rows' times null (a converted corpus's). The
     directory is created if needed; one that already holds a corpus is refused unless
-    ``overwrite=True``, which deletes that corpus's manifest and shard files (nothing else).
+    ``overwrite=True``, which deletes that corpus's manifest, shard, request and compile-log files
+    (nothing else).
 
     Each finished shard is written at once and the manifest rewritten after it, both atomically,
     so an interrupted recording keeps every finished shard. :meth:`add` takes a snapshot of its
@@ -225,7 +227,7 @@ class CorpusWriter:
         previous = sorted(
             path
             for path in self.directory.iterdir()
-            if path.name in (MANIFEST_NAME, REQUESTS_NAME) or SHARD_NAME.fullmatch(path.name)
+            if path.name in (MANIFEST_NAME, REQUESTS_NAME, COMPILE_LOG) or SHARD_NAME.fullmatch(path.name)
             or LOG_NAME.fullmatch(path.name)
         )
         if previous and not overwrite:

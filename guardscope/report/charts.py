@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 
 from ..catalog.buckets import skip_effect
 from ..text import format_samples, format_seconds, format_tick
-from .common import LIST_SHOWN, compile_seconds, topology_of_compile
+from .common import LIST_SHOWN, compile_costs, topology_of_compile
 
 # Size limits that keep the page readable (and under 2 MB) for corpora of 10,000+ samples.
 TIMELINE_BINS = 600          # per-sample times: at most this many x-bins (max per bin)
@@ -79,7 +79,8 @@ def timeline_context(catalog: dict, timings: dict | None) -> dict:
     left, right, top, bottom = 78, 16, 74, 44
     plot_w, plot_h = width - left - right, height - top - bottom
     n = max(catalog["corpus"]["samples"], 1)
-    seconds = compile_seconds(timings)
+    costs = compile_costs(catalog, timings)
+    seconds = costs["seconds"]
     topology = topology_of_compile(catalog)
     per_sample = {s["sample"]: s["seconds"] for s in (timings or {}).get("samples", []) if s.get("seconds")}
 
@@ -183,6 +184,8 @@ def timeline_context(catalog: dict, timings: dict | None) -> dict:
         "plot_h": plot_h,
         "baseline": top + plot_h,
         "mode": "samples" if per_sample else ("compiles" if timed else "untimed"),
+        "cost_source": costs["source"],
+        "cost_label": costs["label"],
         "path": " ".join(path),
         "bin_size": bin_size,
         "marker_bin": marker_bin,

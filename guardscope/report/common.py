@@ -7,6 +7,8 @@ import re
 
 from typing import Any
 
+from ..catalog.stalls import stall_seconds
+
 LIST_SHOWN = 200             # rows of long tables (compiles, failed samples)
 GUARD_TEXTS_SHOWN = 50       # distinct guard texts listed per failure kind
 DIFF_FAILURES_SHOWN = 20     # failures added or removed listed per compile in a diff
@@ -153,6 +155,26 @@ def compile_seconds(timings: dict | None) -> dict[str, float]:
         for c in (timings or {}).get("compiles", [])
         if c.get("seconds") is not None
     }
+
+
+def compile_costs(catalog: dict, timings: dict | None) -> dict[str, Any]:
+    """What each compile cost, in the currency the report can stand behind: production's stall
+    as its recorder timed it (``production_compiles``, backend production's) where the corpus
+    recorded it, else the analysis's own compile seconds (``timings.json``, with the analysis's
+    backend: eager by default, which says little of production's inductor stall). ``seconds``:
+    compile id -> seconds; ``source``: ``"production"`` | ``"analysis"`` | None (no figures);
+    ``label``: the words for them; ``analysis_seconds``: the analysis's own total, always."""
+    analysis = compile_seconds(timings)
+    recorded = stall_seconds(catalog.get("production_compiles"))
+    analysis_backend = (catalog.get("compile") or {}).get("backend")
+    if recorded:
+        backend = (catalog.get("production_compiles") or {}).get("backend") or "production's backend"
+        return {"seconds": recorded, "source": "production", "backend": backend,
+                "label": f"production's compile stall ({backend}, as its recorder timed it)",
+                "analysis_seconds": sum(analysis.values()) if analysis else None, "analysis_backend": analysis_backend}
+    return {"seconds": analysis, "source": "analysis" if analysis else None, "backend": analysis_backend,
+            "label": f"the analysis's compile time ({analysis_backend} backend, this machine; not production's stall)",
+            "analysis_seconds": sum(analysis.values()) if analysis else None, "analysis_backend": analysis_backend}
 
 
 def topology_of_compile(catalog: dict) -> dict[str, int]:

@@ -26,7 +26,7 @@ from .common import (
     KIND_EXPLANATIONS,
     LIST_SHOWN,
     VERIFY_STATUSES,
-    compile_seconds,
+    compile_costs,
     count_text,
     option_text,
     percent_text,
@@ -77,13 +77,14 @@ def production_context(catalog: dict, timings: dict | None = None) -> dict | Non
     reaching = [frame for frame in production["frames"] if frame["reached_at"] is not None]
     if reaching:
         needed = max(frame["graphs_needed"] for frame in reaching)
-        seconds = compile_seconds(timings)
+        costs = compile_costs(catalog, timings)
         version = torch_version_tuple(catalog)
         context["raise_limit"] = {
             "graphs": needed,
             "compiles": sum(1 for c in catalog.get("compiles", []) if c.get("fail_type") is None),
-            "seconds": format_duration(sum(seconds.values())) if seconds else None,
-            "backend": (catalog.get("compile") or {}).get("backend"),
+            "seconds": format_duration(sum(costs["seconds"].values())) if costs["seconds"] else None,
+            "recorded": costs["source"] == "production",
+            "backend": costs["backend"],
             "per_call": version >= (2, 13),
         }
     return context
@@ -91,7 +92,8 @@ def production_context(catalog: dict, timings: dict | None = None) -> dict | Non
 
 def summary_context(catalog: dict, timings: dict | None, verification: dict | None) -> dict:
     summary = catalog["summary"]
-    seconds = compile_seconds(timings)
+    costs = compile_costs(catalog, timings)
+    seconds = costs["seconds"]
     timed = [c for c in catalog["compiles"] if c["compile_id"] in seconds]
     worst = max(timed, key=lambda c: seconds[c["compile_id"]], default=None)
     compile_options = {k: option_text(v) for k, v in sorted(catalog["compile"].items()) if k not in ("backend", "device")}
@@ -119,6 +121,14 @@ def summary_context(catalog: dict, timings: dict | None, verification: dict | No
         },
         "replay_seconds": (timings or {}).get("replay_seconds"),
         "has_timings": timings is not None,
+        "cost_source": costs["source"],
+        "cost_label": costs["label"],
+        "cost_backend": costs["backend"],
+        "analysis_seconds": costs["analysis_seconds"],
+        "analysis_backend": costs["analysis_backend"],
+        "stalls_recorded": catalog.get("production_compiles") is not None,
+        "replica_stalls": [{"replica": name or "this process", **figures} for name, figures in
+                           sorted(((catalog.get("production_compiles") or {}).get("replicas") or {}).items())],
         "failed_samples": [
             {"sample": f["sample"], "error": f["error"]} for f in catalog.get("failed_samples", [])[:LIST_SHOWN]
         ],
@@ -220,7 +230,7 @@ def failures_context(catalog: dict) -> list[dict]:
 
 
 def topologies_context(catalog: dict, timings: dict | None) -> list[dict]:
-    seconds = compile_seconds(timings)
+    seconds = compile_costs(catalog, timings)["seconds"]
     compile_sample = {c["compile_id"]: c["sample"] for c in catalog["compiles"]}
     total = catalog["corpus"]["samples"]
     return [_topology_context(t, total, compile_sample, seconds) for t in catalog["topologies"]]

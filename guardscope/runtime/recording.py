@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from .. import torch_compat
+from ..corpus.compile_log import append_compiles, compile_record
 from ..corpus.format import MANIFEST_NAME, check_grad_mode, check_method_name, check_model_spec
 from ..corpus.requests import check_request
 from ..corpus.signature import call_key, signature
@@ -298,6 +299,7 @@ class FallbackRecorder:
             if isinstance(item, threading.Event):  # flush(): everything queued before it is added
                 if writer is not None:
                     try:
+                        self._flushing(writer)
                         writer.flush()
                     except Exception as exc:
                         self.error(f"writing the {self._KIND} corpus {self.directory}", exc)
@@ -316,6 +318,7 @@ class FallbackRecorder:
                         written = True
                 if writer is not None and time.monotonic() - last_flush >= self.flush_every:
                     last_flush = time.monotonic()
+                    self._flushing(writer)
                     writer.flush()
             except Exception as exc:
                 self.error(f"writing the {self._KIND} corpus {self.directory}", exc)
@@ -328,6 +331,7 @@ class FallbackRecorder:
                         self._drop(ERROR)
         if writer is not None:
             try:
+                self._flushing(writer, closing=True)
                 writer.close()
                 logger.info("guardscope runtime: %s corpus %s: %s", self._KIND, self.directory, writer.summary())
             except Exception as exc:
@@ -347,6 +351,9 @@ class FallbackRecorder:
 
     def _write(self, writer: CorpusWriter, item: Any) -> None:
         writer.add_snapshot(item[0], item[1])  # copied on the serving thread already
+
+    def _flushing(self, writer: CorpusWriter, *, closing: bool = False) -> None:
+        """Called on the writer thread before each flush of ``writer`` (and before it closes)."""
 
     def _send(self, item: object) -> bool:
         """Queue a control item for the writer (offers are bounded by ``max_pending``, control
@@ -406,7 +413,11 @@ class TrafficRecorder(FallbackRecorder):
     towards ``full_per_signature`` (later new ones are recorded as signatures only), and at most
     ``max_pending`` calls wait for the writer (beyond that a call is dropped, ``queue_full``).
     A signature-only record takes a few dozen bytes on disk. ``full_per_signature=0`` records
-    no tensor data at all. Never raises into the call; see :class:`FallbackRecorder` for
+    no tensor data at all. With ``compiles`` (the default) it also records each compile this
+    process makes while it is open (torch's compile callbacks: compile id, frame, seconds, what
+    triggered it) into ``compiles.jsonl`` as it flushes (:mod:`guardscope.corpus.compile_log`), so
+    the analysis reports production's own compile stalls, not only its replay's.
+    Never raises into the call; see :class:`FallbackRecorder` for
     ``flush_every``, ``overwrite``, :meth:`flush` and :meth:`close`.
 
     Example::
@@ -438,6 +449,7 @@ class TrafficRecorder(FallbackRecorder):
         grad_mode: str | None = None,
         replica: str | None = None,
         log: str = "parquet",
+        compiles: bool = True,
     ) -> None:
         if type(full_per_signature) is not int or full_per_signature < 0:
             raise ServeError(f"full_per_signature must be an int >= 0, got {full_per_signature!r}")
@@ -452,7 +464,12 @@ class TrafficRecorder(FallbackRecorder):
         self._full = 0
         self._known: dict[tuple, tuple] = {}  # call_key -> (signature, devices, its hash)
         self._once: set[int] = set()  # hashes of the call keys seen once
-        self._local = threading.local()  # .request: [tag, next step] of this thread's request
+        self._local = threading.local()  # .request: [tag, next step] of this thread's request; .calling
+        self._wrapped = False  # wrap() was called: compiles outside its calls are not a call's stall
+        # Production's compiles, observed in this process and written beside the calls (compiles.jsonl).
+        self._observer = torch_compat.CompileObserver(self._in_wrapped_call) if compiles else None
+        if self._observer is not None and not self._observer.available:
+            logger.warning("guardscope runtime: this process's compiles are not recorded: %s", self._observer.cause)
         super().__init__(directory, model=model, compile=compile, max_samples=0, max_bytes=max_bytes,
                          repeat_rate=1.0, max_pending=max_pending, max_signatures=max_signatures,
                          flush_every=flush_every, overwrite=overwrite, method=method,
@@ -600,10 +617,17 @@ class TrafficRecorder(FallbackRecorder):
                 if self.recorded_model is None:
                     self.recorded_model = printed
 
+        self._wrapped = True
+
         @functools.wraps(function)
         def recorded(*args: Any, **kwargs: Any) -> Any:
             self.offer(args, kwargs)
-            return function(*args, **kwargs)
+            depth = getattr(self._local, "calling", 0)
+            self._local.calling = depth + 1  # a compile now is this call's stall (compiles.jsonl)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self._local.calling = depth
 
         return recorded
 
@@ -623,6 +647,26 @@ class TrafficRecorder(FallbackRecorder):
                             # The bound this recorder applies before copying, so the writer's
                             # never refuses a call copied for it and its summary states this one.
                             max_full_bytes=self.max_bytes)
+
+    def _in_wrapped_call(self) -> bool | None:
+        """Whether this thread is inside a call of a function :meth:`wrap` made; None (cannot
+        tell) until something was wrapped: calls offered by hand run where the recorder cannot see."""
+        if not self._wrapped:
+            return None
+        return getattr(self._local, "calling", 0) > 0
+
+    def _flushing(self, writer: CorpusWriter, *, closing: bool = False) -> None:
+        if self._observer is None:
+            return
+        events = self._observer.drain(wait=not closing)
+        if events:
+            backend = self.compile.get("backend")
+            append_compiles(self.directory, [compile_record(e, replica=self.replica, backend=backend) for e in events])
+
+    def close(self) -> None:
+        super().close()
+        if self._observer is not None:
+            self._observer.close()
 
     def _write(self, writer: CorpusWriter, item: Any) -> None:
         if item[0] == "full":  # its signature taken on the serving thread

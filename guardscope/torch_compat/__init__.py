@@ -23,6 +23,8 @@ docstring names the private APIs it uses, and why):
   dispatch makes;
 * ``shapes_specs``: torch's declarative spec (``ShapesSpec``) built from argument paths, under the
   ``torch.compile`` keyword detected (``shapes_spec=`` in 2.13, ``dynamic_shapes=`` in 2.14);
+* ``compile_events``: every compile of a serving process, timed through torch's compile callbacks
+  and named from Dynamo's compilation metrics (the traffic recorder's record of production's stalls);
 * ``guard_columns``: a cache entry's guards as a predicate over columns of recorded calls
   (sizes, strides, offsets, ints), Dynamo's own check where a guard cannot be translated.
 """
@@ -39,6 +41,7 @@ from .logs import torch_logs_captured, trace_formatter, trace_logger
 from .guards import (LookupOrder, cache_entries, code_of, compiled_function_original, compiled_module_original,
                      entries_by_age, first_accepting, forward_owner)
 from .frames import FrameRecorder, cache_entry_total, compile_start_callback
+from .compile_events import CompileObserver
 from .stances import eager_on_recompile, fail_on_recompile, fx_symbolic_tracing, refused_for_fx_trace
 from .cudagraphs import cudagraph_config, cudagraph_loggers, cudagraph_skip_count, mode_uses_cudagraphs
 from .export import aoti_compile_and_load, export_input_checker, is_constraint_violation
@@ -65,6 +68,7 @@ __all__ = [
     "LookupOrder", "cache_entries", "code_of", "compiled_function_original", "compiled_module_original",
     "entries_by_age", "first_accepting", "forward_owner",
     "FrameRecorder", "cache_entry_total", "compile_start_callback",
+    "CompileObserver",
     "eager_on_recompile", "fail_on_recompile", "fx_symbolic_tracing", "refused_for_fx_trace",
     "cudagraph_config", "cudagraph_loggers", "cudagraph_skip_count", "mode_uses_cudagraphs",
     "aoti_compile_and_load", "export_input_checker", "is_constraint_violation",

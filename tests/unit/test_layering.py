@@ -100,6 +100,7 @@ RAW_IO = {"write_text", "write_bytes", "read_text", "read_bytes"}
 # children's results (temporary files outside the analysis folder: isolation's, and the background compile process's
 # job folder); files holds the one atomic writer.
 RAW_IO_ALLOWED = {"guardscope.store", "guardscope.files", "guardscope.corpus.format", "guardscope.corpus.requests",
+                  "guardscope.corpus.compile_log",
                   "guardscope.corpus.shards", "guardscope.proving.isolation", "guardscope.runtime.child_compile"}
 
 

@@ -70,6 +70,12 @@ INTERNALS: dict[str, str] = {
     "torch.export.graph_signature.InputKind.USER_INPUT": "export",
     "torch.utils._pytree.keystr": "export",
     "torch.utils._pytree.tree_flatten_with_path": "export",
+    # compile_events
+    "torch._dynamo.utils.get_compilation_metrics": "compile_events",
+    "torch._dynamo.callback.callback_handler.register_end_callback": "compile_events",
+    "torch._dynamo.callback.callback_handler.remove_start_callback": "compile_events, frames",
+    "torch._dynamo.callback.callback_handler.remove_end_callback": "compile_events",
+    "torch._dynamo.callback.CallbackTrigger.LAZY_BACKWARD": "compile_events",
     # frames
     "torch._C._dynamo.eval_frame.set_code_exec_strategy": "frames",
     "torch._dynamo.callback.callback_handler.register_start_callback": "frames",
