@@ -7,9 +7,11 @@ The baseline's code is the revision's ``guardscope/`` exported with ``git archiv
 ``--work``; the two commands run in turn (baseline, then this tree), each in a fresh process on
 its own copy of one analysis, so a drift of the machine's speed reaches both; the figures are
 the medians of ``--rounds`` pairs and the median of their per-pair ratios. Target: the ratio
-<= 0.25.
+<= 0.25. ``--corpus service``: the same model on a 150-request service corpus instead
+(:func:`service_calls`).
 
     python -m bench.bench_emit_warmup --json /tmp/emit-warmup.json
+    python -m bench.bench_emit_warmup --corpus service --rounds 2 --json /tmp/emit-warmup-service.json
 """
 
 from __future__ import annotations
@@ -31,8 +33,23 @@ CALLS = [(2, 8, 0.5), (2, 8, 0.7), (2, 8, None), (1, 8, 0.5), (3, 9, 0.5), (1, 5
 BASELINE = "bf40542"  # main before issue 51 item 2: emit-warmup plans every plan, no --only
 
 
-def make_analysis(work: Path) -> Path:
-    """The fixture's corpus and its analysis under ``work`` (made once)."""
+def service_calls(requests: int = 150, seed: int = 0) -> list[tuple[int, int, float | None]]:
+    """A text-classification service's requests (``--corpus service``): most single texts, some
+    client-side batches of 2, 4 or 8; lengths of real tokenised text (mostly 8 to 48 tokens, a
+    few one-token queries); the sampling temperature left unset by one client in ten."""
+    import random
+
+    pick = random.Random(seed)
+    calls = []
+    for _ in range(requests):
+        batch = pick.choices((1, 2, 4, 8), weights=(60, 20, 15, 5))[0]
+        length = 1 if pick.random() < 0.05 else max(2, min(64, int(pick.gauss(24, 10))))
+        calls.append((batch, length, None if pick.random() < 0.1 else 0.5))
+    return calls
+
+
+def make_analysis(work: Path, calls: list[tuple[int, int, float | None]] = CALLS) -> Path:
+    """The corpus of ``calls`` and its analysis under ``work`` (made once)."""
     import torch
 
     import guardscope
@@ -44,7 +61,7 @@ def make_analysis(work: Path) -> Path:
     torch.manual_seed(0)
     with CorpusWriter(work / "corpus", model=f"{REPO / 'tests' / 'models.py'}:TextClassifier",
                       compile={"dynamic": None}, overwrite=True) as writer:
-        for batch, length, temperature in CALLS:
+        for batch, length, temperature in calls:
             writer.add(torch.randint(0, 100, (batch, length)), torch.zeros(batch, length, dtype=torch.bool),
                        temperature=temperature)
     guardscope.analyze(work / "corpus", out, force=True)
@@ -67,9 +84,13 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/guardscope-bench/emit-warmup"))
     parser.add_argument("--rounds", type=int, default=3, help="pairs run (default %(default)s)")
     parser.add_argument("--baseline", default=BASELINE, help="git revision of the baseline (default %(default)s)")
+    parser.add_argument("--corpus", choices=("fixture", "service"), default="fixture",
+                        help="the tests' 7-call fixture, or a 150-request service corpus of the same model "
+                             "(service_calls) (default %(default)s)")
     args = parser.parse_args()
 
-    analysis = make_analysis(args.work)
+    args.work = args.work / args.corpus
+    analysis = make_analysis(args.work, CALLS if args.corpus == "fixture" else service_calls())
     baseline_tree = export_baseline(args.baseline, args.work)
     commands = {
         "baseline": ([], child_env({"PYTHONPATH": str(baseline_tree)})),
@@ -90,6 +111,7 @@ def main() -> None:
     results = {
         "machine": info,
         "baseline": args.baseline,
+        "corpus": args.corpus,
         "command_baseline": "guardscope emit-warmup DIR",
         "command": "guardscope emit-warmup DIR --only warmup",
         "seconds": seconds,

@@ -60,7 +60,8 @@ SOURCE_PLAN = {**{name: name for name in NAMES}, SHAPES_SPEC: UNBACKED}
 PRECOMPILED = "precompiled"
 
 # What guardscope bench measures: the two baselines, then every plan, then the precompiled warmup.
-BASELINES = ("eager", "compile")
+EAGER, COMPILE = "eager", "compile"  # plain eager, and torch.compile with nothing done before serving
+BASELINES = (EAGER, COMPILE)
 STRATEGIES = BASELINES + NAMES + (PRECOMPILED,)
 # The generated module each strategy sets up with.
 STRATEGY_MODULES = {**MODULES, PRECOMPILED: MODULES[WARMUP]}

@@ -68,7 +68,7 @@ def _label_text(marker: dict) -> str:
     return f"{lead['topology'] or ''} #{lead['sample']}".strip() + ("+" if marker["count"] > 1 else "")
 
 
-def timeline_context(catalog: dict, timings: dict | None) -> dict:
+def timeline_context(catalog: dict, timings: dict | None, bench: dict | None = None) -> dict:
     """Geometry of the timeline SVG: sample index on x, seconds on a log y axis.
 
     With per-sample times (``timings["samples"]``) the line is the slowest sample of each
@@ -79,7 +79,7 @@ def timeline_context(catalog: dict, timings: dict | None) -> dict:
     left, right, top, bottom = 78, 16, 74, 44
     plot_w, plot_h = width - left - right, height - top - bottom
     n = max(catalog["corpus"]["samples"], 1)
-    costs = compile_costs(catalog, timings)
+    costs = compile_costs(catalog, timings, bench)
     seconds = costs["seconds"]
     topology = topology_of_compile(catalog)
     per_sample = {s["sample"]: s["seconds"] for s in (timings or {}).get("samples", []) if s.get("seconds")}

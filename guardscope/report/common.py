@@ -7,6 +7,7 @@ import re
 
 from typing import Any
 
+from .. import plans
 from ..catalog.stalls import stall_seconds
 
 LIST_SHOWN = 200             # rows of long tables (compiles, failed samples)
@@ -157,24 +158,52 @@ def compile_seconds(timings: dict | None) -> dict[str, float]:
     }
 
 
-def compile_costs(catalog: dict, timings: dict | None) -> dict[str, Any]:
+def bench_stalls(catalog: dict, bench: dict | None) -> dict[str, float]:
+    """Per analysis compile, the latency ``guardscope bench`` measured for the request that
+    compiled it under the plain compile (production's backend and limits: the whole request, its
+    compile included); {} without a measured plain-compile row. A request that compiled graphs of
+    several frames is given to the first of them."""
+    row = next((r for r in (bench or {}).get("strategies", []) if r.get("name") == plans.COMPILE
+                and r.get("status") == "ok"), None)
+    if row is None:
+        return {}
+    latency = {e["sample"]: e["latency_s"] for e in [row.get("first_compile") or {}, *row.get("recompile_requests", [])]
+               if e.get("sample") is not None and e.get("latency_s") is not None}
+    found: dict[str, float] = {}
+    for compile_ in sorted(catalog.get("compiles", []), key=lambda c: (c["sample"] if c["sample"] is not None else -1,
+                                                                          c["compile_id"])):
+        if compile_["sample"] in latency and compile_.get("fail_type") is None:
+            found.setdefault(compile_["compile_id"], latency.pop(compile_["sample"]))
+    return found
+
+
+def compile_costs(catalog: dict, timings: dict | None, bench: dict | None = None) -> dict[str, Any]:
     """What each compile cost, in the currency the report can stand behind: production's stall
     as its recorder timed it (``production_compiles``, backend production's) where the corpus
-    recorded it, else the analysis's own compile seconds (``timings.json``, with the analysis's
-    backend: eager by default, which says little of production's inductor stall). ``seconds``:
-    compile id -> seconds; ``source``: ``"production"`` | ``"analysis"`` | None (no figures);
-    ``label``: the words for them; ``analysis_seconds``: the analysis's own total, always."""
+    recorded it; else the compiling requests' latency ``guardscope bench`` measured with
+    production's backend (``bench.json``); else the analysis's own compile seconds
+    (``timings.json``, with the analysis's backend: eager by default, which says little of
+    production's inductor stall). ``seconds``: compile id -> seconds; ``source``:
+    ``"production"`` | ``"bench"`` | ``"analysis"`` | None (no figures); ``label``: the words for
+    them; ``analysis_seconds``: the analysis's own total, always."""
     analysis = compile_seconds(timings)
     recorded = stall_seconds(catalog.get("production_compiles"))
     analysis_backend = (catalog.get("compile") or {}).get("backend")
+    own = {"analysis_seconds": sum(analysis.values()) if analysis else None, "analysis_backend": analysis_backend}
     if recorded:
         backend = (catalog.get("production_compiles") or {}).get("backend") or "production's backend"
         return {"seconds": recorded, "source": "production", "backend": backend,
-                "label": f"production's compile stall ({backend}, as its recorder timed it)",
-                "analysis_seconds": sum(analysis.values()) if analysis else None, "analysis_backend": analysis_backend}
+                "label": f"production's compile stall ({backend}, as its recorder timed it)", **own}
+    measured = bench_stalls(catalog, bench)
+    if measured:
+        backend = ((bench or {}).get("compile") or {}).get("backend") or "production's backend"
+        where = (bench or {}).get("device_name") or (bench or {}).get("device") or "this machine"
+        return {"seconds": measured, "source": "bench", "backend": backend,
+                "label": f"the compiling request's latency guardscope bench measured ({backend} on {where}; "
+                         "production did not record its own)", **own}
     return {"seconds": analysis, "source": "analysis" if analysis else None, "backend": analysis_backend,
             "label": f"the analysis's compile time ({analysis_backend} backend, this machine; not production's stall)",
-            "analysis_seconds": sum(analysis.values()) if analysis else None, "analysis_backend": analysis_backend}
+            **own}
 
 
 def topology_of_compile(catalog: dict) -> dict[str, int]:

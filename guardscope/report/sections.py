@@ -62,7 +62,7 @@ def verdict_context(verification: dict | None) -> dict | None:
     }
 
 
-def production_context(catalog: dict, timings: dict | None = None) -> dict | None:
+def production_context(catalog: dict, timings: dict | None = None, bench: dict | None = None) -> dict | None:
     """The headline: what production lives through under its recompile limits (None for a
     catalog written before guardscope modelled them), and, where a frame reaches its limit, the
     fix that needs no plan: raising the limit to the graphs the traffic needs, with what that
@@ -77,22 +77,22 @@ def production_context(catalog: dict, timings: dict | None = None) -> dict | Non
     reaching = [frame for frame in production["frames"] if frame["reached_at"] is not None]
     if reaching:
         needed = max(frame["graphs_needed"] for frame in reaching)
-        costs = compile_costs(catalog, timings)
+        costs = compile_costs(catalog, timings, bench)
         version = torch_version_tuple(catalog)
         context["raise_limit"] = {
             "graphs": needed,
             "compiles": sum(1 for c in catalog.get("compiles", []) if c.get("fail_type") is None),
             "seconds": format_duration(sum(costs["seconds"].values())) if costs["seconds"] else None,
-            "recorded": costs["source"] == "production",
+            "source": costs["source"],
             "backend": costs["backend"],
             "per_call": version >= (2, 13),
         }
     return context
 
 
-def summary_context(catalog: dict, timings: dict | None, verification: dict | None) -> dict:
+def summary_context(catalog: dict, timings: dict | None, verification: dict | None, bench: dict | None = None) -> dict:
     summary = catalog["summary"]
-    costs = compile_costs(catalog, timings)
+    costs = compile_costs(catalog, timings, bench)
     seconds = costs["seconds"]
     timed = [c for c in catalog["compiles"] if c["compile_id"] in seconds]
     worst = max(timed, key=lambda c: seconds[c["compile_id"]], default=None)
@@ -229,8 +229,8 @@ def failures_context(catalog: dict) -> list[dict]:
     return kinds
 
 
-def topologies_context(catalog: dict, timings: dict | None) -> list[dict]:
-    seconds = compile_costs(catalog, timings)["seconds"]
+def topologies_context(catalog: dict, timings: dict | None, bench: dict | None = None) -> list[dict]:
+    seconds = compile_costs(catalog, timings, bench)["seconds"]
     compile_sample = {c["compile_id"]: c["sample"] for c in catalog["compiles"]}
     total = catalog["corpus"]["samples"]
     return [_topology_context(t, total, compile_sample, seconds) for t in catalog["topologies"]]

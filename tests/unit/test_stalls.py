@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from guardscope.catalog.stalls import production_stalls, stall_seconds
 from guardscope.corpus.compile_log import append_compiles, compile_record, merge_compile_logs, read_compiles
 from guardscope.model import CompileEvent
@@ -117,3 +119,28 @@ def test_the_compile_log_survives_a_torn_last_line_and_merges_a_fleet(tmp_path):
     assert read_compiles(tmp_path) is None
     assert merge_compile_logs([a, b], merged) == 2
     assert [r["replica"] for r in read_compiles(merged)] == ["web-a:1", "web-b:2"]
+
+
+def test_without_a_record_the_report_takes_the_stalls_bench_measured_with_production_s_backend():
+    from guardscope.proving.bench_results import summarize
+    from guardscope.report.common import compile_costs
+
+    # The plain compile's requests as bench's child reports them: [sample, seconds, graphs compiled];
+    # sample 4 compiled two graphs (two frames): the request's latency goes to the first.
+    raw = {"requests": [[0, 3.2, 1], [1, 0.001, 0], [4, 2.5, 2], [5, 0.001, 0], [9, 1.8, 1]],
+           "errors": [], "fallbacks": [], "setup_graphs": 0, "setup_seconds": 0.0, "device_name": "cpu"}
+    bench = {"device": "cpu", "compile": {"backend": "inductor"}, "strategies": [summarize("compile", raw)]}
+    catalog = {"compile": {"backend": "eager"},
+               "compiles": [{"compile_id": e.compile_id, "sample": e.sample, "fail_type": None} for e in ANALYSIS]}
+    timings = {"compiles": [{"compile_id": e.compile_id, "seconds": e.seconds} for e in ANALYSIS]}
+    costs = compile_costs(catalog, timings, bench)
+    assert costs["source"] == "bench" and costs["backend"] == "inductor"
+    assert costs["seconds"] == {"0/0": 3.2, "0/1": 2.5, "0/2": 1.8}
+    assert costs["analysis_seconds"] == pytest.approx(0.4)
+    assert "guardscope bench measured (inductor on cpu" in costs["label"]
+    # production's own record wins over bench's measurement; neither: the analysis's, labelled so
+    catalog["production_compiles"] = production_stalls([record("0/0", 9.5)], ANALYSIS)
+    assert compile_costs(catalog, timings, bench)["source"] == "production"
+    del catalog["production_compiles"]
+    plain = compile_costs(catalog, timings, None)
+    assert plain["source"] == "analysis" and "not production's stall" in plain["label"]
