@@ -415,8 +415,9 @@ class TrafficRecorder(FallbackRecorder):
     A signature-only record takes a few dozen bytes on disk. ``full_per_signature=0`` records
     no tensor data at all. With ``compiles`` (the default) it also records each compile this
     process makes while it is open (torch's compile callbacks: compile id, frame, seconds, what
-    triggered it) into ``compiles.jsonl`` as it flushes (:mod:`guardscope.corpus.compile_log`), so
-    the analysis reports production's own compile stalls, not only its replay's.
+    triggered it, and whether a call was being served: :meth:`serving`, which :meth:`wrap` enters
+    for you) into ``compiles.jsonl`` as it flushes (:mod:`guardscope.corpus.compile_log`), so the
+    analysis reports production's own compile stalls, not only its replay's.
     Never raises into the call; see :class:`FallbackRecorder` for
     ``flush_every``, ``overwrite``, :meth:`flush` and :meth:`close`.
 
@@ -465,9 +466,9 @@ class TrafficRecorder(FallbackRecorder):
         self._known: dict[tuple, tuple] = {}  # call_key -> (signature, devices, its hash)
         self._once: set[int] = set()  # hashes of the call keys seen once
         self._local = threading.local()  # .request: [tag, next step] of this thread's request; .calling
-        self._wrapped = False  # wrap() was called: compiles outside its calls are not a call's stall
+        self._marked = False  # serving() was entered: a compile outside it is not a call's stall
         # Production's compiles, observed in this process and written beside the calls (compiles.jsonl).
-        self._observer = torch_compat.CompileObserver(self._in_wrapped_call) if compiles else None
+        self._observer = torch_compat.CompileObserver(self._in_served_call) if compiles else None
         if self._observer is not None and not self._observer.available:
             logger.warning("guardscope runtime: this process's compiles are not recorded: %s", self._observer.cause)
         super().__init__(directory, model=model, compile=compile, max_samples=0, max_bytes=max_bytes,
@@ -617,17 +618,13 @@ class TrafficRecorder(FallbackRecorder):
                 if self.recorded_model is None:
                     self.recorded_model = printed
 
-        self._wrapped = True
+        self.marks_calls()
 
         @functools.wraps(function)
         def recorded(*args: Any, **kwargs: Any) -> Any:
             self.offer(args, kwargs)
-            depth = getattr(self._local, "calling", 0)
-            self._local.calling = depth + 1  # a compile now is this call's stall (compiles.jsonl)
-            try:
+            with self.serving():
                 return function(*args, **kwargs)
-            finally:
-                self._local.calling = depth
 
         return recorded
 
@@ -648,10 +645,35 @@ class TrafficRecorder(FallbackRecorder):
                             # never refuses a call copied for it and its summary states this one.
                             max_full_bytes=self.max_bytes)
 
-    def _in_wrapped_call(self) -> bool | None:
-        """Whether this thread is inside a call of a function :meth:`wrap` made; None (cannot
-        tell) until something was wrapped: calls offered by hand run where the recorder cannot see."""
-        if not self._wrapped:
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """Mark the block as serving one call (a function :meth:`wrap` made does it for you):
+        a compile inside it is that call's stall, and once a call was marked, a compile outside
+        every marked call (a warmup before serving) is recorded as such in ``compiles.jsonl``, so
+        the analysis does not take it for a call's::
+
+            traffic.offer(args, kwargs)
+            with traffic.serving():
+                reply(compiled(*args, **kwargs))
+        """
+        self._marked = True
+        depth = getattr(self._local, "calling", 0)
+        self._local.calling = depth + 1
+        try:
+            yield
+        finally:
+            self._local.calling = depth
+
+    def marks_calls(self) -> None:
+        """Say that from now on every served call runs inside :meth:`serving` (a function
+        :meth:`wrap` made does, and ``serve()`` does before its warmup), so a compile outside
+        them — a warmup before serving — is recorded as start-up, not as some call's stall."""
+        self._marked = True
+
+    def _in_served_call(self) -> bool | None:
+        """Whether this thread is serving a call (:meth:`serving`); None (cannot tell) until a
+        call was marked: calls offered by hand run where the recorder cannot see."""
+        if not self._marked:
             return None
         return getattr(self._local, "calling", 0) > 0
 

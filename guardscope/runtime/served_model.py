@@ -206,7 +206,9 @@ class ServedModel:
                 self._error("the plan's mark()", exc)
         if self.traffic is not None:
             self.traffic.offer(args, kwargs)
-        with self._stance(), self._grad():
+        # A compile while serving is this call's stall; the warmup's, before, are not (compiles.jsonl).
+        with self.traffic.serving() if self.traffic is not None else contextlib.nullcontext(), \
+                self._stance(), self._grad():
             arguments = self._binder.arguments(args, kwargs)
             frame = self._binder.frame_locals(args, kwargs) if arguments is not None else {}
             if not frame:  # they do not fit forward: the call raises its TypeError

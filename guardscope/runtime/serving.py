@@ -258,6 +258,7 @@ def serve(
                 max_bytes=traffic_max_bytes, flush_every=flush_every, overwrite=overwrite_traffic,
                 method=catalog.get("method"), recorded_from=served, grad_mode=options.grad_mode,
             )
+            traffic.marks_calls()  # the warmup's compiles below are start-up, not calls' stalls
         except BaseException:
             if recorder is not None:
                 recorder.close()

@@ -16,6 +16,7 @@ import torch.fx.experimental._config as fx_config
 
 import guardscope
 from guardscope import CorpusWriter, load_corpus, pipeline, runtime, torch_compat
+from guardscope.corpus.compile_log import read_compiles
 from guardscope.corpus.weights import model_print
 from guardscope.errors import ServeError
 from guardscope.model import Catalog
@@ -323,3 +324,10 @@ def test_traffic_dir_records_every_call_by_signature_for_an_audit(seed_plan, see
     plain = guardscope.analyze(tmp_path / "plain", tmp_path / "plain-out", strict=True).catalog
     assert Catalog.samples_of(audit.graphs) == Catalog.samples_of(plain.graphs)
     assert [t.samples for t in audit.topologies] == [t.samples for t in plain.topologies]
+    # The warmup's graphs compiled before serving: recorded as start-up, not as calls' stalls
+    # (issue 51 item 1), so none is matched to the analysis's compiles at those calls.
+    startup = read_compiles(tmp_path / "traffic")
+    assert len(startup) == served.graphs and {c["in_call"] for c in startup} == {False}
+    stalls = audit.production_compiles
+    assert stalls["compiles"] == [] and len(stalls["unmatched"]) == len(audit.compiles)
+    assert list(stalls["replicas"].values())[0]["startup_compiles"] == served.graphs
