@@ -285,10 +285,16 @@ def classify_reason(reason: str, values: Mapping[str, int] | None = None,
     operator = _operator(reason)
     reason = normalize_reason(reason)
     parts = _split(reason)
-    guard = parts.guard
-    user_source = _user_source(parts)
-    hint = _hint(parts)
+    tensor = _tensor_failure(parts, reason)
+    if tensor is not None:
+        return tensor
+    return _shape_failure(parts, reason, operator, values, absent)
 
+
+def _tensor_failure(parts: _Parts, reason: str) -> GuardFailure | None:
+    """The failure of a guard on one tensor's properties (dtype, device, size, stride...: the
+    first of :data:`TENSOR_PATTERNS` it matches), else None."""
+    guard = parts.guard
     for kind, pattern in TENSOR_PATTERNS:
         match = pattern.search(guard)
         if not match:
@@ -313,26 +319,22 @@ def classify_reason(reason: str, values: Mapping[str, int] | None = None,
             guard=guard,
             expected=expected.strip() if expected else None,
             actual=actual.strip() if actual else None,
-            user_source=user_source,
-            hint=hint,
+            user_source=_user_source(parts),
+            hint=_hint(parts),
             raw=reason,
         )
+    return None
 
+
+def _shape_failure(parts: _Parts, reason: str, operator: str | None, values: Mapping[str, int] | None,
+                   absent: Collection[str]) -> GuardFailure:
+    """The failure of any other guard: the causes its notes name (:func:`_note_causes`), else
+    what its expression checks (:data:`EXPRESSION_PATTERNS`; an absent optional argument's, an
+    operator's own guard)."""
+    guard = parts.guard
     dims, inputs = _dims(guard)
     broken = _broken_bound(guard, values)
-    causes: list[FailureKind] = []
-    note = " ".join(parts.comments)
-    for kind, pattern in NOTE_PATTERNS:
-        if pattern.search(note):
-            causes.append(kind)
-    if K.ZERO_ONE_SPECIALIZATION in causes and _is_user_bounded(guard):
-        # The user's own branch set a bound besides 2: marking the dim unbacked cannot remove
-        # that one, so it is the kind that names the fix; 0/1 stays recorded as a cause.
-        causes.insert(0, K.SHAPE_RELATION)
-        if broken and broken.zero_one:
-            # This sample broke the 0/1 bound itself (a size of 0 or 1): that one names the fix.
-            causes.remove(K.ZERO_ONE_SPECIALIZATION)
-            causes.insert(0, K.ZERO_ONE_SPECIALIZATION)
+    causes = _note_causes(parts, guard, broken)
     expected = broken.expected if broken else None
     actual_value = None
     if not causes:
@@ -357,11 +359,30 @@ def classify_reason(reason: str, values: Mapping[str, int] | None = None,
         guard=guard,
         expected=expected.strip() if expected else None,
         actual=str(broken.actual) if broken else actual_value,
-        user_source=user_source,
-        hint=hint,
+        user_source=_user_source(parts),
+        hint=_hint(parts),
         raw=reason,
         operator=operator,
     )
+
+
+def _note_causes(parts: _Parts, guard: str, broken: _Broken | None) -> list[FailureKind]:
+    """The causes the guard's notes name (:data:`NOTE_PATTERNS`, in order), the one that names the
+    fix first."""
+    causes: list[FailureKind] = []
+    note = " ".join(parts.comments)
+    for kind, pattern in NOTE_PATTERNS:
+        if pattern.search(note):
+            causes.append(kind)
+    if K.ZERO_ONE_SPECIALIZATION in causes and _is_user_bounded(guard):
+        # The user's own branch set a bound besides 2: marking the dim unbacked cannot remove
+        # that one, so it is the kind that names the fix; 0/1 stays recorded as a cause.
+        causes.insert(0, K.SHAPE_RELATION)
+        if broken and broken.zero_one:
+            # This sample broke the 0/1 bound itself (a size of 0 or 1): that one names the fix.
+            causes.remove(K.ZERO_ONE_SPECIALIZATION)
+            causes.insert(0, K.ZERO_ONE_SPECIALIZATION)
+    return causes
 
 
 def classify_reasons(

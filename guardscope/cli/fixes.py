@@ -5,6 +5,7 @@ bundles) and ``precompile`` (the warmup's graphs compiled ahead of time)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -71,7 +72,6 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool, exclude_probe
       guardscope emit-warmup out/ --transform cast:images:float32 --transform contiguous:images
     """
     from .. import pipeline
-    from ..fixes.document import costs_more, not_planned_reason
 
     if transforms and (make_bundles or include_probed or exclude_probed_sizes or margin or only):
         raise click.UsageError("--transform writes canonicalise.py alone: run it without --bundle, --include-probed, "
@@ -80,25 +80,48 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool, exclude_probe
         plan, files = pipeline.emit_canonical(
             out_dir, transforms, corpus=corpus,
             progress=lambda chain: click.echo(f"replaying the corpus transformed by {chain}...", err=True))
-        click.echo(f"canonical   the corpus's {counted(plan.topologies, 'topology', 'topologies')} become "
-                   f"{counted(plan.canonical_topologies, 'topology', 'topologies')} once canonicalised; warmup: "
-                   f"{counted(len(plan.warmup), 'transformed sample')} {list(plan.warmup)} compile "
-                   f"{counted(plan.graphs, 'graph')} in all")
-        if plan.raised:
-            click.secho(f"            {len(plan.raised)} sample(s) raise once transformed, first {plan.raised[0]}",
-                        fg="yellow")
-        click.echo("wrote       " + ", ".join(str(p) for p in files))
+        _echo_canonical(plan, files)
         return
 
     fixes = pipeline.emit_warmup(
         out_dir, margin=margin, include_probed=include_probed, exclude_probed_sizes=exclude_probed_sizes, corpus=corpus,
         only=only or None, progress=lambda line: click.echo(line, err=True))
-    warmup, unbacked = fixes.warmup, fixes.unbacked
+    warmup = fixes.warmup
     click.echo(f"warmup      {len(warmup.steps)} samples {[s.sample for s in warmup.steps]} compile "
                f"{warmup.graphs} graphs for {warmup.topologies} topologies "
                f"(one per topology: {warmup.one_per_topology})")
     for line in format_probed(fixes.probed or {}):
         click.echo(line)
+    _echo_unbacked(fixes)
+    _echo_export(fixes)
+    for line in fixes.limits:  # never a raised recompile limit unsaid
+        click.secho(f"limit       {line}", fg="yellow")
+    for line in torch_log_lines(fixes.torch_log, fixes.torch_log_file, "emit-warmup tried its plans"):
+        click.secho(f"torch       {line}", fg="yellow")
+    click.echo("wrote       " + ", ".join(str(p) for p in fixes.files))
+    if make_bundles:
+        _echo_bundles(out_dir, pipeline.bundle(out_dir, progress=_bundle_progress, corpus=corpus))
+
+
+def _echo_canonical(plan: Any, files: tuple[Path, ...]) -> None:
+    """emit-warmup --transform's lines: the topologies before and after canonicalising, its
+    warmup, the samples that raise once transformed, the files written."""
+    click.echo(f"canonical   the corpus's {counted(plan.topologies, 'topology', 'topologies')} become "
+               f"{counted(plan.canonical_topologies, 'topology', 'topologies')} once canonicalised; warmup: "
+               f"{counted(len(plan.warmup), 'transformed sample')} {list(plan.warmup)} compile "
+               f"{counted(plan.graphs, 'graph')} in all")
+    if plan.raised:
+        click.secho(f"            {len(plan.raised)} sample(s) raise once transformed, first {plan.raised[0]}",
+                    fg="yellow")
+    click.echo("wrote       " + ", ".join(str(p) for p in files))
+
+
+def _echo_unbacked(fixes: Any) -> None:
+    """The unbacked plan's lines (not planned, its dims and residual warmup with its shapes_spec
+    form, or why it is not possible), then the dims it could not mark."""
+    from ..fixes.document import costs_more, not_planned_reason
+
+    warmup, unbacked = fixes.warmup, fixes.unbacked
     if unbacked is None:
         click.echo(f"unbacked    {not_planned_reason(UNBACKED, fixes.planned)}")
     elif unbacked.status == "ok":
@@ -123,6 +146,13 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool, exclude_probe
                     "(the whole reason is in fixes.json and the report)", fg="yellow")
     for dim, why in unbacked.skipped if unbacked is not None else ():
         click.echo(f"            not marked {dim}: {why}")
+
+
+def _echo_export(fixes: Any) -> None:
+    """The export plan's line: not planned, its Dims (and the topologies outside them), or why it
+    is not possible."""
+    from ..fixes.document import not_planned_reason
+
     export = fixes.export
     if export is None:
         click.echo(f"export      {not_planned_reason(EXPORT, fixes.planned)}")
@@ -135,13 +165,6 @@ def emit_warmup(out_dir: str, margin: float, include_probed: bool, exclude_probe
         click.secho(f"export      NOT POSSIBLE on this model, export_dims.py not written: {first_line(export.reason)}"
                     + (" (torch's whole message is in fixes.json and the report)" if export.torch_message else ""),
                     fg="yellow")
-    for line in fixes.limits:  # never a raised recompile limit unsaid
-        click.secho(f"limit       {line}", fg="yellow")
-    for line in torch_log_lines(fixes.torch_log, fixes.torch_log_file, "emit-warmup tried its plans"):
-        click.secho(f"torch       {line}", fg="yellow")
-    click.echo("wrote       " + ", ".join(str(p) for p in fixes.files))
-    if make_bundles:
-        _echo_bundles(out_dir, pipeline.bundle(out_dir, progress=_bundle_progress, corpus=corpus))
 
 
 def _not_a_peer(costs: str | None) -> str:

@@ -143,215 +143,322 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
     warmup's per topology)."""
     files = plans.MODULES
     planned = planned_set(only)
-    say = progress or (lambda line: None)
-    started = [0.0]
-
-    def begin(name: str, what: str) -> None:
-        started[0] = time.perf_counter()
-        say(f"planning {planned.index(name) + 1} of {len(planned)}: {what}...")
-
-    def end(name: str, line: str) -> None:
-        say(f"  {name}: {line} ({time.perf_counter() - started[0]:.1f} s)")
-
+    steps = _Steps(planned, progress)
     store.refuse_foreign(out, [*files.values(), store.FIXES])
-    options = production_options(catalog)
-    probed: list[Any] = []
-    corpus_catalog = catalog
-    added: list[dict[str, Any]] = []
-    excluded: list[dict[str, Any]] = []
-    if include_probed:
-        document, _ = store.load_probed(out, len(corpus))
-        for found in document.get("new_topologies", []):
-            size = excluded_by_size(found, exclude_probed_sizes)
-            if size is None:
-                added.append(found)
-            else:
-                excluded.append({"id": found["id"], "found_by": found["found_by"],
-                                 "reason": f"sets a dimension to {size} (--exclude-probed-size {size})"})
-        document, probed = store.load_probed(out, len(corpus), [found["id"] for found in added])
-        catalog = with_probed(catalog, document, len(corpus))
-    by_index = {sample.index: sample for sample in probed}
+    inputs, added, excluded = _Inputs.read(out, catalog, corpus, model, include_probed, exclude_probed_sizes)
+    made = _make_plans(inputs, margin, steps)
+    _write_warmup_corpora(out, inputs, made)
+    limits = _raised_limits(inputs.catalog, made)
+    codes = _render_codes(inputs.catalog, made)
+    written = _write_modules(out, codes)
+    fixes = {
+        "schema": 1,
+        "probed": probed_section(include_probed, inputs.catalog, added, excluded, exclude_probed_sizes, made.warmup,
+                                 made.without),
+        "recompile_limit": {"production": production_graph_limit(inputs.catalog), "raised": limits},
+        "artifacts": [
+            _warmup_entry(made, codes[plans.WARMUP]),
+            not_planned_entry(plans.UNBACKED, planned) if made.unbacked is None else
+            _unbacked_entry(made, codes[plans.UNBACKED], planned),
+            not_planned_entry(plans.EXPORT, planned) if made.export is None else
+            _export_entry(made.export, codes[plans.EXPORT]),
+        ],
+    }
+    written.append(store.write_document(out, store.FIXES, fixes))
+    steps.say(f"wrote the plans: {', '.join(planned)}" + (
+        f"; not planned: {', '.join(n for n in plans.PLANNABLE if n not in planned)}"
+        if planned != plans.PLANNABLE else ""))
+    return Fixes(out_dir=out, files=tuple(written), warmup=made.warmup, unbacked=made.unbacked, export=made.export,
+                 spec=made.spec, planned=planned, probed=fixes["probed"], limits=tuple(limits.values()))
 
-    def sample_at(index: int) -> Any:
-        return by_index[index] if index in by_index else corpus.sample(index)
 
-    @functools.lru_cache(maxsize=4096)
-    def holds_state(index: int) -> int | None:
-        sample = sample_at(index)
-        return state_tokens_of(sample.args, sample.kwargs)
+class _Steps:
+    """The lines ``progress`` hears as each plan starts (``planning 2 of 4: ...``) and ends (its
+    result and seconds)."""
 
-    # Decode steps run on the cache their request's earlier steps extended (corpus.chains).
-    chains = Chains(corpus.requests, holds_state, len(corpus))
+    def __init__(self, planned: tuple[str, ...], progress: Callable[[str], None] | None) -> None:
+        self.planned = planned
+        self.say = progress or (lambda line: None)
+        self.started = 0.0
+
+    def begin(self, name: str, what: str) -> None:
+        self.started = time.perf_counter()
+        self.say(f"planning {self.planned.index(name) + 1} of {len(self.planned)}: {what}...")
+
+    def end(self, name: str, line: str) -> None:
+        self.say(f"  {name}: {line} ({time.perf_counter() - self.started:.1f} s)")
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """What the plans are made from: the model, the catalog (with the probed topologies the plans
+    cover, with --include-probed) and the corpus's own (``corpus_catalog``), the corpus and the
+    probed samples, each sample by its index, the state tokens it holds, and the chains of decode
+    steps (each runs on the cache its request's earlier steps extended: corpus.chains)."""
+    model: Any
+    catalog: dict[str, Any]
+    corpus_catalog: dict[str, Any]
+    corpus: Any
+    probed: list[Any]
+    sample_at: Callable[[int], Any]
+    holds_state: Callable[[int], int | None]
+    chains: Chains
+
+    @classmethod
+    def read(cls, out: Path, catalog: dict[str, Any], corpus: Any, model: Any, include_probed: bool,
+             exclude_sizes: tuple[int, ...]) -> tuple[_Inputs, list[dict[str, Any]], list[dict[str, Any]]]:
+        """The inputs, with the probed topologies the plans cover (probe.json's entries) and those
+        ``exclude_sizes`` leaves out, with why (both empty without ``include_probed``)."""
+        probed: list[Any] = []
+        added: list[dict[str, Any]] = []
+        excluded: list[dict[str, Any]] = []
+        corpus_catalog = catalog
+        if include_probed:
+            document, _ = store.load_probed(out, len(corpus))
+            for found in document.get("new_topologies", []):
+                size = excluded_by_size(found, exclude_sizes)
+                if size is None:
+                    added.append(found)
+                else:
+                    excluded.append({"id": found["id"], "found_by": found["found_by"],
+                                     "reason": f"sets a dimension to {size} (--exclude-probed-size {size})"})
+            document, probed = store.load_probed(out, len(corpus), [found["id"] for found in added])
+            catalog = with_probed(catalog, document, len(corpus))
+        by_index = {sample.index: sample for sample in probed}
+
+        def sample_at(index: int) -> Any:
+            return by_index[index] if index in by_index else corpus.sample(index)
+
+        @functools.lru_cache(maxsize=4096)
+        def holds_state(index: int) -> int | None:
+            sample = sample_at(index)
+            return state_tokens_of(sample.args, sample.kwargs)
+
+        chains = Chains(corpus.requests, holds_state, len(corpus))
+        return cls(model, catalog, corpus_catalog, corpus, probed, sample_at, holds_state, chains), added, excluded
+
+    def records(self) -> Any:
+        """The corpus's records, then the probed samples."""
+        return itertools.chain(self.corpus.iter_records(), self.probed)
+
+
+@dataclass(frozen=True)
+class _Made:
+    """The plans made: the warmup, and ``without``, the warmup planned on the corpus alone (the
+    warmup itself when no probed topology was added); the others None when not planned."""
+    warmup: Any
+    without: Any
+    measure_cover: bool
+    unbacked: Any = None
+    export: Any = None
+    spec: Any = None
+
+    @property
+    def unbacked_ok(self) -> bool:
+        return self.unbacked is not None and self.unbacked.status == "ok"
+
+    @property
+    def spec_ok(self) -> bool:
+        return self.spec is not None and self.spec.status == "ok"
+
+
+def _make_plans(inputs: _Inputs, margin: float, steps: _Steps) -> _Made:
+    """Each plan of ``steps.planned`` made in turn: the warmup (and beside it, without the probed
+    topologies), the unbacked plan, the export plan, the unbacked plan's shapes_spec form."""
+    model, catalog, planned = inputs.model, inputs.catalog, steps.planned
+    options = production_options(inputs.corpus_catalog)
     frames = len(catalog.get("frames") or ()) or 1
     measure_cover = planned != (plans.WARMUP,)
-    begin(plans.WARMUP, "the warmup" + (" (compiles each topology's representative once)" if measure_cover else
-                                         " from the analysis's compiles"))
-    warmup_plan = planning.plan_warmup(model, catalog["topologies"], sample_at, options, frames=frames,
-                                       chains=chains, measure_cover=measure_cover,
-                                       progress=lambda line: say(f"  {line}"))
+    steps.begin(plans.WARMUP, "the warmup" + (" (compiles each topology's representative once)" if measure_cover else
+                                               " from the analysis's compiles"))
+    warmup_plan = planning.plan_warmup(model, catalog["topologies"], inputs.sample_at, options, frames=frames,
+                                       chains=inputs.chains, measure_cover=measure_cover,
+                                       progress=lambda line: steps.say(f"  {line}"))
     # What the probed topologies cost: the warmup planned on the corpus alone, beside it.
-    without = planning.plan_warmup(model, corpus_catalog["topologies"], sample_at, options, frames=frames,
-                                   chains=chains, measure_cover=measure_cover) if probed else warmup_plan
-    end(plans.WARMUP, f"{len(warmup_plan.steps)} samples, {warmup_plan.graphs} graphs")
+    without = planning.plan_warmup(model, inputs.corpus_catalog["topologies"], inputs.sample_at, options,
+                                   frames=frames, chains=inputs.chains,
+                                   measure_cover=measure_cover) if inputs.probed else warmup_plan
+    steps.end(plans.WARMUP, f"{len(warmup_plan.steps)} samples, {warmup_plan.graphs} graphs")
     unbacked_plan = export_plan = spec_plan = None
     if plans.UNBACKED in planned:
-        begin(plans.UNBACKED, "the mark_unbacked plan (replays the corpus with the marks)")
-        unbacked_plan = planning.residual_samples(
-            model, lambda: itertools.chain(corpus.iter_records(), probed), planning.choose_unbacked(catalog), options,
-            catalog
-        )
-        end(plans.UNBACKED, f"{unbacked_plan.graphs} graphs" if unbacked_plan.status == "ok" else unbacked_plan.status)
+        steps.begin(plans.UNBACKED, "the mark_unbacked plan (replays the corpus with the marks)")
+        unbacked_plan = planning.residual_samples(model, inputs.records, planning.choose_unbacked(catalog), options,
+                                                  catalog)
+        steps.end(plans.UNBACKED, f"{unbacked_plan.graphs} graphs" if unbacked_plan.status == "ok"
+                  else unbacked_plan.status)
     if plans.EXPORT in planned:
-        begin(plans.EXPORT, "the torch.export Dims (exports the model)")
-        export_plan = plan_export(model, catalog, sample_at, margin,
-                                  records=itertools.chain(corpus.iter_records(), probed))
-        end(plans.EXPORT, export_plan.status)
-    unbacked_ok = unbacked_plan is not None and unbacked_plan.status == "ok"
+        steps.begin(plans.EXPORT, "the torch.export Dims (exports the model)")
+        export_plan = plan_export(model, catalog, inputs.sample_at, margin, records=inputs.records())
+        steps.end(plans.EXPORT, export_plan.status)
     # The same dims as torch's declarative spec (shapes_spec= in 2.13, dynamic_shapes= in 2.14): its own
     # replay (every other dim static).
-    if unbacked_ok and plans.SHAPES_SPEC in planned:
-        begin(plans.SHAPES_SPEC, "the unbacked plan's shapes_spec form (replays the corpus under the spec)")
-        spec_plan = plan_spec(model, itertools.chain(corpus.iter_records(), probed), unbacked_plan, options, catalog)
-        end(plans.SHAPES_SPEC, f"{spec_plan.graphs} graphs" if spec_plan.status == "ok" else spec_plan.status)
-    spec_ok = spec_plan is not None and spec_plan.status == "ok"
+    if unbacked_plan is not None and unbacked_plan.status == "ok" and plans.SHAPES_SPEC in planned:
+        steps.begin(plans.SHAPES_SPEC, "the unbacked plan's shapes_spec form (replays the corpus under the spec)")
+        spec_plan = plan_spec(model, inputs.records(), unbacked_plan, options, catalog)
+        steps.end(plans.SHAPES_SPEC, f"{spec_plan.graphs} graphs" if spec_plan.status == "ok" else spec_plan.status)
+    return _Made(warmup=warmup_plan, without=without, measure_cover=measure_cover, unbacked=unbacked_plan,
+                 export=export_plan, spec=spec_plan)
 
-    # Each warmup corpus is tagged with requests and steps, so that its decode steps run on the
-    # state their earlier steps extended (the generated warmup() carries it: corpus.chains).
+
+def _write_warmup_corpora(out: Path, inputs: _Inputs, made: _Made) -> None:
+    """Each plan's warmup corpus written (the unbacked plan's and its spec form's removed where
+    they are not ok), tagged with requests and steps, so that its decode steps run on the state
+    their earlier steps extended (the generated warmup() carries it: corpus.chains)."""
+    chains, corpus = inputs.chains, inputs.corpus
     folders = [(plans.BY_NAME["warmup"].warmup_dir,
                 [(step.sample, step.request if step.request is not None else f"call-{step.sample}", step.step)
-                 for step in warmup_plan.steps])]
-    if unbacked_ok:
+                 for step in made.warmup.steps])]
+    if made.unbacked_ok:
         folders.append((plans.BY_NAME["unbacked"].warmup_dir,
-                        list(chained_order(unbacked_plan.residual, chains.requests, holds_state, chains.calls))))
+                        list(chained_order(made.unbacked.residual, chains.requests, inputs.holds_state,
+                                           chains.calls))))
     else:
         store.remove_corpus(out / plans.BY_NAME["unbacked"].warmup_dir)
-    if spec_ok:
+    if made.spec_ok:
         folders.append((plans.SPEC_WARMUP_DIR,
-                        list(chained_order(spec_plan.residual, chains.requests, holds_state, chains.calls))))
+                        list(chained_order(made.spec.residual, chains.requests, inputs.holds_state, chains.calls))))
     else:
         store.remove_corpus(out / plans.SPEC_WARMUP_DIR)
     for folder, calls in folders:
         target = out / folder
-        spec = respec(catalog["model"], corpus.path, target)
+        spec = respec(inputs.catalog["model"], corpus.path, target)
         with CorpusWriter(target, model=spec, compile=corpus.manifest.compile, overwrite=True,
                           method=corpus.manifest.method, recorded_from=corpus.manifest.recorded_model,
                           dynamo_config=corpus.manifest.dynamo_config or {}) as writer:
             tagged = any(tag != f"call-{index}" for index, tag, _ in calls)  # else no requests.json
             for index, tag, step in calls:
-                sample = sample_at(index)
+                sample = inputs.sample_at(index)
                 with writer.request(tag, first_step=step) if tagged else contextlib.nullcontext():
                     writer.add(*sample.args, **sample.kwargs)
 
-    limits = {name: words for name, words in (
-        (plans.WARMUP, limit_words(catalog, warmup_plan.graphs, files[plans.WARMUP])),
-        (plans.UNBACKED, limit_words(catalog, unbacked_plan.graphs, files[plans.UNBACKED]) if unbacked_ok else None),
-        (plans.SHAPES_SPEC, limit_words(catalog, spec_plan.graphs, f"{files[plans.UNBACKED]}'s shapes_spec form")
-         if spec_ok else None),
+
+def _raised_limits(catalog: dict[str, Any], made: _Made) -> dict[str, str]:
+    """fixes.json's ``recompile_limit.raised``: each module that compiles more graphs than
+    production's recompile limit, and how it raises it."""
+    files = plans.MODULES
+    return {name: words for name, words in (
+        (plans.WARMUP, limit_words(catalog, made.warmup.graphs, files[plans.WARMUP])),
+        (plans.UNBACKED, limit_words(catalog, made.unbacked.graphs, files[plans.UNBACKED])
+         if made.unbacked_ok else None),
+        (plans.SHAPES_SPEC, limit_words(catalog, made.spec.graphs, f"{files[plans.UNBACKED]}'s shapes_spec form")
+         if made.spec_ok else None),
     ) if words is not None}
-    codes = {
-        plans.WARMUP: render_warmup(catalog, warmup_plan),
-        plans.UNBACKED: None if unbacked_plan is None else render_unbacked(
-            catalog, unbacked_plan, plain_graphs=warmup_plan.graphs,
-            supports_unbacked_sources=torch_compat.supports_unbacked_sources(), spec=spec_plan,
-        ) if unbacked_ok else None,
-        plans.EXPORT: render_export_dims(catalog, export_plan) if export_plan is not None and export_plan.feasible
+
+
+def _render_codes(catalog: dict[str, Any], made: _Made) -> dict[str, str | None]:
+    """Each plan's module rendered; None for an infeasible or unplanned one."""
+    return {
+        plans.WARMUP: render_warmup(catalog, made.warmup),
+        plans.UNBACKED: render_unbacked(
+            catalog, made.unbacked, plain_graphs=made.warmup.graphs,
+            supports_unbacked_sources=torch_compat.supports_unbacked_sources(), spec=made.spec,
+        ) if made.unbacked_ok else None,
+        plans.EXPORT: render_export_dims(catalog, made.export) if made.export is not None and made.export.feasible
         else None,
     }
+
+
+def _write_modules(out: Path, codes: dict[str, str | None]) -> list[Path]:
+    """The modules written; an infeasible or unplanned fix's removed, so none is left from an
+    earlier run."""
     written = []
     for name, code in codes.items():
-        if code is None:  # an infeasible or unplanned fix: no module, and none left from an earlier run
-            store.remove_generated(out / files[name])
+        if code is None:
+            store.remove_generated(out / plans.MODULES[name])
         else:
-            written.append(store.write_text(out / files[name], code))
-    fixes = {
-        "schema": 1,
-        "probed": probed_section(include_probed, catalog, added, excluded, exclude_probed_sizes, warmup_plan,
-                                 without),
-        "recompile_limit": {"production": production_graph_limit(catalog), "raised": limits},
-        "artifacts": [
-            {
-                "name": "warmup",
-                "file": files["warmup"],
-                "title": plans.BY_NAME["warmup"].title,
-                "status": "ok",
-                "reason": None,
-                "summary": (
-                    f"{len(warmup_plan.steps)} samples compile {warmup_plan.graphs} graphs for "
-                    f"{warmup_plan.topologies} topologies (one sample per topology, in corpus order: "
-                    f"{warmup_plan.one_per_topology} graphs)"
-                ),
-                "code": codes["warmup"],
-                "details": {
-                    "samples": [step.sample for step in warmup_plan.steps],
-                    "graphs": warmup_plan.graphs,
-                    "one_per_topology_graphs": warmup_plan.one_per_topology,
-                    # False: the analysis's order taken as it is (emit-warmup --only warmup)
-                    "cover_measured": measure_cover,
-                    "covers": {f"T{s.topology}": [f"T{c}" for c in s.covers] for s in warmup_plan.steps if s.covers},
-                },
-            },
-            not_planned_entry(plans.UNBACKED, planned) if unbacked_plan is None else {
-                "name": "unbacked",
-                "file": files["unbacked"] if unbacked_ok else None,
-                "title": plans.BY_NAME["unbacked"].title,
-                "status": unbacked_plan.status,
-                "reason": unbacked_plan.reason,
-                "summary": unbacked_summary(unbacked_plan, warmup_plan.graphs, spec_plan),
-                "code": codes["unbacked"],
-                "costs_more": costs_more(unbacked_plan.graphs, warmup_plan.graphs) if unbacked_ok
-                else None,
-                "details": {
-                    "dims": [f"{d.argument}:{d.axis}" for d in unbacked_plan.dims],
-                    "duck_shape": unbacked_plan.duck_shape,
-                    "residual_samples": list(unbacked_plan.residual),
-                    "graphs": unbacked_plan.graphs,
-                    "frames": unbacked_plan.frames,
-                    "added_graph_breaks": list(unbacked_plan.added_breaks),
-                    "not_marked": {dim: why for dim, why in unbacked_plan.skipped},
-                    "failed_samples": [{"sample": i, "error": e} for i, e in unbacked_plan.failed[:20]],
-                    **({plans.SHAPES_SPEC: {**spec_plan.to_json(), "costs_more": costs_more(spec_plan.graphs, warmup_plan.graphs)
-                                           if spec_ok else None}} if spec_plan is not None else
-                       {plans.SHAPES_SPEC: {"status": plans.NOT_PLANNED,
-                                            "reason": not_planned_reason(plans.SHAPES_SPEC, planned)}}
-                       if unbacked_ok else {}),
-                },
-            },
-            not_planned_entry(plans.EXPORT, planned) if export_plan is None else {
-                "name": "export",
-                "file": files["export"] if export_plan.feasible else None,
-                "title": plans.BY_NAME["export"].title,
-                "status": export_plan.status,
-                "reason": export_plan.reason,
-                "summary": (
-                    f"{sum(d.kind == 'dim' for d in export_plan.dims)} Dims for "
-                    f"{sum(len(d.members) for d in export_plan.dims)} dynamic dims"
-                    + (f", margin {export_plan.margin:.0%}" if export_plan.margin else "")
-                    + (f"; {len(export_plan.outside)} topologies ({sum(o.samples for o in export_plan.outside)} "
-                       f"samples) outside them" if export_plan.outside else "")
-                    if export_plan.feasible else f"not possible on this model: {export_plan.reason}"
-                ),
-                "code": codes["export"],
-                "details": {
-                    "dims": {d.name: [d.min, d.max] for d in export_plan.dims},
-                    "relations": {d.name: d.expression for d in export_plan.dims if d.kind != "dim"},
-                    "example_sample": export_plan.example_sample,
-                    "example_topology": export_plan.example_topology,
-                    "suggested_fixes": list(export_plan.fixes),
-                    "outside": [
-                        {"topology": o.topology, "sample": o.sample, "samples": o.samples, "reason": o.reason}
-                        for o in export_plan.outside
-                    ],
-                    "not_declared": list(export_plan.warnings),
-                    **({"torch_message": export_plan.torch_message} if export_plan.torch_message else {}),
-                },
-            },
-        ],
+            written.append(store.write_text(out / plans.MODULES[name], code))
+    return written
+
+
+def _warmup_entry(made: _Made, code: str | None) -> dict[str, Any]:
+    """fixes.json's entry for the warmup."""
+    warmup_plan = made.warmup
+    return {
+        "name": "warmup",
+        "file": plans.MODULES["warmup"],
+        "title": plans.BY_NAME["warmup"].title,
+        "status": "ok",
+        "reason": None,
+        "summary": (
+            f"{len(warmup_plan.steps)} samples compile {warmup_plan.graphs} graphs for "
+            f"{warmup_plan.topologies} topologies (one sample per topology, in corpus order: "
+            f"{warmup_plan.one_per_topology} graphs)"
+        ),
+        "code": code,
+        "details": {
+            "samples": [step.sample for step in warmup_plan.steps],
+            "graphs": warmup_plan.graphs,
+            "one_per_topology_graphs": warmup_plan.one_per_topology,
+            # False: the analysis's order taken as it is (emit-warmup --only warmup)
+            "cover_measured": made.measure_cover,
+            "covers": {f"T{s.topology}": [f"T{c}" for c in s.covers] for s in warmup_plan.steps if s.covers},
+        },
     }
-    written.append(store.write_document(out, store.FIXES, fixes))
-    say(f"wrote the plans: {', '.join(planned)}" + (f"; not planned: {', '.join(n for n in plans.PLANNABLE if n not in planned)}"
-                                                    if planned != plans.PLANNABLE else ""))
-    return Fixes(out_dir=out, files=tuple(written), warmup=warmup_plan, unbacked=unbacked_plan, export=export_plan,
-                 spec=spec_plan, planned=planned, probed=fixes["probed"], limits=tuple(limits.values()))
+
+
+def _unbacked_entry(made: _Made, code: str | None, planned: tuple[str, ...]) -> dict[str, Any]:
+    """fixes.json's entry for the unbacked plan (planned), its shapes_spec form in its details."""
+    unbacked_plan, spec_plan, warmup_plan = made.unbacked, made.spec, made.warmup
+    unbacked_ok = made.unbacked_ok
+    return {
+        "name": "unbacked",
+        "file": plans.MODULES["unbacked"] if unbacked_ok else None,
+        "title": plans.BY_NAME["unbacked"].title,
+        "status": unbacked_plan.status,
+        "reason": unbacked_plan.reason,
+        "summary": unbacked_summary(unbacked_plan, warmup_plan.graphs, spec_plan),
+        "code": code,
+        "costs_more": costs_more(unbacked_plan.graphs, warmup_plan.graphs) if unbacked_ok
+        else None,
+        "details": {
+            "dims": [f"{d.argument}:{d.axis}" for d in unbacked_plan.dims],
+            "duck_shape": unbacked_plan.duck_shape,
+            "residual_samples": list(unbacked_plan.residual),
+            "graphs": unbacked_plan.graphs,
+            "frames": unbacked_plan.frames,
+            "added_graph_breaks": list(unbacked_plan.added_breaks),
+            "not_marked": {dim: why for dim, why in unbacked_plan.skipped},
+            "failed_samples": [{"sample": i, "error": e} for i, e in unbacked_plan.failed[:20]],
+            **({plans.SHAPES_SPEC: {**spec_plan.to_json(), "costs_more": costs_more(spec_plan.graphs, warmup_plan.graphs)
+                                   if made.spec_ok else None}} if spec_plan is not None else
+               {plans.SHAPES_SPEC: {"status": plans.NOT_PLANNED,
+                                    "reason": not_planned_reason(plans.SHAPES_SPEC, planned)}}
+               if unbacked_ok else {}),
+        },
+    }
+
+
+def _export_entry(export_plan: Any, code: str | None) -> dict[str, Any]:
+    """fixes.json's entry for the export plan (planned)."""
+    return {
+        "name": "export",
+        "file": plans.MODULES["export"] if export_plan.feasible else None,
+        "title": plans.BY_NAME["export"].title,
+        "status": export_plan.status,
+        "reason": export_plan.reason,
+        "summary": (
+            f"{sum(d.kind == 'dim' for d in export_plan.dims)} Dims for "
+            f"{sum(len(d.members) for d in export_plan.dims)} dynamic dims"
+            + (f", margin {export_plan.margin:.0%}" if export_plan.margin else "")
+            + (f"; {len(export_plan.outside)} topologies ({sum(o.samples for o in export_plan.outside)} "
+               f"samples) outside them" if export_plan.outside else "")
+            if export_plan.feasible else f"not possible on this model: {export_plan.reason}"
+        ),
+        "code": code,
+        "details": {
+            "dims": {d.name: [d.min, d.max] for d in export_plan.dims},
+            "relations": {d.name: d.expression for d in export_plan.dims if d.kind != "dim"},
+            "example_sample": export_plan.example_sample,
+            "example_topology": export_plan.example_topology,
+            "suggested_fixes": list(export_plan.fixes),
+            "outside": [
+                {"topology": o.topology, "sample": o.sample, "samples": o.samples, "reason": o.reason}
+                for o in export_plan.outside
+            ],
+            "not_declared": list(export_plan.warnings),
+            **({"torch_message": export_plan.torch_message} if export_plan.torch_message else {}),
+        },
+    }
 
 
 def not_planned_entry(name: str, planned: tuple[str, ...]) -> dict[str, Any]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..catalog.classify import classify_reasons
+
 # A fix that cannot work on this model (emit-warmup said why) is "infeasible": not a failure of
 # the fixes that can.
 OK_STATUSES = ("passed", "skipped", "infeasible")
@@ -31,3 +33,10 @@ def result(name: str, status: str, reason: str | None = None, **fields: Any) -> 
     }
     result.update(fields)
     return result
+
+
+def recompile_failures(recompiles: list[Any]) -> list[dict[str, Any]]:
+    """A result's ``failures``: each compile during the replay, with its sample, graph, frame and
+    guard failures (classified)."""
+    return [{"sample": e.sample, "compile_id": e.compile_id, "frame": e.frame_id,
+             "reasons": [f"{f.kind.value}: {f.raw}" for f in classify_reasons(e.reasons)]} for e in recompiles]

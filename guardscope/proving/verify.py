@@ -28,27 +28,23 @@ result's ``precompiled``.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from .. import plans, store
 from ..catalog.caveats import forward_skipped, small_corpus_warning
-from ..catalog.classify import classify_reasons
-from ..catalog.frames import hit_recompile_limit
-from ..errors import CompileOptionsError, GuardscopeError
+from ..errors import CompileOptionsError
 from ..options import production_backend, production_options
 from ..text import first_line
-from .isolation import child_environment, import_file, run_module, watch_parent
+from .isolation import child_environment, run_module, watch_parent
 from .results import OK_STATUSES, PARTIAL, result as _result
-from .setup import cache_dirs_empty, set_up_plan
 from .verify_export import verify_export
 from .verify_bundle import measure_bundle
-from .verify_precompiled import measure_precompiled, precompiled_outcome
+from .verify_canonical import CANONICAL, verify_canonical
+from .verify_compiled import verify_compiled
+from .verify_precompiled import measure_precompiled
 from .verify_replicas import replica_results
 
-# The input canonicalisation emit-warmup --transform writes: verified beside the plans, not one.
-CANONICAL = "canonical"
 # The unbacked plan's declarative spec form (unbacked.py's shapes_spec(), handed to torch.compile as
 # shapes_spec= on torch 2.13, dynamic_shapes= on 2.14): verified beside the plans when emit-warmup
 # made one, and compared with the marks' verdict. The artifact keeps its name whatever the keyword.
@@ -329,267 +325,6 @@ def planned_status(out_dir: Path, name: str) -> str | None:
 # --- the child ---------------------------------------------------------------------------------
 
 
-def _replay_split(corpus: Any, holdout: float | None, probed: list[Any] = (), replica: str | None = None
-                  ) -> Iterator[Any]:
-    """The corpus, or its last ``holdout`` fraction, streamed shard by shard as recorded
-    (samples, and signature records standing for several); then the probed samples the fixes
-    cover (numbered after the corpus). With ``replica``, a fleet's corpus: that replica's calls
-    only (a record's calls are one replica's), and no probed samples."""
-    start = 0 if holdout is None else int(len(corpus) * (1.0 - holdout))
-    if replica is None:
-        yield from corpus.iter_records(start)
-        yield from probed
-        return
-    from ..corpus.fleet_samples import replica_of_samples
-
-    found = replica_of_samples(corpus)
-    if found is None or replica not in found[0]:
-        raise GuardscopeError(f"the corpus {corpus.path} holds no calls of replica {replica!r}")
-    names, codes = found
-    wanted = names.index(replica)
-    for item in corpus.iter_records(start):
-        if codes[getattr(item, "first", getattr(item, "index", 0))] == wanted:
-            yield item
-
-
-def _samples(items: Iterator[Any], accepts: Any) -> Iterator[Any]:
-    """Each sample of ``items``; of a signature record, those ``accepts(record)`` (a guard check
-    on the record's shared arguments) does not answer for: equal signatures pass the same
-    guards, so a record accepted once is accepted for all its samples, and the samples of an
-    accepted signature need not be built. Yields (samples to run, accepted without running)."""
-    from ..corpus.reader import SignatureRecord
-    from ..replay.session import SIGNATURE_CACHE
-
-    known: dict = {}  # the most recently accepted signatures (a million would take a gigabyte)
-    for item in items:
-        if type(item) is not SignatureRecord:
-            yield item, 0
-            continue
-        key = (item.call, item.key)
-        if item.key is not None and (key in known or accepts(item)):
-            if key not in known:
-                if len(known) >= SIGNATURE_CACHE:
-                    del known[next(iter(known))]
-                known[key] = None
-            yield None, item.repeat
-            continue
-        for offset in range(item.repeat):
-            yield item.sample(offset), 0
-
-
-def _verify_compiled(name: str, out_dir: Path, corpus: Any, model: Any, holdout: float | None,
-                     options: Any, *, setup: dict[str, Any] | None = None, replica: str | None = None) -> dict:
-    """Set up the plan, replay the corpus, count compiles. ``setup`` (a set-up measurement:
-    ``{"use_bundle": bool}``) adds the cache counters, the bundle load and whether the cache
-    folders were empty at start to the result."""
-    from .. import torch_compat
-    from ..corpus.chains import CarriedState, carries_state
-    from ..replay.capture import TraceCapture
-    from ..replay.events import events_from_records
-
-    measured: dict[str, Any] = {}
-    # A decode step runs on the KV cache its request's previous step extended through the
-    # compiled model, as generate() hands it on (corpus.chains): its layout is then production's
-    # backend's, not the recording's. Such calls all run: a skipped one would extend nothing.
-    stateful = carries_state(corpus)
-    carried = CarriedState.for_requests(corpus.requests) if stateful else None
-    if setup is not None:
-        measured["cache_dirs_empty"] = cache_dirs_empty()
-    # Dynamo's own recompile limit stays as in production: an artifact that needs more graphs
-    # than the default allows must raise it itself.
-    with TraceCapture() as capture:
-        capture.set_sample(None)
-        precompiled = bool(setup and setup.get("use_precompiled"))
-        module, runner, setup_seconds, load = set_up_plan(
-            name, out_dir, model, options, use_bundle=bool(setup and setup["use_bundle"]),
-            warm_sample=corpus.sample(0) if len(corpus) else None, use_precompiled=precompiled)
-        if setup is not None:
-            measured.update({"cache": torch_compat.compile_cache_counters(),
-                             "precompiled_load" if precompiled else "bundle_load": load,
-                             "backend": options.backend, "device": options.device})
-        # Every graph the set-up compiled, in every frame (a model with graph breaks compiles
-        # several frames; counting the first frame's cache alone would undercount them).
-        setup_events = events_from_records(capture.records).events
-        setup_graphs = sum(1 for e in setup_events if e.fail_type is None)
-        setup_frames = len({e.frame_id for e in setup_events})
-        replayed = 0
-        _, probed = store.probed_samples(out_dir, len(corpus)) if replica is None else (None, [])
-        # Samples the analysis saw raise in the model raise here too: that is the model, not the plan.
-        raised_before = {f["sample"] for f in store.read_catalog(out_dir).get("failed_samples", [])}
-        raised = 0
-
-        def accepts(record: Any) -> bool:
-            # With fullgraph the model is one frame: a record its guards accept cannot compile.
-            shared = runner.record_arguments(record) if options.fullgraph and not stateful else None
-            if shared is None:
-                return False
-            if name == "unbacked":  # marked as its samples would be (the same marks every time)
-                module.mark(*shared[0], **shared[1])
-            return runner.serving_arguments(shared[0], shared[1]) is not None
-
-        for sample, accepted in _samples(_replay_split(corpus, holdout, probed, replica), accepts):
-            if sample is None:
-                replayed += accepted
-                continue
-            capture.set_sample(sample.index)
-            call = runner.prepare(sample, mark=False)
-            args, kwargs = carried.carry(sample.index, call.args, call.kwargs) if carried else (call.args, call.kwargs)
-            if name == "unbacked":
-                module.mark(*args, **kwargs)
-            with runner.grad_context():
-                # With fullgraph the model is one frame: a sample its guards accept cannot compile.
-                accepted = options.fullgraph and not stateful and runner.serving_locals(call.frame)
-                if not accepted:
-                    runner.forget_entries()
-                    try:
-                        runner.compiled(*args, **kwargs)
-                    except Exception:
-                        if sample.index not in raised_before:
-                            raise  # a sample that ran in the analysis: the plan broke it
-                        raised += 1
-            replayed += 1
-        capture.set_sample(None)
-    if precompiled:
-        measured["precompiled"] = precompiled_outcome(runner.compiled, runner.model, runner, corpus,
-                                                      store.read_catalog(out_dir))
-    events = events_from_records(capture.records).events
-    # A sample that raises in the model fails its compile as it did in the analysis: the model's.
-    recompiles = [e for e in events if e.sample is not None
-                  and not (e.fail_type is not None and e.sample in raised_before and not hit_recompile_limit(e))]
-    # Calls past Dynamo's recompile limit start no compile; the trace records them as failed ones.
-    # In the set-up they are warmup calls left without their graph (production runs them eagerly).
-    setup_limited = [e for e in setup_events if hit_recompile_limit(e)]
-    limited = [e for e in recompiles if hit_recompile_limit(e)]
-    failures = [
-        {"sample": e.sample, "compile_id": e.compile_id, "frame": e.frame_id,
-         "reasons": [f"{f.kind.value}: {f.raw}" for f in classify_reasons(e.reasons)]}
-        for e in recompiles
-    ]
-    torch_compat.reset_dynamo()
-    measured.setdefault("backend", options.backend)
-    if carried is not None:  # state arguments run on the live cache, and those kept as recorded
-        measured["carried_state"] = {"carried": carried.carried, "kept": carried.kept}
-    reasons = []
-    if setup_limited:
-        reasons.append(f"the set-up reached Dynamo's recompile limit {len(setup_limited)} time(s): those warmup calls "
-                       "got no graph (compile the model with a recompile_limit of at least the graphs it needs)")
-    if recompiles:
-        compiled = [e for e in recompiles if e not in limited]
-        first = recompiles[0]
-        reasons.append(
-            f"{len(compiled)} compile(s) during the replay"
-            + (f" and {len(limited)} call(s) past the recompile limit (run eagerly)" if limited else "")
-            + f", first at sample {first.sample} "
-            f"(graph {first.compile_id}{'' if first.frame_id == 0 else ', a later frame'})")
-    return _result(
-        name,
-        "passed" if not reasons else "failed",
-        "; ".join(reasons) or None,
-        setup_graphs=setup_graphs,
-        setup_frames=setup_frames,
-        setup_seconds=round(setup_seconds, 3),
-        replay_recompiles=len(recompiles),
-        setup_limit_hits=len(setup_limited),
-        recompile_samples=sorted({e.sample for e in recompiles}),
-        failures=failures,
-        samples_replayed=replayed,
-        raised_as_recorded=raised,
-        probed_replayed=len(probed),
-        **measured,
-    )
-
-
-def _verify_canonical(out_dir: Path, catalog: dict, corpus: Any, model: Any, holdout: float | None,
-                      options: Any) -> dict:
-    """canonicalise.py's warmup, then the corpus (or its holdout) replayed through its
-    canonicalise(), compiles counted; then the outputs of each topology's first sample, eager,
-    as recorded and canonicalised (:func:`guardscope.fixes.whatif.compare_outputs`, padded
-    outputs cut back as the transforms' own record of what they padded says)."""
-    from .. import torch_compat
-    from ..fixes.transforms import Call as Arguments
-    from ..fixes.transforms import apply_chain, parse_transforms
-    from ..fixes.whatif import compare_outputs
-    from ..model import Sample
-    from ..replay.capture import TraceCapture
-    from ..replay.events import events_from_records
-    from ..replay.runner import Runner
-
-    module = import_file(out_dir / store.CANONICALISE)
-    failed_before = {f["sample"] for f in catalog.get("failed_samples", [])}
-    start = 0 if holdout is None else int(len(corpus) * (1.0 - holdout))
-    raised: list[tuple[int, str]] = []
-    replayed = 0
-    with TraceCapture() as capture:
-        capture.set_sample(None)
-        runner = Runner(model, options)
-        started = time.perf_counter()
-        module.warmup(runner.compiled, device=options.device, grad_mode=options.grad_mode)
-        torch_compat.synchronize(runner.device)
-        setup_seconds = time.perf_counter() - started
-        setup_events = events_from_records(capture.records).events
-        for sample in corpus:
-            if sample.index < start or sample.index in failed_before:
-                continue
-            capture.set_sample(sample.index)
-            try:
-                args, kwargs = module.canonicalise(*sample.args, **sample.kwargs)
-                call = runner.prepare(Sample(sample.index, args, kwargs), mark=False)
-                with runner.grad_context():
-                    runner.forget_entries()
-                    runner.compiled(*call.args, **call.kwargs)
-            except Exception as exc:  # noqa: BLE001 - a sample the canonicalisation breaks: the result says so
-                raised.append((sample.index, f"{type(exc).__name__}: {exc}"))
-            replayed += 1
-        capture.set_sample(None)
-    events = events_from_records(capture.records).events
-    recompiles = [e for e in events if e.sample is not None]
-    torch_compat.reset_dynamo()
-
-    chain = parse_transforms(module.TRANSFORMS)
-    arguments = Arguments(model)
-    topologies = []
-    for topology in catalog["topologies"]:
-        sample = corpus.sample(topology["first_sample"])
-        entry: dict[str, Any] = {"topology": topology["id"], "sample": sample.index}
-        try:
-            _, _, applied = apply_chain(arguments, chain, sample.args, sample.kwargs, sample.index)
-            args, kwargs = module.canonicalise(*sample.args, **sample.kwargs)
-            outputs = []
-            for run_args, run_kwargs in ((sample.args, sample.kwargs), (args, kwargs)):
-                call = runner.prepare(Sample(sample.index, run_args, run_kwargs), mark=False)
-                with runner.grad_context():
-                    outputs.append(runner.model(*call.args, **call.kwargs))
-            entry.update(compare_outputs(outputs[0], outputs[1], [p for a in applied for p in a.padded]))
-        except Exception as exc:  # noqa: BLE001 - recorded per topology
-            entry.update(equal=False, max_diff=None, cut=[], note=f"raised: {type(exc).__name__}: {exc}")
-        topologies.append(entry)
-    diffs = [t["max_diff"] for t in topologies if t["max_diff"] is not None]
-    equal = all(t["equal"] for t in topologies)
-    reasons = []
-    if recompiles:
-        reasons.append(f"{len(recompiles)} compile(s) during the replay of the canonicalised corpus, first at "
-                       f"sample {recompiles[0].sample} (graph {recompiles[0].compile_id})")
-    if raised:
-        reasons.append(f"{len(raised)} sample(s) raised once canonicalised (first, sample {raised[0][0]}: "
-                       f"{raised[0][1].splitlines()[0] if raised[0][1] else ''})")
-    return _result(
-        CANONICAL,
-        "failed" if reasons else "passed",
-        "; ".join(reasons) or None,
-        setup_graphs=sum(1 for e in setup_events if e.fail_type is None),
-        setup_frames=len({e.frame_id for e in setup_events}),
-        setup_seconds=round(setup_seconds, 3),
-        replay_recompiles=len(recompiles),
-        recompile_samples=sorted({e.sample for e in recompiles}),
-        failures=[{"sample": e.sample, "compile_id": e.compile_id, "frame": e.frame_id,
-                   "reasons": [f"{f.kind.value}: {f.raw}" for f in classify_reasons(e.reasons)]} for e in recompiles],
-        samples_replayed=replayed,
-        transforms=list(module.TRANSFORMS),
-        outputs={"equal": equal, "max_diff": max(diffs) if diffs else None, "changes_results": not equal,
-                 "topologies": topologies},
-    )
-
-
 def child_main(argv: list[str]) -> int:
     import argparse
 
@@ -612,12 +347,12 @@ def child_main(argv: list[str]) -> int:
     if arguments.artifact == "export":
         result = verify_export(out, catalog, corpus, model)
     elif arguments.artifact == CANONICAL:
-        result = _verify_canonical(out, catalog, corpus, model, arguments.holdout,
-                                   production_options(catalog, backend=arguments.prove_backend))
+        result = verify_canonical(out, catalog, corpus, model, arguments.holdout,
+                                  production_options(catalog, backend=arguments.prove_backend))
     elif arguments.backend is None:
-        result = _verify_compiled(arguments.artifact, out, corpus, model, arguments.holdout,
-                                  production_options(catalog, backend=arguments.prove_backend),
-                                  replica=arguments.replica)
+        result = verify_compiled(arguments.artifact, out, corpus, model, arguments.holdout,
+                                 production_options(catalog, backend=arguments.prove_backend),
+                                 replica=arguments.replica)
     else:
         try:
             options = production_options(catalog, backend=arguments.backend, device=arguments.device)
@@ -625,8 +360,8 @@ def child_main(argv: list[str]) -> int:
         except CompileOptionsError as exc:
             result = _result(arguments.artifact, "skipped", str(exc))
         else:
-            result = _verify_compiled(arguments.artifact, out, corpus, model, arguments.holdout, options,
-                                      setup={"use_bundle": arguments.bundle, "use_precompiled": arguments.precompiled})
+            result = verify_compiled(arguments.artifact, out, corpus, model, arguments.holdout, options,
+                                     setup={"use_bundle": arguments.bundle, "use_precompiled": arguments.precompiled})
     store.write_json(arguments.result, result)
     return 0
 

@@ -1,8 +1,8 @@
 """``verify`` on a fleet's analysis: each replica's verdict (issue 38).
 
 A fleet's plan is set up alike on every replica, and each replica then serves its own traffic.
-The fleet-wide replay (:func:`guardscope.proving.verify._verify_compiled` over the merged corpus)
-already says whether any call compiles; per replica:
+The fleet-wide replay (:func:`guardscope.proving.verify_compiled.verify_compiled` over the merged
+corpus) already says whether any call compiles; per replica:
 
 * when that replay compiled nothing, no graph came into being during it, so every call of every
   replica was accepted by a graph the set-up compiled, which each replica's own process compiles

@@ -249,8 +249,6 @@ def replay_corpus(
     given. ``progress(done, compiles)`` is called after each sample; ``notice(line)`` when Ctrl-C or
     SIGTERM arrives (it stops the replay after the current sample: :class:`HeldSignals`)."""
     resume = state is not None
-    skipped: list[dict[str, str]] = list(state["skipped_shards"]) if state else []
-    warnings: list[str] = []
     done_before = builder.samples
     if progress is not None and done_before:
         progress(done_before, 0)
@@ -261,119 +259,150 @@ def replay_corpus(
     ) as cudagraph_stream:
         # Their sizes after each finished sample, read only when something was written.
         trace_sized, cudagraph_sized = _sized(trace_stream), _sized(cudagraph_stream)
-        done = {"next": state["next_sample"] if state else 0, "time": time.monotonic(),
-                "trace": _size(trace_sized), "cudagraphs": _size(cudagraph_sized)}
-        # The members streamed so far (store.MEMBERS): per topology, and that file's size.
-        streamed = {"counts": builder.member_counts() if state else {},
-                    "bytes": (state or {}).get("members_bytes", 0)}
-        if state and "members_bytes" not in state:  # a version 2 checkpoint held them itself
-            streamed["bytes"] = store.append_members(out, builder.members_after({}), keep_bytes=0)
-
-        def checkpoint() -> None:
-            done["time"] = time.monotonic()
-            # Only the members found since the last checkpoint are written: appended.
-            streamed["bytes"] = store.append_members(out, builder.members_after(streamed["counts"]),
-                                                     keep_bytes=streamed["bytes"])
-            streamed["counts"] = builder.member_counts()
-            store.write_checkpoint(out, {
-                "fingerprint": fingerprint,
-                "next_sample": done["next"],
-                "compile_samples": session.compile_samples(before=done["next"]),
-                "lookup_order": session.lookup_order,
-                "members_bytes": streamed["bytes"],
-                "builder": builder.to_state(members=False),
-                "skipped_shards": skipped,
-                "seconds": (state["seconds"] if state else 0.0) + session.seconds,
-                "trace_bytes": done["trace"],
-                "cudagraph_bytes": done["cudagraphs"],
-            })
-
-        held = HeldSignals(notice)
-
-        def advanced(next_sample: int) -> None:
-            """The checkpoint's next sample and stream sizes after the builder took a sample or rows
-            (under ``held``: the two move together), and a checkpoint when one is due."""
-            done["next"] = next_sample
-            done["trace"] = trace_sized.size() if trace_sized is not None else None
-            if cudagraph_sized is not None:
-                done["cudagraphs"] = cudagraph_sized.size()
-            if time.monotonic() - done["time"] >= checkpoint_every:
-                checkpoint()
-
-        def recorded(meta: Any) -> None:
-            with held.holding():
-                builder.add_sample(meta)
-                advanced(meta.index + 1)
-
-        def recorded_rows(rows: Any) -> None:
-            with held.holding():
-                builder.add_rows(rows)
-                advanced(rows.end)
-
-        with held.installed(), ReplaySession(
+        checkpoints = _Checkpoints(out, builder, fingerprint, state, trace_sized, cudagraph_sized, checkpoint_every,
+                                   HeldSignals(notice))
+        with checkpoints.held.installed(), ReplaySession(
             model,
             options,
-            on_sample=recorded,
-            on_rows=recorded_rows,
+            on_sample=checkpoints.recorded,
+            on_rows=checkpoints.recorded_rows,
             trace_stream=trace_sized,  # type: ignore[arg-type]  # written and flushed only
-            progress=(lambda count: progress(done_before + count, session.compiles)) if progress else None,
+            progress=(lambda count: progress(done_before + count, checkpoints.session.compiles)) if progress else None,
             guard_only=replay_mode in ("auto", "guards"),
             cudagraph_stream=cudagraph_sized,  # type: ignore[arg-type]
             track_lookup=track_lookup,
-            safe_point=held.safe_point,
+            safe_point=checkpoints.held.safe_point,
             # A full sample in a corrupt shard that is skipped: its signature's later calls run on
             # tensors materialised from the signature instead.
             full_sample=_unless_skipped(corpus.full_sample) if skip_bad_shards else corpus.full_sample,
             # Signatures recur where the corpus records them (format 3): check each once.
             signature_cache=SIGNATURE_CACHE if corpus.manifest.format_version >= 3 else 0,
         ) as session:
-            # A resume first replays the finished samples again (session.warm), shard by shard.
-            started = done["next"]
-            skipped_before = {entry["file"] for entry in skipped}
-
-            def rebuilt() -> None:
-                # Once the finished samples are replayed again: did they compile as before?
-                if state and "rebuilt" not in done:
-                    done["rebuilt"] = True
-                    warnings.extend(_rebuild_warnings(session, state, started))
-
-            collector = ShardCollector()
-            reader = engine if engine is not None else EmbeddedEngine()
-            shards = [shard for shard in corpus.manifest.shards
-                      if not (shard.first + shard.samples <= started and shard.file in skipped_before)]
-            if session.takes_columns:
-                reader.start(corpus, shards, session.scan_plans)
-            try:
-                for shard in shards:
-                    end = shard.first + shard.samples
-                    try:
-                        # A traffic log's rows of flat call templates as columns, when checked so.
-                        records = reader.records(corpus, shard, session.takes_columns)
-                    except ShardError as exc:
-                        if not skip_bad_shards or shard.first < started:
-                            raise  # (a finished shard that no longer loads cannot be replayed again)
-                        skipped.append({"file": shard.file, "error": str(exc)})
-                        warnings.append(f"skipped shard {shard.file}: {exc}")
-                        done["next"] = end
-                        continue
-                    if shard.first < started:  # finished before the interruption
-                        session.warm(records, stop=started)
-                    if end > started:
-                        rebuilt()
-                        session.replay(records_from(records, done["next"]))
-                    # The shard's records (their signatures' JSON arrays) are garbage now: freed
-                    # before the collector runs, so it does not walk them.
-                    records = []
-                    collector.shard_done()
-                rebuilt()
-            except (KeyboardInterrupt, SystemExit):
-                if done["next"] > started:
-                    checkpoint()  # keep what finished since the last checkpoint
-                raise
-            finally:
-                collector.close()
+            checkpoints.session = session
+            _replay_shards(corpus, checkpoints, skip_bad_shards, engine)
             # Every sample is done: an interruption from here on resumes straight to the catalog.
-            checkpoint()
+            checkpoints.checkpoint()
         result = session.result()
     seconds = (state["seconds"] if state else 0.0) + result.seconds
-    return CorpusReplay(result=result, seconds=seconds, skipped_shards=tuple(skipped), warnings=tuple(warnings))
+    return CorpusReplay(result=result, seconds=seconds, skipped_shards=tuple(checkpoints.skipped),
+                        warnings=tuple(checkpoints.warnings))
+
+
+class _Checkpoints:
+    """Where a replay stands and its checkpoints: the next sample and the trace streams' sizes
+    after the last finished one, the topologies' members streamed so far (:data:`store.MEMBERS`:
+    per topology, and that file's size), the shards skipped and the warnings so far; the
+    checkpoint written every ``checkpoint_every`` seconds, with the signals held while the
+    builder and that position move together (:class:`HeldSignals`). ``session`` is set once the
+    replay session is open."""
+
+    def __init__(self, out: Path, builder: Any, fingerprint: dict[str, Any], state: dict[str, Any] | None,
+                 trace_sized: _SizedStream | None, cudagraph_sized: _SizedStream | None, checkpoint_every: float,
+                 held: HeldSignals) -> None:
+        self.out, self.builder, self.fingerprint, self.state = out, builder, fingerprint, state
+        self.trace_sized, self.cudagraph_sized = trace_sized, cudagraph_sized
+        self.checkpoint_every = checkpoint_every
+        self.held = held
+        self.session: ReplaySession = None  # type: ignore[assignment]  # set once it is open
+        self.skipped: list[dict[str, str]] = list(state["skipped_shards"]) if state else []
+        self.warnings: list[str] = []
+        self.next = state["next_sample"] if state else 0
+        self.time = time.monotonic()
+        self.trace, self.cudagraphs = _size(trace_sized), _size(cudagraph_sized)
+        self.member_counts = builder.member_counts() if state else {}
+        self.members_bytes = (state or {}).get("members_bytes", 0)
+        if state and "members_bytes" not in state:  # a version 2 checkpoint held them itself
+            self.members_bytes = store.append_members(out, builder.members_after({}), keep_bytes=0)
+
+    def checkpoint(self) -> None:
+        self.time = time.monotonic()
+        # Only the members found since the last checkpoint are written: appended.
+        self.members_bytes = store.append_members(self.out, self.builder.members_after(self.member_counts),
+                                                  keep_bytes=self.members_bytes)
+        self.member_counts = self.builder.member_counts()
+        store.write_checkpoint(self.out, {
+            "fingerprint": self.fingerprint,
+            "next_sample": self.next,
+            "compile_samples": self.session.compile_samples(before=self.next),
+            "lookup_order": self.session.lookup_order,
+            "members_bytes": self.members_bytes,
+            "builder": self.builder.to_state(members=False),
+            "skipped_shards": self.skipped,
+            "seconds": (self.state["seconds"] if self.state else 0.0) + self.session.seconds,
+            "trace_bytes": self.trace,
+            "cudagraph_bytes": self.cudagraphs,
+        })
+
+    def advanced(self, next_sample: int) -> None:
+        """The checkpoint's next sample and stream sizes after the builder took a sample or rows
+        (under ``held``: the two move together), and a checkpoint when one is due."""
+        self.next = next_sample
+        self.trace = self.trace_sized.size() if self.trace_sized is not None else None
+        if self.cudagraph_sized is not None:
+            self.cudagraphs = self.cudagraph_sized.size()
+        if time.monotonic() - self.time >= self.checkpoint_every:
+            self.checkpoint()
+
+    def recorded(self, meta: Any) -> None:
+        with self.held.holding():
+            self.builder.add_sample(meta)
+            self.advanced(meta.index + 1)
+
+    def recorded_rows(self, rows: Any) -> None:
+        with self.held.holding():
+            self.builder.add_rows(rows)
+            self.advanced(rows.end)
+
+
+def _replay_shards(corpus: Any, checkpoints: _Checkpoints, skip_bad_shards: bool, engine: Any) -> None:
+    """The corpus replayed shard by shard from where ``checkpoints`` stands: a resume first replays
+    the finished samples again (``session.warm``) and warns where they compile otherwise than the
+    interrupted run's; a corrupt shard is skipped (``skip_bad_shards``) or raises; an interruption
+    checkpoints what finished since the last checkpoint."""
+    session, state, skipped = checkpoints.session, checkpoints.state, checkpoints.skipped
+    started = checkpoints.next
+    skipped_before = {entry["file"] for entry in skipped}
+    rebuilt_checked = False
+
+    def rebuilt() -> None:
+        # Once the finished samples are replayed again: did they compile as before?
+        nonlocal rebuilt_checked
+        if state and not rebuilt_checked:
+            rebuilt_checked = True
+            checkpoints.warnings.extend(_rebuild_warnings(session, state, started))
+
+    collector = ShardCollector()
+    reader = engine if engine is not None else EmbeddedEngine()
+    shards = [shard for shard in corpus.manifest.shards
+              if not (shard.first + shard.samples <= started and shard.file in skipped_before)]
+    if session.takes_columns:
+        reader.start(corpus, shards, session.scan_plans)
+    try:
+        for shard in shards:
+            end = shard.first + shard.samples
+            try:
+                # A traffic log's rows of flat call templates as columns, when checked so.
+                records = reader.records(corpus, shard, session.takes_columns)
+            except ShardError as exc:
+                if not skip_bad_shards or shard.first < started:
+                    raise  # (a finished shard that no longer loads cannot be replayed again)
+                skipped.append({"file": shard.file, "error": str(exc)})
+                checkpoints.warnings.append(f"skipped shard {shard.file}: {exc}")
+                checkpoints.next = end
+                continue
+            if shard.first < started:  # finished before the interruption
+                session.warm(records, stop=started)
+            if end > started:
+                rebuilt()
+                session.replay(records_from(records, checkpoints.next))
+            # The shard's records (their signatures' JSON arrays) are garbage now: freed
+            # before the collector runs, so it does not walk them.
+            records = []
+            collector.shard_done()
+        rebuilt()
+    except (KeyboardInterrupt, SystemExit):
+        if checkpoints.next > started:
+            checkpoints.checkpoint()  # keep what finished since the last checkpoint
+        raise
+    finally:
+        collector.close()

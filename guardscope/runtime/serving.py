@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -208,28 +209,22 @@ def serve(
 
     Raises :class:`~guardscope.errors.ServeError` (or ``CatalogError``) for a plan directory
     it cannot serve, before anything is compiled.
-    """
 
+    (Longer than a screen for its signature and this docstring, the public reference of its
+    keywords; the body is the steps: the plan read and chosen, the background compiles' settings
+    checked, the recorders made, the model compiled with the plan applied.)
+    """
     started = time.perf_counter()
     plan_dir = Path(plan_dir)
     if isinstance(model, torch.nn.Module) and torch_compat.compiled_module_original(model) is not None:
         raise ServeError("the model is already compiled: pass the model itself, serve() compiles it")
-    catalog = store.read_catalog(plan_dir)
-    fixes = store.read_document(plan_dir, store.FIXES)
-    verification = store.read_document(plan_dir, store.VERIFICATION)
-    chosen, warning = choose_plan(plan, fixes, verification)
-    notes = tuple(w for w in (warning, torch_compat.check_supported_version()) if w)
+    catalog, chosen, notes = _read_plan(plan_dir, plan)
     for note in notes:
         warnings.warn(note, RuntimeWarning, stacklevel=2)
-    background = None
     strategy = background_strategy(background_compile, backend)
-    if strategy is not None:
-        background = check_background_options(max_compiles=max_background_compiles,
-                                              switch_interval=background_switch_interval,
-                                              gc_freeze=background_gc_freeze,
-                                              yield_to_serving=background_yield)
-        if not (type(background_timeout) in (int, float) and background_timeout > 0):
-            raise ServeError(f"background_timeout must be seconds > 0, got {background_timeout!r}")
+    background = None if strategy is None else _checked_background(
+        max_background_compiles, background_switch_interval, background_gc_freeze, background_yield,
+        background_timeout)
     if device is None:
         device = _model_device(model)
     if grad_mode is None and inference_mode is not None:
@@ -238,49 +233,30 @@ def serve(
     options.validate()
     module = _import_plan(plan_dir / plans.MODULES[chosen])
 
+    spec_for = _spec_for(catalog, plan_dir, model_spec)
+    # What both recorded corpora say of the model and how production compiles it.
+    recorded = {"compile": production_fields(catalog["compile"]), "method": catalog.get("method"),
+                "recorded_from": model_print(model), "grad_mode": options.grad_mode}
     recorder = traffic = None
-    corpus_dir = plan_dir / catalog["corpus"]["path"]
-    served = model_print(model)  # the shape of its weights (None: not a module), for the recorded corpora
-    production = production_fields(catalog["compile"])
     if fallback_dir is not None:
-        spec = model_spec or respec(catalog["model"], corpus_dir, Path(fallback_dir))
         recorder = FallbackRecorder(
-            fallback_dir, model=spec, compile=production, max_samples=max_samples,
-            max_bytes=max_bytes, repeat_rate=repeat_rate, flush_every=flush_every,
-            overwrite=overwrite_fallback, method=catalog.get("method"), recorded_from=served,
-            grad_mode=options.grad_mode,
+            fallback_dir, model=spec_for(fallback_dir), max_samples=max_samples, max_bytes=max_bytes,
+            repeat_rate=repeat_rate, flush_every=flush_every, overwrite=overwrite_fallback, **recorded,
         )
-    if traffic_dir is not None:
-        try:
+    try:
+        if traffic_dir is not None:
             traffic = TrafficRecorder(
-                traffic_dir, model=model_spec or respec(catalog["model"], corpus_dir, Path(traffic_dir)),
-                compile=production, full_per_signature=traffic_full_per_signature,
-                max_bytes=traffic_max_bytes, flush_every=flush_every, overwrite=overwrite_traffic,
-                method=catalog.get("method"), recorded_from=served, grad_mode=options.grad_mode,
+                traffic_dir, model=spec_for(traffic_dir), full_per_signature=traffic_full_per_signature,
+                max_bytes=traffic_max_bytes, flush_every=flush_every, overwrite=overwrite_traffic, **recorded,
             )
             traffic.marks_calls()  # the warmup's compiles below are start-up, not calls' stalls
-        except BaseException:
-            if recorder is not None:
-                recorder.close()
-            raise
-    try:
-        if chosen == "unbacked":
-            module.configure()
-        compiled = compile_model(model, options)
-        module.warmup(compiled, device=options.device, grad_mode=options.grad_mode)
-        if torch_compat.cache_entries(torch_compat.code_of(model)) is None:
-            raise ServeError(
-                f"torch {torch_compat.torch_version()} does not expose Dynamo's cache entries "
-                "(torch._dynamo.eval_frame._debug_get_cache_entry_list), which guardscope.runtime "
-                "checks each call against"
-            )
+        compiled = _compile_with_plan(model, module, chosen, options)
         child = None
         if strategy == PROCESS:
             child = ChildCompiler(
-                plan_dir=plan_dir, plan=chosen,
-                spec_for=lambda folder: model_spec or respec(catalog["model"], corpus_dir, folder),
-                compile=production, method=catalog.get("method"), backend=options.backend,
-                device=options.device, grad_mode=options.grad_mode, timeout=background_timeout)
+                plan_dir=plan_dir, plan=chosen, spec_for=spec_for, compile=recorded["compile"],
+                method=catalog.get("method"), backend=options.backend, device=options.device,
+                grad_mode=options.grad_mode, timeout=background_timeout)
     except BaseException:
         for made in (recorder, traffic):
             if made is not None:
@@ -302,6 +278,51 @@ def serve(
         background=background,
         child=child,
     )
+
+
+def _read_plan(plan_dir: Path, plan: str) -> tuple[dict[str, Any], str, tuple[str, ...]]:
+    """The catalog, the plan chosen (:func:`choose_plan`) and the warnings to give: the choice's
+    and the installed torch's, where either has one."""
+    catalog = store.read_catalog(plan_dir)
+    fixes = store.read_document(plan_dir, store.FIXES)
+    verification = store.read_document(plan_dir, store.VERIFICATION)
+    chosen, warning = choose_plan(plan, fixes, verification)
+    return catalog, chosen, tuple(w for w in (warning, torch_compat.check_supported_version()) if w)
+
+
+def _checked_background(max_compiles: int, switch_interval: float | None, gc_freeze: bool, yield_to_serving: bool,
+                        timeout: Any) -> Any:
+    """The background compiles' settings, checked (:class:`ServeError` for a timeout that is not
+    seconds > 0)."""
+    background = check_background_options(max_compiles=max_compiles, switch_interval=switch_interval,
+                                          gc_freeze=gc_freeze, yield_to_serving=yield_to_serving)
+    if not (type(timeout) in (int, float) and timeout > 0):
+        raise ServeError(f"background_timeout must be seconds > 0, got {timeout!r}")
+    return background
+
+
+def _spec_for(catalog: dict[str, Any], plan_dir: Path, model_spec: str | None) -> Callable[[str | Path], str]:
+    """The model spec a corpus recorded in a folder names: ``model_spec``, else the catalog's
+    model re-expressed relative to that folder."""
+    corpus_dir = plan_dir / catalog["corpus"]["path"]
+    return lambda folder: model_spec or respec(catalog["model"], corpus_dir, Path(folder))
+
+
+def _compile_with_plan(model: Any, module: Any, chosen: str, options: Any) -> Any:
+    """The model compiled with the plan applied (the unbacked plan configured first, then the
+    plan's warmup run); :class:`ServeError` where this torch does not expose Dynamo's cache
+    entries, which serving checks each call against."""
+    if chosen == "unbacked":
+        module.configure()
+    compiled = compile_model(model, options)
+    module.warmup(compiled, device=options.device, grad_mode=options.grad_mode)
+    if torch_compat.cache_entries(torch_compat.code_of(model)) is None:
+        raise ServeError(
+            f"torch {torch_compat.torch_version()} does not expose Dynamo's cache entries "
+            "(torch._dynamo.eval_frame._debug_get_cache_entry_list), which guardscope.runtime "
+            "checks each call against"
+        )
+    return compiled
 
 
 __all__ = ["choose_plan", "serve"]
