@@ -280,12 +280,18 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
 FLEET_CORPUS = "fleet-corpus"  # where analyze merges several replicas' traffic, inside --out
 
 
-def is_fleet(paths: tuple[str, ...] | list[str]) -> bool:
-    """Whether ``analyze``'s corpus arguments name several replicas' traffic: more than one
-    path, a glob pattern, or one folder of corpus folders (not a corpus itself)."""
+def corpus_to_replay(paths: tuple[str, ...] | list[str], out_dir: str | Path, *, force: bool = False,
+                     resume: bool = False, skip_bad_shards: bool = False,
+                     notice: Callable[[str], None] | None = None) -> Path:
+    """The one corpus ``analyze`` replays for its corpus arguments, and the one place that asks
+    whether they are a fleet (:func:`guardscope.corpus.fleet.names_several`: more than one path, a
+    glob pattern, or a folder of corpus folders): a single corpus folder as it is, several
+    replicas' traffic merged by :func:`fleet_corpus`."""
     from .corpus.fleet import names_several
 
-    return names_several(paths)
+    if not names_several(paths):
+        return Path(paths[0])
+    return fleet_corpus(paths, out_dir, force=force, resume=resume, skip_bad_shards=skip_bad_shards, notice=notice)
 
 
 def fleet_groups(paths: tuple[str, ...] | list[str]) -> list[tuple[str, list[str], dict[str, Any]]]:

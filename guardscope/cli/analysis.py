@@ -173,11 +173,8 @@ def analyze(corpora: tuple[str, ...], out_dir: str, model: str | None, backend: 
                         + ", ".join(f"{name} (exit {code})" for name, code in failed), fg="red", err=True)
             sys.exit(max(code for _, code in failed))
         return
-    if pipeline.is_fleet(corpora):
-        corpus = str(pipeline.fleet_corpus(corpora, out_dir, force=force, resume=resume,
+    corpus = str(pipeline.corpus_to_replay(corpora, out_dir, force=force, resume=resume,
                                            skip_bad_shards=skip_bad_shards, notice=click.echo))
-    else:
-        corpus = corpora[0]
     total = len(load_corpus(corpus))
     if isolate or (isolate is None and backend == "inductor"):
         _analyze_in_child(out_dir, corpus)
