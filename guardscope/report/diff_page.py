@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import store
-from ..catalog import diff_words as words
+from ..catalog.diff import words
 from ..catalog.diff import VERDICT_WORDS
 from ..text import format_samples, guard_text
 from .common import DIFF_FAILURES_SHOWN, KIND_EXPLANATIONS, LIST_SHOWN, number_text

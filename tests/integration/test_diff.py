@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from guardscope import cli, store, torch_compat
 from guardscope.catalog.diff import diff_catalogs
-from guardscope.catalog.diff_changes import SampleMove
+from guardscope.catalog.diff.changes import SampleMove
 from guardscope.report.diff_page import render_diff
 
 from ..pages import parse, words

@@ -17,8 +17,8 @@ from click.testing import CliRunner
 
 from guardscope import cli, store
 from guardscope.catalog.diff import DIFFERENT, WORDING, diff_catalogs
-from guardscope.catalog.diff_changes import NOT_IN_CORPUS, SampleMove
-from guardscope.catalog.diff_words import failure_words
+from guardscope.catalog.diff.changes import NOT_IN_CORPUS, SampleMove
+from guardscope.catalog.diff.words import failure_words
 from guardscope.model import GUARD_TEXT
 from guardscope.proving.fidelity import compare
 from guardscope.report.diff_page import diff_context, render_diff

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .diff_changes import (
+from .changes import (
     NOT_ANALYSED,
     NOT_IN_CORPUS,
     NOT_REPLAYED,
@@ -20,7 +20,7 @@ from .diff_changes import (
     SampleMove,
     TopologyChange,
 )
-from .matching import match_topologies, topology_sides
+from ..matching import match_topologies, topology_sides
 
 DIMENSION_FIELDS = ("min", "max", "dynamic", "ever_zero", "ever_one", "equal_to")
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..text import guard_text
-from .diff_changes import CompileChange, SampleMove, TopologyChange, failure_order
+from ...text import guard_text
+from .changes import CompileChange, SampleMove, TopologyChange, failure_order
 
 
 def value_words(value: Any) -> str:

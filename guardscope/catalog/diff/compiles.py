@@ -15,10 +15,10 @@ import re
 from collections import Counter
 from typing import Iterable
 
-from ..model import FAILURE_FIELDS
-from ..text import guard_text, normalize_reason
-from .diff_changes import CompileChange, TopologyChange, failure_order
-from .matching import CompileKey, compiles_by_key
+from ...model import FAILURE_FIELDS
+from ...text import guard_text, normalize_reason
+from .changes import CompileChange, TopologyChange, failure_order
+from ..matching import CompileKey, compiles_by_key
 
 
 def _graph_identities(compiles: dict[CompileKey, dict], topologies: tuple[TopologyChange, ...],

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..text import guard_text
-from .matching import TopologySide
+from ...text import guard_text
+from ..matching import TopologySide
 
 # Where a sample can be in one analysis besides a topology.
 RAISED = "raised"

@@ -5,9 +5,9 @@ graph was rejected, and regroup the inputs. This module compares two catalogs an
 :class:`CatalogDiff` that renders as text (:meth:`CatalogDiff.summary_lines`), JSON
 (:meth:`CatalogDiff.to_json`) and HTML (``guardscope.report.page.render_diff`` and the reusable partial
 ``templates/_diff.html``). It is pure: dicts in, frozen dataclasses out; no torch, no files.
-The records it lists are in :mod:`guardscope.catalog.diff_changes`, their words in
-:mod:`guardscope.catalog.diff_words`; :mod:`guardscope.catalog.diff_compiles` compares the
-compiles and failures, :mod:`guardscope.catalog.diff_samples` the topologies, samples,
+The records it lists are in :mod:`guardscope.catalog.diff.changes`, their words in
+:mod:`guardscope.catalog.diff.words`; :mod:`guardscope.catalog.diff.compiles` compares the
+compiles and failures, :mod:`guardscope.catalog.diff.samples` the topologies, samples,
 dimensions and errors.
 
 Identity across analyses never uses guardscope's numbering (topology ids, compile ids), which
@@ -52,9 +52,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from ..model import FAILURE_FIELDS, GUARD_TEXT, IGNORABLE
-from ..text import format_samples, guard_text
-from .diff_changes import (
+from ...model import FAILURE_FIELDS, GUARD_TEXT, IGNORABLE
+from ...text import format_samples, guard_text
+from .changes import (
     NOT_IN_CORPUS,
     PRODUCTION_STATUSES,
     TOPOLOGY_STATUSES,
@@ -65,9 +65,9 @@ from .diff_changes import (
     SampleMove,
     TopologyChange,
 )
-from .diff_compiles import compile_changes, failures_by_kind
-from .diff_samples import dimension_changes, error_changes, sample_moves, topology_changes
-from .diff_words import (
+from .compiles import compile_changes, failures_by_kind
+from .samples import dimension_changes, error_changes, sample_moves, topology_changes
+from .words import (
     arrow,
     clip,
     compile_label,
@@ -81,7 +81,7 @@ from .diff_words import (
     topology_words,
     value_words,
 )
-from .matching import TopologySide
+from ..matching import TopologySide
 
 # The verdicts, strongest last: nothing differs; only wording does; production would feel it.
 IDENTICAL, WORDING, DIFFERENT = "identical", "wording", "different"
