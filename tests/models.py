@@ -131,17 +131,36 @@ class DataBranch(torch.nn.Module):
         return y - 1
 
 
+# torch before 2.13 has no fake (meta) kernel for the encoder layer's fast path,
+# aten._transformer_encoder_layer_fwd (2.13 adds one to torch/_meta_registrations.py; read in 2.11.0,
+# 2.12.1 and 2.13.0): Dynamo then runs the real kernel on static shapes but cannot under dynamic
+# ones, so the first dynamic graph breaks there ("Operator does not support running with fake
+# tensors"), or raises under fullgraph=True, in inference mode where the fast path is taken.
+LAYER_FAST_PATH_TRACES = torch._C._dispatch_has_kernel_for_dispatch_key("aten::_transformer_encoder_layer_fwd", "Meta")
+
+
+def _relu(x):
+    """ReLU through a function of its own: not ``F.relu``, so the encoder layer's fast path is off."""
+    return torch.nn.functional.relu(x)
+
+
 class TextClassifier(torch.nn.Module):
     """Embedding, a 2-layer ``nn.TransformerEncoder`` with a key padding mask, mean pool, a linear
-    head; an optional temperature. Under ``fullgraph=False`` its encoder's fast path breaks the
-    graph."""
+    head; an optional temperature. The tests that use it are about guardscope's analysis, not the
+    encoder's fast path: where torch cannot trace that fast path under dynamic shapes (before
+    2.13, :data:`LAYER_FAST_PATH_TRACES`) the layers take the slow path (the same ReLU, numbers
+    and sizes), so the model compiles the same graphs on every torch of the range."""
 
     def __init__(self) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.embed = torch.nn.Embedding(100, 16)
-        layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
-        self.encoder = torch.nn.TransformerEncoder(layer, 2)
+        if LAYER_FAST_PATH_TRACES:
+            layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+            self.encoder = torch.nn.TransformerEncoder(layer, 2)
+        else:
+            layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, activation=_relu)
+            self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
         self.head = torch.nn.Linear(16, 3)
         self.eval()
 
