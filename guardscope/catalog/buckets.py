@@ -440,23 +440,8 @@ def recommend(
     plans: list[GroupPlan] = []
     tables: dict[str, list[tuple[int, ...]]] = {}
     for group in groups:
-        columns = [table.column[d] for d in group.dims if d in table.column]
-        sizes: dict[int, int] = {}
-        for c in columns[:1]:  # equal dims: one column says it all
-            for value, count in zip(table.values[:, c], table.counts):
-                if value >= 0:
-                    sizes[int(value)] = sizes.get(int(value), 0) + int(count)
-        special = tuple(v for v in SPECIAL_SIZES if v in sizes)
-        candidates = [b for b, _ in optimal_bounds_table(table.weights(group), max_buckets)] if group.paddable else []
-        tables[group.name] = candidates
-        plans.append(GroupPlan(
-            group=group,
-            distinct=sum(1 for v in sizes if v >= 2),
-            special=special,
-            histogram=histogram(sizes.items()),
-            options=tuple(_evaluate(table, groups, {group.name: b}) for b in candidates),
-        ))
-
+        plan, tables[group.name] = _group_plan(table, groups, group, max_buckets)
+        plans.append(plan)
     paddable = [g for g in groups if tables[g.name]]
     choices = [tables[g.name] for g in paddable]
     combinations = 1
@@ -465,27 +450,10 @@ def recommend(
     chosen: Outcome | None = None
     if paddable and combinations * max(len(rows), 1) <= SEARCH_LIMIT:
         search = "exhaustive"
-        for picked in itertools.product(*choices):
-            outcome = _evaluate(table, groups, {g.name: b for g, b in zip(paddable, picked)})
-            if _better(outcome, chosen, budget):
-                chosen = outcome
+        chosen = _exhaustive(table, groups, paddable, choices, budget)
     elif paddable:
-        # Greedy: start from one bucket per group (the fewest shapes) and keep adding the
-        # bucket that saves the most padding while every graph stays within the budget.
         search = "greedy"
-        picked = [0] * len(paddable)
-        chosen = _evaluate(table, groups, {g.name: c[0] for g, c in zip(paddable, choices)})
-        while chosen.max_per_graph <= budget:
-            step: tuple[list[int], Outcome] | None = None
-            for position, options in enumerate(choices):
-                if picked[position] + 1 < len(options):
-                    trial = picked[:position] + [picked[position] + 1] + picked[position + 1:]
-                    outcome = _evaluate(table, groups, {g.name: c[t] for g, c, t in zip(paddable, choices, trial)})
-                    if _better(outcome, chosen, budget) and (step is None or _better(outcome, step[1], budget)):
-                        step = (trial, outcome)
-            if step is None:
-                break
-            picked, chosen = step
+        chosen = _greedy(table, groups, paddable, choices, budget)
     else:
         search = "none"
     if chosen is not None:
@@ -503,6 +471,59 @@ def recommend(
         waste_limit=waste_limit,
         confirmed=confirmed,
     )
+
+
+def _group_plan(table: ShapeTable, groups: Sequence[DimGroup], group: DimGroup, max_buckets: int
+                ) -> tuple[GroupPlan, list[tuple[int, ...]]]:
+    """One group's sizes in the corpus (distinct, special, their histogram) and its candidate
+    bucket bounds (none when it cannot be padded), each evaluated alone."""
+    columns = [table.column[d] for d in group.dims if d in table.column]
+    sizes: dict[int, int] = {}
+    for c in columns[:1]:  # equal dims: one column says it all
+        for value, count in zip(table.values[:, c], table.counts):
+            if value >= 0:
+                sizes[int(value)] = sizes.get(int(value), 0) + int(count)
+    special = tuple(v for v in SPECIAL_SIZES if v in sizes)
+    candidates = [b for b, _ in optimal_bounds_table(table.weights(group), max_buckets)] if group.paddable else []
+    plan = GroupPlan(
+        group=group,
+        distinct=sum(1 for v in sizes if v >= 2),
+        special=special,
+        histogram=histogram(sizes.items()),
+        options=tuple(_evaluate(table, groups, {group.name: b}) for b in candidates),
+    )
+    return plan, candidates
+
+
+def _exhaustive(table: ShapeTable, groups: Sequence[DimGroup], paddable: list[DimGroup],
+                choices: list[list[tuple[int, ...]]], budget: int) -> Outcome | None:
+    """The best of every combination of the groups' candidate bounds (:func:`_better`)."""
+    chosen: Outcome | None = None
+    for picked in itertools.product(*choices):
+        outcome = _evaluate(table, groups, {g.name: b for g, b in zip(paddable, picked)})
+        if _better(outcome, chosen, budget):
+            chosen = outcome
+    return chosen
+
+
+def _greedy(table: ShapeTable, groups: Sequence[DimGroup], paddable: list[DimGroup],
+            choices: list[list[tuple[int, ...]]], budget: int) -> Outcome:
+    """Greedy: start from one bucket per group (the fewest shapes) and keep adding the bucket
+    that saves the most padding while every graph stays within the budget."""
+    picked = [0] * len(paddable)
+    chosen = _evaluate(table, groups, {g.name: c[0] for g, c in zip(paddable, choices)})
+    while chosen.max_per_graph <= budget:
+        step: tuple[list[int], Outcome] | None = None
+        for position, options in enumerate(choices):
+            if picked[position] + 1 < len(options):
+                trial = picked[:position] + [picked[position] + 1] + picked[position + 1:]
+                outcome = _evaluate(table, groups, {g.name: c[t] for g, c, t in zip(paddable, choices, trial)})
+                if _better(outcome, chosen, budget) and (step is None or _better(outcome, step[1], budget)):
+                    step = (trial, outcome)
+        if step is None:
+            break
+        picked, chosen = step
+    return chosen
 
 
 def _percent(share: float) -> str:

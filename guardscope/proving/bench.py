@@ -97,8 +97,47 @@ def run_bench(
     GPU machine) and is passed to each strategy's process. Options are checked before the corpus
     is looked for.
     """
-    import importlib.util
+    chosen = _checked_request(strategies, repeat, paired, timeout, device)
+    corpus_dir = store.corpus_dir_of(out, catalog, corpus)
+    loaded = load_corpus(corpus_dir)  # a clear error before any subprocess starts
+    samples = len(loaded)
+    runs = loaded.requests  # generate() calls tagged with request and step: TTFT, TPOT per request
+    options = production_options(catalog, backend=backend, device=device)
+    options.validate()
+    rows = []
+    for name in plans.STRATEGIES:
+        if name not in chosen:
+            continue
+        if progress is not None:
+            progress(name)
+        rows.append(run_strategy(
+            out, name, device=device, backend=backend,
+            corpus_dir=corpus_dir.resolve() if corpus is not None else None,
+            repeat=repeat, paired=paired, timeout=timeout,
+            tags=None if runs is None else runs.of, per_pass=samples,
+        ))
+    compile_options = options.compile_json()
+    bytecode = _bytecode_note()
+    document = build_document(
+        rows,
+        criteria=criteria or Criteria(),
+        torch_version=torch_compat.torch_version(),
+        device=device,
+        options={key: compile_options[key] for key in ("backend", "dynamic", "fullgraph", "mode", "grad_mode", "inference_mode")},
+        corpus_path=Path(os.path.relpath(corpus_dir.resolve(), out.resolve())).as_posix(),
+        samples=samples,
+        repeat=repeat,
+        paired=paired,
+        notes=(bytecode,) if bytecode else (),
+    )
+    store.write_document(out, store.BENCH, document)
+    return document
 
+
+def _checked_request(strategies: tuple[str, ...] | None, repeat: int, paired: int, timeout: float,
+                     device: str) -> tuple[str, ...]:
+    """The strategies to measure (all by default), the options checked (:class:`CompileOptionsError`),
+    CUDA refused where torch has none."""
     import torch
 
     chosen = tuple(strategies or plans.STRATEGIES)
@@ -122,38 +161,15 @@ def run_bench(
             "machine, or pass --device cpu to measure CPU serving (slow: every strategy compiles "
             "with inductor for the CPU; meant for testing)"
         )
-    corpus_dir = store.corpus_dir_of(out, catalog, corpus)
-    loaded = load_corpus(corpus_dir)  # a clear error before any subprocess starts
-    samples = len(loaded)
-    runs = loaded.requests  # generate() calls tagged with request and step: TTFT, TPOT per request
-    options = production_options(catalog, backend=backend, device=device)
-    options.validate()
-    rows = []
-    for name in plans.STRATEGIES:
-        if name not in chosen:
-            continue
-        if progress is not None:
-            progress(name)
-        rows.append(run_strategy(
-            out, name, device=device, backend=backend,
-            corpus_dir=corpus_dir.resolve() if corpus is not None else None,
-            repeat=repeat, paired=paired, timeout=timeout,
-            tags=None if runs is None else runs.of, per_pass=samples,
-        ))
-    compile_options = options.compile_json()
-    bytecode = bytecode_note(bool(sys.flags.dont_write_bytecode),
-                             Path(importlib.util.cache_from_source(torch.__file__)).is_file())
-    document = build_document(
-        rows,
-        criteria=criteria or Criteria(),
-        torch_version=torch_compat.torch_version(),
-        device=device,
-        options={key: compile_options[key] for key in ("backend", "dynamic", "fullgraph", "mode", "grad_mode", "inference_mode")},
-        corpus_path=Path(os.path.relpath(corpus_dir.resolve(), out.resolve())).as_posix(),
-        samples=samples,
-        repeat=repeat,
-        paired=paired,
-        notes=(bytecode,) if bytecode else (),
-    )
-    store.write_document(out, store.BENCH, document)
-    return document
+    return chosen
+
+
+def _bytecode_note() -> str | None:
+    """bench.json's note when the strategy processes compile torch's source to bytecode at every
+    start (:func:`guardscope.proving.bench_results.bytecode_note`), else None."""
+    import importlib.util
+
+    import torch
+
+    return bytecode_note(bool(sys.flags.dont_write_bytecode),
+                         Path(importlib.util.cache_from_source(torch.__file__)).is_file())

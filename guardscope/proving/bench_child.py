@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -136,11 +137,6 @@ def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: An
     limit = (torch_compat.recompile_limits(limits["recompile_limit"], limits["accumulated_recompile_limit"],
                                            limits["fail_on_recompile_limit_hit"])
              if limits is not None else contextlib.nullcontext())
-    requests: list[list] = []
-    fallbacks: list[list] = []
-    errors: list[list] = []
-    limit_failed: list[int] = []  # requests that raised at the recompile limit
-    uncompiled: list[int] = []  # requests that ran without a compiled graph (the limit reached)
     with limit, torch_compat.applied_settings(dict(options.dynamo_config)):
         runner = Runner(model, options)
 
@@ -155,41 +151,8 @@ def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: An
         setup_seconds = time.perf_counter() - started
         # torch.export may trace with Dynamo (strict mode): the export row counts its one model.
         setup_graphs = aot_graphs or torch_compat.graphs_compiled() - graphs
-        request = 0
-        for _ in range(repeat):
-            # A decode step gets the KV cache its request's previous step extended, as generate()
-            # hands it on: laid out by the strategy's own compiled forward (corpus.chains).
-            carried = CarriedState.for_requests(corpus.requests)
-            for sample in corpus:
-                # Moved to the device outside inference mode, as a request's tensors arrive.
-                args, kwargs, *_ = runner.prepare(sample, mark=False)
-                args, kwargs = carried.carry(sample.index, args, kwargs)
-                accepted = None
-                if limits is not None:  # untimed: did a graph accept it before the call?
-                    runner.forget_entries()
-                    accepted = runner.serving_arguments(args, kwargs)
-                graphs = torch_compat.graphs_compiled()
-                failed = False
-                with runner.grad_context():
-                    sync()
-                    started = time.perf_counter()
-                    try:
-                        fallback = call(args, kwargs)
-                        sync()
-                    except Exception as exc:  # a failing request is reported, the replay goes on
-                        fallback = None
-                        failed = True
-                        errors.append([request, exception_line(exc, 400)])
-                        if torch_compat.is_recompile_limit_error(exc):
-                            limit_failed.append(request)
-                    seconds = time.perf_counter() - started
-                if (limits is not None and not failed and accepted is None
-                        and torch_compat.graphs_compiled() == graphs):
-                    uncompiled.append(request)
-                if fallback is not None:
-                    fallbacks.append([request, fallback])
-                requests.append([sample.index, seconds, torch_compat.graphs_compiled() - graphs])
-                request += 1
+        replay = _TimedReplay(runner, call, sync, limited=limits is not None)
+        replay.replay(corpus, repeat)
         paired_requests = [] if strategy == "eager" else paired_pass(
             ((sample.index, lambda sample=sample: runner.prepare(sample, mark=False)[:2])  # a fresh copy each time
              for _ in range(paired) for sample in corpus),
@@ -201,16 +164,75 @@ def _measure(strategy: str, out_dir: Path, catalog: dict, corpus: Any, model: An
         "device_name": torch_compat.device_name(runner.device),
         "setup_seconds": setup_seconds,
         "setup_graphs": setup_graphs,
-        "requests": requests,
-        "fallbacks": fallbacks,
-        "errors": errors,
+        "requests": replay.requests,
+        "fallbacks": replay.fallbacks,
+        "errors": replay.errors,
         "paired": paired_requests,
         "bundle_load": load if strategy != plans.PRECOMPILED else None,
         "precompiled_load": load if strategy == plans.PRECOMPILED else None,
         "limits": limits,
-        "limit_failed": limit_failed,
-        "uncompiled": uncompiled,
+        "limit_failed": replay.limit_failed,
+        "uncompiled": replay.uncompiled,
     }
+
+
+@dataclass
+class _TimedReplay:
+    """The replay of the corpus, each request timed alone (step 3 of the module docstring), and
+    what it recorded: each request's ``[sample, seconds, graphs compiled]``, the requests served
+    by a fallback (and why), those that raised, those that raised at the recompile limit and,
+    under the plain compile's production limits (``limited``), those that ran without a
+    compiled graph."""
+    runner: Any
+    call: Callable[[tuple, dict], str | None]
+    sync: Callable[[], None]
+    limited: bool
+    requests: list[list] = field(default_factory=list)
+    fallbacks: list[list] = field(default_factory=list)
+    errors: list[list] = field(default_factory=list)
+    limit_failed: list[int] = field(default_factory=list)  # requests that raised at the recompile limit
+    uncompiled: list[int] = field(default_factory=list)  # ran without a compiled graph (the limit reached)
+
+    def replay(self, corpus: Any, repeat: int) -> None:
+        """The corpus in recorded order, ``repeat`` times."""
+        for _ in range(repeat):
+            # A decode step gets the KV cache its request's previous step extended, as generate()
+            # hands it on: laid out by the strategy's own compiled forward (corpus.chains).
+            carried = CarriedState.for_requests(corpus.requests)
+            for sample in corpus:
+                self.request(sample, carried)
+
+    def request(self, sample: Any, carried: CarriedState) -> None:
+        """One request: moved to the device (untimed), then called between two synchronized
+        clock readings."""
+        runner, sync, request = self.runner, self.sync, len(self.requests)
+        # Moved to the device outside inference mode, as a request's tensors arrive.
+        args, kwargs, *_ = runner.prepare(sample, mark=False)
+        args, kwargs = carried.carry(sample.index, args, kwargs)
+        accepted = None
+        if self.limited:  # untimed: did a graph accept it before the call?
+            runner.forget_entries()
+            accepted = runner.serving_arguments(args, kwargs)
+        graphs = torch_compat.graphs_compiled()
+        failed = False
+        with runner.grad_context():
+            sync()
+            started = time.perf_counter()
+            try:
+                fallback = self.call(args, kwargs)
+                sync()
+            except Exception as exc:  # a failing request is reported, the replay goes on
+                fallback = None
+                failed = True
+                self.errors.append([request, exception_line(exc, 400)])
+                if torch_compat.is_recompile_limit_error(exc):
+                    self.limit_failed.append(request)
+            seconds = time.perf_counter() - started
+        if self.limited and not failed and accepted is None and torch_compat.graphs_compiled() == graphs:
+            self.uncompiled.append(request)
+        if fallback is not None:
+            self.fallbacks.append([request, fallback])
+        self.requests.append([sample.index, seconds, torch_compat.graphs_compiled() - graphs])
 
 
 def paired_pass(requests: Iterable[tuple[int, Callable[[], tuple[tuple, dict]]]],

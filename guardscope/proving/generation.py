@@ -72,14 +72,6 @@ def check_generate(out_dir: str | Path, requests: list[tuple[Any, dict[str, Any]
     another backend does not speak for production's. Its module's ``generate`` is what runs. ``GuardscopeError`` when the
     analysed model is not a bound forward of a module with ``generate``, or the plan was not
     emitted (run ``guardscope emit-warmup`` first)."""
-    import torch
-
-    from .. import torch_compat
-    from ..catalog.frames import hit_recompile_limit
-    from ..corpus import load_model
-    from ..corpus.spec import bound_method
-    from ..replay.capture import TraceCapture
-    from ..replay.events import events_from_records
     from .setup import set_up_plan
 
     out = Path(out_dir)
@@ -88,6 +80,26 @@ def check_generate(out_dir: str | Path, requests: list[tuple[Any, dict[str, Any]
     if not (out / plans.MODULES[plan]).is_file():
         raise GuardscopeError(f"{out / plans.MODULES[plan]} does not exist: run 'guardscope emit-warmup {out}' first")
     catalog = store.read_catalog(out)
+    model, owner = _generating_model(out, catalog, model, corpus)
+    # generate() runs the forward under torch.no_grad(), not inference mode: the set-up must too,
+    # or graphs compiled for inference tensors (other dispatch keys) would not serve its calls.
+    options = production_options(catalog, grad_mode=NO_GRAD, backend=backend or production_backend(catalog)[0])
+    module, runner, seconds, _ = set_up_plan(plan, out, model, options, use_bundle=False)
+    forward = _plan_forward(module, runner.compiled)
+    setup_graphs = runner.graphs()
+    calls, compiles, limit_hits = _run_generate(owner, forward, runner.compiled, requests)
+    return GenerateCheck(plan, len(requests), calls, compiles, setup_graphs, seconds, options.backend,
+                         limit_hits=limit_hits)
+
+
+def _generating_model(out: Path, catalog: dict[str, Any], model: Any, corpus: str | Path | None) -> tuple[Any, Any]:
+    """The analysed forward (the corpus's model spec loaded, or the method of the module given)
+    and the module it is bound to, whose ``generate`` runs; :class:`GuardscopeError` when it is
+    not a module's bound forward or the module has no ``generate``."""
+    from .. import torch_compat
+    from ..corpus import load_model
+    from ..corpus.spec import bound_method
+
     if model is None:
         model = load_model(catalog["model"], base_dir=store.corpus_dir_of(out, catalog, corpus),
                            method=catalog.get("method"))
@@ -100,21 +112,35 @@ def check_generate(out_dir: str | Path, requests: list[tuple[Any, dict[str, Any]
             "with TrafficRecorder.wrap(torch.compile(model.forward)), or with method='forward', or a model "
             "spec returning model.forward) whose module has generate()"
         )
-    # generate() runs the forward under torch.no_grad(), not inference mode: the set-up must too,
-    # or graphs compiled for inference tensors (other dispatch keys) would not serve its calls.
-    options = production_options(catalog, grad_mode=NO_GRAD, backend=backend or production_backend(catalog)[0])
-    module, runner, seconds, _ = set_up_plan(plan, out, model, options, use_bundle=False)
-    compiled = runner.compiled
-    forward = compiled
-    if callable(getattr(module, "mark", None)):  # the unbacked plan marks every call's dims
-        @functools.wraps(compiled)
-        def marked(*args: Any, **kwargs: Any) -> Any:
-            module.mark(*args, **kwargs)
-            return compiled(*args, **kwargs)
+    return model, owner
 
-        forward = marked
 
-    setup_graphs = runner.graphs()
+def _plan_forward(module: Any, compiled: Any) -> Any:
+    """The compiled forward as the plan serves it: each call marked first where the plan marks
+    (the unbacked plan marks every call's dims)."""
+    if not callable(getattr(module, "mark", None)):
+        return compiled
+
+    @functools.wraps(compiled)
+    def marked(*args: Any, **kwargs: Any) -> Any:
+        module.mark(*args, **kwargs)
+        return compiled(*args, **kwargs)
+
+    return marked
+
+
+def _run_generate(owner: Any, forward: Any, compiled: Any, requests: list[tuple[Any, dict[str, Any]]]
+                  ) -> tuple[int, tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]:
+    """Each request's ``generate()`` run with ``forward`` in place of the module's, under Dynamo's
+    compile-start callback: the forward calls made, each compile that started and each call past
+    the recompile limit (``{"request", "call"}``)."""
+    import torch
+
+    from .. import torch_compat
+    from ..catalog.frames import hit_recompile_limit
+    from ..replay.capture import TraceCapture
+    from ..replay.events import events_from_records
+
     seen: list[dict[str, Any]] = []
     position = {"request": 0, "call": 0, "calls": 0}
     calls: list[dict[str, Any]] = []  # (request, call) of each forward call, by its number
@@ -144,5 +170,4 @@ def check_generate(out_dir: str | Path, requests: list[tuple[Any, dict[str, Any]
     # A call past the recompile limit starts no compile: the structured trace records it failed.
     limited = sorted({event.sample for event in events_from_records(capture.records).events
                       if event.sample is not None and hit_recompile_limit(event)})
-    return GenerateCheck(plan, len(requests), position["calls"], tuple(seen), setup_graphs, seconds, options.backend,
-                         limit_hits=tuple(calls[number] for number in limited))
+    return position["calls"], tuple(seen), tuple(calls[number] for number in limited)

@@ -4,7 +4,7 @@ embeds (backend fidelity)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import store
 from ..catalog.diff import words
@@ -25,17 +25,6 @@ def diff_context(diff: CatalogDiff, *, title: str = "What changed") -> dict:
     standalone ``diff.html``, or a section of another page (pass its own ``title``)."""
 
     headline = diff.headline()
-
-    def failure(f: dict, mark: str) -> dict:
-        return {"mark": mark, "kind": f["kind"], "against": words.against_words(f),
-                "guard": f.get("guard"), "text": guard_text(f)}
-
-    def side(label: str, run: dict, counts: dict) -> dict:
-        return {"label": label, "rows": [
-            ("torch", run["torch_version"]), ("backend", run["backend"]), ("device", run["device"]),
-            ("model", run["model"]), ("samples", number_text(counts["samples"])),
-        ]}
-
     count_names = ("samples", "compiles", "recompiles", "failures", "topologies", "failed_samples", "not_analysed")
     changed_topologies = [t for t in diff.topologies if t.status != "unchanged"]
     return {
@@ -46,8 +35,8 @@ def diff_context(diff: CatalogDiff, *, title: str = "What changed") -> dict:
         "headline": headline,
         "changes": headline.partition(": ")[2],
         "labels": {"old": diff.labels[0], "new": diff.labels[1]},
-        "sides": [side(diff.labels[0], diff.old_run, diff.old_counts),
-                  side(diff.labels[1], diff.new_run, diff.new_counts)],
+        "sides": [_side(diff.labels[0], diff.old_run, diff.old_counts),
+                  _side(diff.labels[1], diff.new_run, diff.new_counts)],
         "warnings": list(diff.warnings),
         "ignore": list(diff.ignore),
         "context": [{"field": c.field, "old": words.value_words(c.old), "new": words.value_words(c.new)}
@@ -57,33 +46,10 @@ def diff_context(diff: CatalogDiff, *, title: str = "What changed") -> dict:
             "value": words.arrow(diff.old_counts[name], diff.new_counts[name]),
             "changed": diff.old_counts[name] != diff.new_counts[name],
         } for name in count_names],
-        "compiles": [{
-            "status": c.status,
-            "wording_only": c.wording_only,
-            "label": words.compile_label(c),
-            "words": words.compile_words(c),
-            "failures": [failure(f, mark) for mark, f in words.failure_changes(c)[:DIFF_FAILURES_SHOWN]],
-            "failures_hidden": max(len(c.removed_failures) + len(c.added_failures) - DIFF_FAILURES_SHOWN, 0),
-        } for c in diff.compiles[:LIST_SHOWN]],
+        "compiles": [_compile(c) for c in diff.compiles[:LIST_SHOWN]],
         "compiles_hidden": max(len(diff.compiles) - LIST_SHOWN, 0),
-        "failure_kinds": [{
-            "kind": kind,
-            "title": KIND_EXPLANATIONS.get(kind, (kind.replace("_", " ").capitalize(), ""))[0],
-            "old": old, "new": new,
-            "delta": f"{new - old:+,}" if new != old else "",
-        } for kind, old, new in diff.failures_by_kind],
-        "topologies": [{
-            "status": t.status,
-            "anchor": f"diff-{t.status}-{(t.new or t.old).id}",
-            "label": words.topology_label(t),
-            "words": words.topology_words(t),
-            "facts": list(t.facts),
-            "gained": format_samples(t.gained) if t.old and t.gained else None,
-            "lost": format_samples(t.lost) if t.new and t.lost else None,
-            "members": format_samples(t.gained or t.lost) if not (t.old and t.new) else None,
-            "old_only": list(t.old_only),
-            "new_only": list(t.new_only),
-        } for t in changed_topologies[:LIST_SHOWN]],
+        "failure_kinds": [_failure_kind(kind, old, new) for kind, old, new in diff.failures_by_kind],
+        "topologies": [_topology(t) for t in changed_topologies[:LIST_SHOWN]],
         "topologies_hidden": max(len(changed_topologies) - LIST_SHOWN, 0),
         "wording_only": diff.wording_only()[:LIST_SHOWN],
         "unchanged": [{
@@ -92,21 +58,84 @@ def diff_context(diff: CatalogDiff, *, title: str = "What changed") -> dict:
             "facts": "; ".join(t.facts),
         } for t in diff.topologies_with("unchanged")],
         "moved": diff.moved_samples,
-        "moves": [{
-            "old": words.place_words(m.old, m.old_note),
-            "new": words.place_words(m.new, m.new_note),
-            "count": len(m.samples),
-            "samples": format_samples(m.samples),
-        } for m in diff.moves[:LIST_SHOWN]],
+        "moves": [_move(m) for m in diff.moves[:LIST_SHOWN]],
         "moves_hidden": max(len(diff.moves) - LIST_SHOWN, 0),
-        "dimensions": [{
-            "dim": d.dim,
-            "status": d.status,
-            "fields": [{"field": f, "old": words.value_words(a), "new": words.value_words(b)} for f, a, b in d.fields],
-        } for d in diff.dimensions[:LIST_SHOWN]],
+        "dimensions": [_dimension(d) for d in diff.dimensions[:LIST_SHOWN]],
         "dimensions_hidden": max(len(diff.dimensions) - LIST_SHOWN, 0),
         "errors": [{"sample": e.sample, "old": e.old, "new": e.new} for e in diff.errors[:LIST_SHOWN]],
         "errors_hidden": max(len(diff.errors) - LIST_SHOWN, 0),
+    }
+
+
+def _side(label: str, run: dict, counts: dict) -> dict:
+    """One analysis's column of the header: its torch, backend, device, model and samples."""
+    return {"label": label, "rows": [
+        ("torch", run["torch_version"]), ("backend", run["backend"]), ("device", run["device"]),
+        ("model", run["model"]), ("samples", number_text(counts["samples"])),
+    ]}
+
+
+def _compile(c: Any) -> dict:
+    """A compile that changed, with the first of its guard failures that changed."""
+    return {
+        "status": c.status,
+        "wording_only": c.wording_only,
+        "label": words.compile_label(c),
+        "words": words.compile_words(c),
+        "failures": [_failure(f, mark) for mark, f in words.failure_changes(c)[:DIFF_FAILURES_SHOWN]],
+        "failures_hidden": max(len(c.removed_failures) + len(c.added_failures) - DIFF_FAILURES_SHOWN, 0),
+    }
+
+
+def _failure(f: dict, mark: str) -> dict:
+    """A guard failure removed or added (``mark``)."""
+    return {"mark": mark, "kind": f["kind"], "against": words.against_words(f),
+            "guard": f.get("guard"), "text": guard_text(f)}
+
+
+def _failure_kind(kind: str, old: int, new: int) -> dict:
+    """A failure kind's count in each analysis, and the change."""
+    return {
+        "kind": kind,
+        "title": KIND_EXPLANATIONS.get(kind, (kind.replace("_", " ").capitalize(), ""))[0],
+        "old": old, "new": new,
+        "delta": f"{new - old:+,}" if new != old else "",
+    }
+
+
+def _topology(t: Any) -> dict:
+    """A topology that changed: its facts, the samples it gained or lost (or all of them, when
+    it is in one analysis only)."""
+    return {
+        "status": t.status,
+        "anchor": f"diff-{t.status}-{(t.new or t.old).id}",
+        "label": words.topology_label(t),
+        "words": words.topology_words(t),
+        "facts": list(t.facts),
+        "gained": format_samples(t.gained) if t.old and t.gained else None,
+        "lost": format_samples(t.lost) if t.new and t.lost else None,
+        "members": format_samples(t.gained or t.lost) if not (t.old and t.new) else None,
+        "old_only": list(t.old_only),
+        "new_only": list(t.new_only),
+    }
+
+
+def _move(m: Any) -> dict:
+    """Samples that moved from one place (topology, error...) to another."""
+    return {
+        "old": words.place_words(m.old, m.old_note),
+        "new": words.place_words(m.new, m.new_note),
+        "count": len(m.samples),
+        "samples": format_samples(m.samples),
+    }
+
+
+def _dimension(d: Any) -> dict:
+    """A dimension whose fields changed."""
+    return {
+        "dim": d.dim,
+        "status": d.status,
+        "fields": [{"field": f, "old": words.value_words(a), "new": words.value_words(b)} for f, a, b in d.fields],
     }
 
 
