@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter, defaultdict
+from collections.abc import Callable
 
 from ..catalog.buckets import skip_effect
 from ..text import format_samples, format_seconds, format_tick
@@ -68,25 +69,9 @@ def _label_text(marker: dict) -> str:
     return f"{lead['topology'] or ''} #{lead['sample']}".strip() + ("+" if marker["count"] > 1 else "")
 
 
-def timeline_context(catalog: dict, timings: dict | None, bench: dict | None = None) -> dict:
-    """Geometry of the timeline SVG: sample index on x, seconds on a log y axis.
-
-    With per-sample times (``timings["samples"]``) the line is the slowest sample of each
-    x-bin; compile markers sit on top. Without them the compile events stand alone, one
-    lollipop per compile at its compile time. Without any timings the markers sit on one row.
-    """
-    width, height = 960, 320
-    left, right, top, bottom = 78, 16, 74, 44
-    plot_w, plot_h = width - left - right, height - top - bottom
-    n = max(catalog["corpus"]["samples"], 1)
-    costs = compile_costs(catalog, timings, bench)
-    seconds = costs["seconds"]
+def _compile_rows(catalog: dict, seconds: dict, per_sample: dict[int, float]) -> list[dict]:
+    """One row per compile: its sample, topology, compile time and the failures that caused it."""
     topology = topology_of_compile(catalog)
-    per_sample = {s["sample"]: s["seconds"] for s in (timings or {}).get("samples", []) if s.get("seconds")}
-
-    def x_of(sample: float) -> float:
-        return round(left + (plot_w * sample / (n - 1) if n > 1 else plot_w / 2), 1)
-
     compiles = []
     for c in catalog["compiles"]:
         kinds = sorted({cause for f in c["failures"] for cause in f.get("causes", [f["kind"]])})
@@ -101,38 +86,43 @@ def timeline_context(catalog: dict, timings: dict | None, bench: dict | None = N
             "kinds": kinds,
             "first": not c["failures"],
         })
+    return compiles
 
-    values = [v for v in per_sample.values() if v > 0] + [c["value"] for c in compiles if c["value"]]
-    timed = bool(values)
-    if timed:
-        y_low, y_high, y_ticks = _log_ticks(min(values), max(values))
-        span = math.log10(y_high) - math.log10(y_low)
 
-        def y_of(value: float | None) -> float:
-            value = min(max(value or y_low, y_low), y_high)
-            return round(top + plot_h * (1 - (math.log10(value) - math.log10(y_low)) / span), 1)
-    else:
-        y_ticks = []
-
-        def y_of(value: float | None) -> float:
+def _y_axis(values: list[float], top: int, plot_h: int) -> tuple[list[float], Callable[[float | None], float]]:
+    """The log y axis's ticks and its ``y_of``; without values, a flat row mid-plot and no ticks."""
+    if not values:
+        def flat(value: float | None) -> float:
             return round(top + plot_h / 2, 1)
+        return [], flat
+    y_low, y_high, y_ticks = _log_ticks(min(values), max(values))
+    span = math.log10(y_high) - math.log10(y_low)
 
-    # Per-sample line: the slowest sample in each bin, so a spike never disappears in aggregation.
-    bin_size = max(1, math.ceil(n / TIMELINE_BINS))
-    path = []
-    if per_sample:
-        worst_per_bin: dict[int, float] = {}
-        for sample, value in per_sample.items():
-            b = sample // bin_size
-            worst_per_bin[b] = max(worst_per_bin.get(b, 0.0), value)
-        previous = None
-        for b in sorted(worst_per_bin):
-            x = x_of(min(b * bin_size + (bin_size - 1) / 2, n - 1))
-            path.append(f"{'L' if previous == b - 1 else 'M'}{x} {y_of(worst_per_bin[b])}")
-            previous = b
+    def y_of(value: float | None) -> float:
+        value = min(max(value or y_low, y_low), y_high)
+        return round(top + plot_h * (1 - (math.log10(value) - math.log10(y_low)) / span), 1)
+    return y_ticks, y_of
 
-    # Compile markers: binned like the line when there are too many to draw one by one.
-    marker_bin = max(1, math.ceil(n / TIMELINE_MARKERS)) if len(compiles) > TIMELINE_MARKERS else 1
+
+def _sample_path(per_sample: dict[int, float], n: int, bin_size: int,
+                 x_of: Callable[[float], float], y_of: Callable[[float | None], float]) -> list[str]:
+    """Per-sample line: the slowest sample in each bin, so a spike never disappears in aggregation."""
+    path: list[str] = []
+    worst_per_bin: dict[int, float] = {}
+    for sample, value in per_sample.items():
+        b = sample // bin_size
+        worst_per_bin[b] = max(worst_per_bin.get(b, 0.0), value)
+    previous = None
+    for b in sorted(worst_per_bin):
+        x = x_of(min(b * bin_size + (bin_size - 1) / 2, n - 1))
+        path.append(f"{'L' if previous == b - 1 else 'M'}{x} {y_of(worst_per_bin[b])}")
+        previous = b
+    return path
+
+
+def _markers(compiles: list[dict], marker_bin: int,
+             x_of: Callable[[float], float], y_of: Callable[[float | None], float]) -> list[dict]:
+    """Compile markers: binned like the line when there are too many to draw one by one."""
     binned: dict[int, list[dict]] = defaultdict(list)
     for c in compiles:
         binned[c["sample"] // marker_bin].append(c)
@@ -155,8 +145,11 @@ def timeline_context(catalog: dict, timings: dict | None, bench: dict | None = N
             "lead": lead,
             "count": len(group),
         })
+    return markers
 
-    # Labels: the costliest spikes first, spread over up to two rows above the plot.
+
+def _spike_labels(markers: list[dict], width: int) -> list[dict]:
+    """Labels: the costliest spikes first, spread over up to two rows above the plot."""
     candidates = sorted(markers, key=lambda m: (-(m["lead"]["value"] or 0), m["lead"]["sample"]))
     labels: list[dict] = []
     for count in range(min(len(candidates), TIMELINE_LABELS), 0, -1):
@@ -173,7 +166,34 @@ def timeline_context(catalog: dict, timings: dict | None, bench: dict | None = N
                     labels.append({"text": text, "x": round(x, 1), "y": 18 + 20 * r,
                                    "to_x": m["x"], "to_y": m["y"]})
             break
+    return sorted(labels, key=lambda label: (label["y"], label["x"]))
 
+
+def timeline_context(catalog: dict, timings: dict | None, bench: dict | None = None) -> dict:
+    """Geometry of the timeline SVG: sample index on x, seconds on a log y axis.
+
+    With per-sample times (``timings["samples"]``) the line is the slowest sample of each
+    x-bin; compile markers sit on top. Without them the compile events stand alone, one
+    lollipop per compile at its compile time. Without any timings the markers sit on one row.
+    """
+    width, height = 960, 320
+    left, right, top, bottom = 78, 16, 74, 44
+    plot_w, plot_h = width - left - right, height - top - bottom
+    n = max(catalog["corpus"]["samples"], 1)
+    costs = compile_costs(catalog, timings, bench)
+    per_sample = {s["sample"]: s["seconds"] for s in (timings or {}).get("samples", []) if s.get("seconds")}
+
+    def x_of(sample: float) -> float:
+        return round(left + (plot_w * sample / (n - 1) if n > 1 else plot_w / 2), 1)
+
+    compiles = _compile_rows(catalog, costs["seconds"], per_sample)
+    values = [v for v in per_sample.values() if v > 0] + [c["value"] for c in compiles if c["value"]]
+    timed = bool(values)
+    y_ticks, y_of = _y_axis(values, top, plot_h)
+    bin_size = max(1, math.ceil(n / TIMELINE_BINS))
+    path = _sample_path(per_sample, n, bin_size, x_of, y_of) if per_sample else []
+    marker_bin = max(1, math.ceil(n / TIMELINE_MARKERS)) if len(compiles) > TIMELINE_MARKERS else 1
+    markers = _markers(compiles, marker_bin, x_of, y_of)
     x_step = _nice_step(n - 1, 10) if n > 1 else 1
     return {
         "width": width,
@@ -190,7 +210,7 @@ def timeline_context(catalog: dict, timings: dict | None, bench: dict | None = N
         "bin_size": bin_size,
         "marker_bin": marker_bin,
         "markers": markers,
-        "labels": sorted(labels, key=lambda label: (label["y"], label["x"])),
+        "labels": _spike_labels(markers, width),
         "x_ticks": [{"x": x_of(s), "text": f"{s:,}"} for s in range(0, n, x_step)],
         "y_ticks": [{"y": y_of(v), "text": format_tick(v)} for v in y_ticks],
         "samples": n,
