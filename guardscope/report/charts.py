@@ -280,33 +280,31 @@ def _histogram_bars(bins: list[list[int]], bounds: list[int]) -> dict:
     return {"width": width, "height": height, "bars": bars, "bounds": marks}
 
 
-def cudagraphs_context(catalog: dict, timings: dict | None) -> dict | None:
-    """The CUDA graphs section: recordings and skips per sample, and the padding advice."""
-    section = catalog.get("cudagraphs")
-    if section is None:
-        return None
-    total = catalog["corpus"]["samples"]
+def _graph_rows(catalog: dict, expected: dict, recorded: dict | None) -> list[dict]:
+    """One row per graph: its expected and recorded shapes and recordings, and its topology."""
     topology = topology_of_compile(catalog)
-    expected, recorded, padding = section["expected"], section.get("recorded"), section["padding"]
     graphs: dict[str, dict] = {}
     for source, rows in (("expected", expected["by_graph"]), ("recorded", (recorded or {}).get("by_graph", []))):
         for row in rows:
             entry = graphs.setdefault(row["graph"], {"graph": row["graph"], "expected": None, "recorded": None})
             entry[source] = {"new_shapes": row["new_shapes"], "recordings": row["recordings"]}
-    graph_rows = [
+    return [
         {**entry, "topology": f"T{topology[g]}" if g in topology else "—"}
         for g, entry in sorted(graphs.items(), key=lambda item: [int(n) for n in re.findall(r"\d+", item[0])] or [1 << 30])
     ]
-    times = [r for r in (timings or {}).get("cudagraph_recordings", []) if r.get("seconds") is not None]
-    slowest = max(times, key=lambda r: r["seconds"], default=None)
-    strip = None
-    if recorded is not None:
-        rows = {"new shape": recorded["new_shapes"]["samples"], "recording": recorded["recordings"]["samples"]}
-        rows["skip"] = sorted({s for skip in recorded["skips"] for s in skip["samples"]})
-        strip = _strip(rows, total)
-    chosen = padding.get("chosen")
-    within = chosen is not None and chosen["max_per_graph"] <= padding["shapes_per_graph"]
-    chosen_bounds = chosen["bounds"] if within else {}
+
+
+def _recorded_strip(recorded: dict | None, total: int) -> dict | None:
+    """The strip of new shapes, recordings and skips per sample; None when nothing was recorded."""
+    if recorded is None:
+        return None
+    rows = {"new shape": recorded["new_shapes"]["samples"], "recording": recorded["recordings"]["samples"]}
+    rows["skip"] = sorted({s for skip in recorded["skips"] for s in skip["samples"]})
+    return _strip(rows, total)
+
+
+def _padding_groups(padding: dict, chosen_bounds: dict) -> list[dict]:
+    """One entry per dim group: its sizes, the chosen bounds, its histogram and the options tried."""
     groups = []
     for group in padding["groups"]:
         bounds = chosen_bounds.get(group["name"], [])
@@ -325,7 +323,54 @@ def cudagraphs_context(catalog: dict, timings: dict | None) -> dict | None:
                 "waste": f"{100 * o['padding_waste']:.1f} %",
             } for o in group["options"]],
         })
+    return groups
 
+
+def _padding_context(padding: dict) -> dict:
+    """The padding advice: the verdict, the chosen buckets when within budget, and the groups."""
+    chosen = padding.get("chosen")
+    within = chosen is not None and chosen["max_per_graph"] <= padding["shapes_per_graph"]
+    return {
+        "verdict": padding["verdict"],
+        "title": VERDICT_TITLES.get(padding["verdict"], padding["verdict"]),
+        "reasons": list(padding["reasons"]),
+        "budget": padding["shapes_per_graph"],
+        "baseline": padding["baseline"],
+        "chosen": chosen if within else None,
+        "waste": f"{100 * chosen['padding_waste']:.1f} %" if within else None,
+        "waste_limit": f"{100 * padding['waste_limit']:.0f} %",
+        "confirmed": padding["paddable_confirmed"],
+        "search": padding["search"],
+        "unknown": list(padding.get("unknown_paddable", [])),
+        "groups": _padding_groups(padding, chosen["bounds"] if within else {}),
+    }
+
+
+def _recorded_context(recorded: dict | None) -> dict | None:
+    """What the recorded run saw: counts, the first skips and hints; None when not recorded."""
+    if recorded is None:
+        return None
+    return {
+        "new_shapes": recorded["new_shapes"]["count"],
+        "recordings": recorded["recordings"]["count"],
+        "skips": [{"reason": s["reason"], "count": s["count"], "samples": format_samples(s["samples"])}
+                  for s in recorded["skips"][:LIST_SHOWN]],
+        "skip_count": sum(s["count"] for s in recorded["skips"]),
+        "hints": [{"text": h["text"], "count": h["count"], "samples": format_samples(h["samples"])}
+                  for h in recorded["hints"][:LIST_SHOWN]],
+    }
+
+
+def cudagraphs_context(catalog: dict, timings: dict | None) -> dict | None:
+    """The CUDA graphs section: recordings and skips per sample, and the padding advice."""
+    section = catalog.get("cudagraphs")
+    if section is None:
+        return None
+    expected, recorded, padding = section["expected"], section.get("recorded"), section["padding"]
+    graph_rows = _graph_rows(catalog, expected, recorded)
+    times = [r for r in (timings or {}).get("cudagraph_recordings", []) if r.get("seconds") is not None]
+    slowest = max(times, key=lambda r: r["seconds"], default=None)
+    strip = _recorded_strip(recorded, catalog["corpus"]["samples"])
     settings = section.get("settings") or {}
     return {
         "observed": section["observed"],
@@ -335,31 +380,10 @@ def cudagraphs_context(catalog: dict, timings: dict | None) -> dict | None:
         "skip_setting": skip_effect(bool(settings.get("graph_partition"))) if settings.get("skip_dynamic_graphs") else None,
         "expected_captions": EXPECTED_CAPTIONS[expected.get("model", "per_shape")],
         "expected": {"skips": 0, **expected},  # (catalogs before the skip model had no skips)
-        "recorded": None if recorded is None else {
-            "new_shapes": recorded["new_shapes"]["count"],
-            "recordings": recorded["recordings"]["count"],
-            "skips": [{"reason": s["reason"], "count": s["count"], "samples": format_samples(s["samples"])}
-                      for s in recorded["skips"][:LIST_SHOWN]],
-            "skip_count": sum(s["count"] for s in recorded["skips"]),
-            "hints": [{"text": h["text"], "count": h["count"], "samples": format_samples(h["samples"])}
-                      for h in recorded["hints"][:LIST_SHOWN]],
-        },
+        "recorded": _recorded_context(recorded),
         "capture_seconds": sum(r["seconds"] for r in times) if times else None,
         "slowest_capture": slowest,
         "graphs": graph_rows,
         "strip": strip,
-        "padding": {
-            "verdict": padding["verdict"],
-            "title": VERDICT_TITLES.get(padding["verdict"], padding["verdict"]),
-            "reasons": list(padding["reasons"]),
-            "budget": padding["shapes_per_graph"],
-            "baseline": padding["baseline"],
-            "chosen": chosen if within else None,
-            "waste": f"{100 * chosen['padding_waste']:.1f} %" if within else None,
-            "waste_limit": f"{100 * padding['waste_limit']:.0f} %",
-            "confirmed": padding["paddable_confirmed"],
-            "search": padding["search"],
-            "unknown": list(padding.get("unknown_paddable", [])),
-            "groups": groups,
-        },
+        "padding": _padding_context(padding),
     }
