@@ -240,9 +240,9 @@ def stall_lines(catalog: Any) -> list[str]:
     return lines
 
 
-def format_summary(analysis: Any) -> str:
+def _head_lines(analysis: Any, data: dict[str, Any]) -> list[str]:
+    """Production's limits first, then the corpus, the compile settings and the compile counts."""
     catalog = analysis.catalog
-    data = catalog.to_json()["summary"]
     # What production lives through under its recompile limits comes first.
     lines = [f"{'production' if i == 0 else '':<11} {line}"
              for i, line in enumerate(production_lines(catalog.production) if catalog.production else [])]
@@ -256,37 +256,54 @@ def format_summary(analysis: Any) -> str:
         *replica_compile_lines(catalog.replica_compiles, data["compiles"], catalog.replicas),
         f"recompiles  {data['recompiles']} at samples {data['recompile_samples']}",
     ]
-    # A compile that failed and stopped Dynamo compiling a frame matters more than anything below.
+    return lines
+
+
+def _skipped_frame_lines(catalog: Any) -> list[str]:
+    """A compile that failed and stopped Dynamo compiling a frame matters more than anything below."""
+    lines = []
     for skipped in catalog.skipped_frames:
         eager = skipped["eager_samples"]
         lines.append(f"compile failed {skipped['compile_id']} of {skipped['frame_label']} at sample {skipped['sample']}: "
                      f"{compile_failure_cause(skipped)}")
         lines.append("  eager     Dynamo stopped compiling the frame: every later call ran it eagerly"
                      + ("" if eager is None else f", {len(eager)} samples, first {eager[:10]}"))
-    if data["failures_by_kind"]:
-        kinds = ", ".join(f"{k} {v}" for k, v in data["failures_by_kind"].items())
-        lines.append(f"failures    {kinds}")
-    if catalog.requests is not None:
-        tagged = catalog.requests
-        where = ", ".join(f"{c['compile_id']} at request {c['request']} step {c['step']}" for c in tagged["compiles"][:5])
-        lines.append(f"requests    {tagged['requests']} tagged ({tagged['calls']} calls); {tagged['compiling']} of them "
-                     f"compiled" + (f": {where}" + (", ..." if len(tagged["compiles"]) > 5 else "") if where else ""))
-        if tagged["unseen_topology_probability"] is not None:
-            lines.append(f"  unseen    {tagged['unseen_topology_probability']:.1%} chance the next request brings a new "
-                         f"topology ({len(tagged['singleton_topologies'])} topologies seen in one request only; "
-                         "counted by requests, not calls)")
-    lines.extend(stall_lines(catalog))
-    if len(catalog.frames) > 1:
-        lines.append(f"frames      {len(catalog.frames)} (graph breaks split the model; each frame compiles on its own)")
-        for frame in catalog.frames:
-            lines.append(f"  {frame['frame']:<4} {frame['graphs']:>3} graphs, {frame['recompiles']:>3} recompiles  "
-                         f"{frame['label']}")
-        lines.append(f"graph breaks {len(catalog.graph_breaks)}")
-        for found in catalog.graph_breaks[:10]:
-            lines.append(f"  frame {found['frame']:<3} at {found['location'] or '?'}: {found['reason']}")
-        if len(catalog.graph_breaks) > 10:
-            lines.append(f"  ... {len(catalog.graph_breaks) - 10} more in catalog.json")
-    lines.append(f"topologies  {data['topologies']}")
+    return lines
+
+
+def _request_lines(tagged: dict[str, Any] | None) -> list[str]:
+    """The tagged requests, the first that compiled, and the chance of an unseen topology."""
+    if tagged is None:
+        return []
+    where = ", ".join(f"{c['compile_id']} at request {c['request']} step {c['step']}" for c in tagged["compiles"][:5])
+    lines = [f"requests    {tagged['requests']} tagged ({tagged['calls']} calls); {tagged['compiling']} of them "
+             f"compiled" + (f": {where}" + (", ..." if len(tagged["compiles"]) > 5 else "") if where else "")]
+    if tagged["unseen_topology_probability"] is not None:
+        lines.append(f"  unseen    {tagged['unseen_topology_probability']:.1%} chance the next request brings a new "
+                     f"topology ({len(tagged['singleton_topologies'])} topologies seen in one request only; "
+                     "counted by requests, not calls)")
+    return lines
+
+
+def _frame_lines(catalog: Any) -> list[str]:
+    """The frames graph breaks split the model into, and the first graph breaks; none for one frame."""
+    if len(catalog.frames) <= 1:
+        return []
+    lines = [f"frames      {len(catalog.frames)} (graph breaks split the model; each frame compiles on its own)"]
+    for frame in catalog.frames:
+        lines.append(f"  {frame['frame']:<4} {frame['graphs']:>3} graphs, {frame['recompiles']:>3} recompiles  "
+                     f"{frame['label']}")
+    lines.append(f"graph breaks {len(catalog.graph_breaks)}")
+    for found in catalog.graph_breaks[:10]:
+        lines.append(f"  frame {found['frame']:<3} at {found['location'] or '?'}: {found['reason']}")
+    if len(catalog.graph_breaks) > 10:
+        lines.append(f"  ... {len(catalog.graph_breaks) - 10} more in catalog.json")
+    return lines
+
+
+def _topology_lines(catalog: Any, data: dict[str, Any]) -> list[str]:
+    """The topologies, one line each with its count, first sample, graph and first facts."""
+    lines = [f"topologies  {data['topologies']}"]
     for topology in catalog.topologies:
         facts = "; ".join(topology.facts[:4]) + (" ..." if len(topology.facts) > 4 else "")
         later = len(topology.graphs) - 1
@@ -295,14 +312,25 @@ def format_summary(analysis: Any) -> str:
             f"  T{topology.id:<3} {topology.count:>6} samples, first {topology.first_sample:<6} "
             f"{graphs}: {facts}"
         )
-    if catalog.replicas is not None:
-        single = [t for t in catalog.topologies if t.replicas is not None and len(t.replicas) == 1]
-        shown = ", ".join(f"{name} {calls:,}" for name, calls in list(catalog.replicas.items())[:6])
-        more = f", {len(catalog.replicas) - 6} more" if len(catalog.replicas) > 6 else ""
-        lines.append(f"replicas    {len(catalog.replicas)} ({shown}{more} calls); "
-                     + (f"{len(single)} topologies met by one replica only: "
-                        + ", ".join(f"T{t.id} ({next(iter(t.replicas))})" for t in single[:8])
-                        + (", ..." if len(single) > 8 else "") if single else "every topology met by several"))
+    return lines
+
+
+def _replica_lines(catalog: Any) -> list[str]:
+    """A fleet's replicas with their calls, and the topologies only one of them met."""
+    if catalog.replicas is None:
+        return []
+    single = [t for t in catalog.topologies if t.replicas is not None and len(t.replicas) == 1]
+    shown = ", ".join(f"{name} {calls:,}" for name, calls in list(catalog.replicas.items())[:6])
+    more = f", {len(catalog.replicas) - 6} more" if len(catalog.replicas) > 6 else ""
+    return [f"replicas    {len(catalog.replicas)} ({shown}{more} calls); "
+            + (f"{len(single)} topologies met by one replica only: "
+               + ", ".join(f"T{t.id} ({next(iter(t.replicas))})" for t in single[:8])
+               + (", ..." if len(single) > 8 else "") if single else "every topology met by several")]
+
+
+def _shortfall_lines(catalog: Any) -> list[str]:
+    """What the analysis could not cover: failed and unanalysed samples, corrupt shards, unparsed lines."""
+    lines = []
     if catalog.failed_samples:
         first = catalog.failed_samples[0]
         lines.append(f"failed      {len(catalog.failed_samples)} samples raised, first sample {first.index}: "
@@ -319,22 +347,50 @@ def format_summary(analysis: Any) -> str:
                      + ", ".join(s['file'] for s in catalog.skipped_shards))
     if catalog.unparsed:
         lines.append(f"unparsed    {dict(sorted(catalog.unparsed.items()))}")
-    if catalog.cudagraphs is not None:
-        lines.extend(format_cudagraphs(catalog.cudagraphs))
+    return lines
+
+
+def _replay_line(analysis: Any) -> str:
+    """How long the replay took, in which mode and grad mode, and the recompile limit it ran under."""
+    catalog = analysis.catalog
     forced = " — CUDA graphs record at run time, so every sample ran" if (catalog.cudagraphs or {}).get("observed") else ""
     seen = (f" to see past production's {catalog.production['recompile_limit']}" if catalog.production else " for it")
-    lines.append(f"replay      {analysis.replay_seconds:.1f} s ({catalog.replay_mode} replay{forced}; "
-                 f"under {catalog.compile.get('grad_mode', 'inference_mode')}; "
-                 f"Dynamo's recompile limit raised to {catalog.compile.get('recompile_limit')}{seen})")
-    checks = getattr(analysis, "column_checks", None)
-    if checks:
-        line = (f"guards      {checks['samples']:,} signature samples found their graph over columns; "
-                f"{checks['calls']:,} checks made one by one with Dynamo's check")
-        if checks["reasons"]:
-            compile_id, reason = next(iter(checks["reasons"].items()))
-            line += (f" ({len(checks['reasons'])} graphs' guards not translatable, e.g. graph {compile_id}: "
-                     f"{reason[:80]})")
-        lines.append(line)
+    return (f"replay      {analysis.replay_seconds:.1f} s ({catalog.replay_mode} replay{forced}; "
+            f"under {catalog.compile.get('grad_mode', 'inference_mode')}; "
+            f"Dynamo's recompile limit raised to {catalog.compile.get('recompile_limit')}{seen})")
+
+
+def _guard_check_lines(checks: dict[str, Any] | None) -> list[str]:
+    """How the guards were checked: over columns, or one by one with Dynamo's check."""
+    if not checks:
+        return []
+    line = (f"guards      {checks['samples']:,} signature samples found their graph over columns; "
+            f"{checks['calls']:,} checks made one by one with Dynamo's check")
+    if checks["reasons"]:
+        compile_id, reason = next(iter(checks["reasons"].items()))
+        line += (f" ({len(checks['reasons'])} graphs' guards not translatable, e.g. graph {compile_id}: "
+                 f"{reason[:80]})")
+    return [line]
+
+
+def format_summary(analysis: Any) -> str:
+    catalog = analysis.catalog
+    data = catalog.to_json()["summary"]
+    lines = _head_lines(analysis, data)
+    lines += _skipped_frame_lines(catalog)
+    if data["failures_by_kind"]:
+        kinds = ", ".join(f"{k} {v}" for k, v in data["failures_by_kind"].items())
+        lines.append(f"failures    {kinds}")
+    lines += _request_lines(catalog.requests)
+    lines += stall_lines(catalog)
+    lines += _frame_lines(catalog)
+    lines += _topology_lines(catalog, data)
+    lines += _replica_lines(catalog)
+    lines += _shortfall_lines(catalog)
+    if catalog.cudagraphs is not None:
+        lines.extend(format_cudagraphs(catalog.cudagraphs))
+    lines.append(_replay_line(analysis))
+    lines += _guard_check_lines(getattr(analysis, "column_checks", None))
     lines.append(f"wrote       {analysis.catalog_path}, {analysis.timings_path}, "
                  f"{analysis.out_dir / store.REPORT}, {analysis.trace_path}")
     return "\n".join(lines)
