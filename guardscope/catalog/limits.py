@@ -83,19 +83,59 @@ def production_section(catalog: Catalog, limits: ProductionLimits, runs: Request
     request: the cache they get was extended by eager code, laid out as eager lays it out, where
     the compiled forward would have laid it out its own way (the warmup rebuilds caches through
     the compiled forward, so it does not take those layouts from the recording)."""
-    ranked: dict[int, list[Any]] = {}  # frame -> its graphs' compile events, in compile order
+    ranked = _ranked_graphs(catalog)
+    limit = limits.per_frame
+    refused = {e.compile_id for events in ranked.values() for e in events[limit:]}  # never compiled there
+    fails = bool(catalog.compile.get("fullgraph")) or limits.fail_on_limit
+    first_frame = min(ranked, default=0)
+    lost, cut_first = _lost_samples(catalog, ranked, refused, first_frame)
+
+    cut = set(cut_first)
+    failed = sorted(cut) if fails else []
+    eager = sorted({s for frame, samples in lost.items() for s in samples if not (fails and s in cut)})
+    # A later-frame graph compiled for a call whose first frame production runs eagerly does not
+    # exist there; the later frame's graphs after it may then differ.
+    exact = not any(e.sample in cut for frame, events in ranked.items() if frame != first_frame
+                    for e in events[:limit])
+    total = catalog.samples
+    frames = _frame_rows(catalog, ranked, lost, limit, first_frame, fails, runs)
+    return {
+        "recompile_limit": limits.recompile_limit,
+        "accumulated_recompile_limit": limits.accumulated_recompile_limit,
+        "fail_on_recompile_limit_hit": limits.fail_on_limit,
+        "source": limits.source,
+        "on_limit": "fail" if fails else "eager",
+        "failed_samples": failed,
+        "eager_samples": eager,
+        "failed_share": round(len(failed) / total, 6) if total else 0.0,
+        "eager_share": round(len(eager) / total, 6) if total else 0.0,
+        "exact": exact,
+        "eager_state_samples": _after_eager_steps(eager, runs, total) if carries_state else [],
+        "frames": frames,
+        "backend": limits.backend,
+        "backend_source": limits.backend_source,
+        **({"inductor_options": limits.inductor_options} if limits.inductor_options else {}),
+        **({"isolate_recompiles": True} if limits.isolate_recompiles else {}),
+    }
+
+
+def _ranked_graphs(catalog: Catalog) -> dict[int, list[Any]]:
+    """Per frame, its graphs' compile events in compile order."""
+    ranked: dict[int, list[Any]] = {}
     for compiled in catalog.graphs:
         ranked.setdefault(compiled.event.frame_id, []).append(compiled.event)
     for events in ranked.values():
         events.sort(key=lambda e: e.frame_compile_id)
-    limit = limits.per_frame
-    frame_of = {e.compile_id: frame for frame, events in ranked.items() for e in events}
-    refused = {e.compile_id for events in ranked.values() for e in events[limit:]}  # never compiled there
-    fails = bool(catalog.compile.get("fullgraph")) or limits.fail_on_limit
-    first_frame = min(ranked, default=0)
+    return ranked
 
-    lost: dict[int, list[int]] = {}  # frame -> samples that lose their graph there
-    cut_first: list[int] = []  # samples whose first frame has no graph: the whole call fails or runs eagerly
+
+def _lost_samples(catalog: Catalog, ranked: dict[int, list[Any]], refused: set[Any],
+                  first_frame: int) -> tuple[dict[int, list[int]], list[int]]:
+    """Per frame the samples that lose their graph there, and the samples whose first frame has
+    no graph (the whole call fails or runs eagerly)."""
+    frame_of = {e.compile_id: frame for frame, events in ranked.items() for e in events}
+    lost: dict[int, list[int]] = {}
+    cut_first: list[int] = []
     for topology in catalog.topologies:
         graphs = topology.graphs or ((topology.compile_id,) if topology.compile_id else ())
         if not graphs:
@@ -111,15 +151,12 @@ def production_section(catalog: Catalog, limits: ProductionLimits, runs: Request
     cut_first.extend(catalog.not_analysed)
     if catalog.not_analysed:
         lost.setdefault(first_frame, []).extend(catalog.not_analysed)
+    return lost, cut_first
 
-    cut = set(cut_first)
-    failed = sorted(cut) if fails else []
-    eager = sorted({s for frame, samples in lost.items() for s in samples if not (fails and s in cut)})
-    # A later-frame graph compiled for a call whose first frame production runs eagerly does not
-    # exist there; the later frame's graphs after it may then differ.
-    exact = not any(e.sample in cut for frame, events in ranked.items() if frame != first_frame
-                    for e in events[:limit])
 
+def _frame_rows(catalog: Catalog, ranked: dict[int, list[Any]], lost: dict[int, list[int]], limit: int,
+                first_frame: int, fails: bool, runs: RequestRuns | None) -> list[dict[str, Any]]:
+    """Per frame: the graphs it needs, its limit, where that is reached, and the calls that lose it."""
     labels = {f["frame"]: f["label"] for f in catalog.frames}
     total = catalog.samples
     frames = []
@@ -144,24 +181,7 @@ def production_section(catalog: Catalog, limits: ProductionLimits, runs: Request
             "eager": len(samples) - in_frame_failed,
             "share": round(len(samples) / total, 6) if total else 0.0,
         })
-    return {
-        "recompile_limit": limits.recompile_limit,
-        "accumulated_recompile_limit": limits.accumulated_recompile_limit,
-        "fail_on_recompile_limit_hit": limits.fail_on_limit,
-        "source": limits.source,
-        "on_limit": "fail" if fails else "eager",
-        "failed_samples": failed,
-        "eager_samples": eager,
-        "failed_share": round(len(failed) / total, 6) if total else 0.0,
-        "eager_share": round(len(eager) / total, 6) if total else 0.0,
-        "exact": exact,
-        "eager_state_samples": _after_eager_steps(eager, runs, total) if carries_state else [],
-        "frames": frames,
-        "backend": limits.backend,
-        "backend_source": limits.backend_source,
-        **({"inductor_options": limits.inductor_options} if limits.inductor_options else {}),
-        **({"isolate_recompiles": True} if limits.isolate_recompiles else {}),
-    }
+    return frames
 
 
 def _where(sample: int | None, runs: RequestRuns | None) -> dict[str, Any]:
