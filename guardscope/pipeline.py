@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .catalog.diff import CatalogDiff
     from .fixes.document import Fixes
     from .fixes.probe import ProbeResult
+    from .options import ReplayOptions
 
 
 @dataclass(frozen=True)
@@ -118,12 +119,28 @@ def analyze(
     (``cudagraph_skip_dynamic_graphs``, graph partitioning: :func:`torch_compat.cudagraph_config`).
     """
     from .replay.engines import engine as start_engine
-    from .replay.runner import check_call_fits, check_marks
 
     corpus = load_corpus(corpus_dir)
     if len(corpus) == 0:
         raise CorpusError(_empty_corpus(corpus_dir, corpus.manifest.recording))
     spec = model or corpus.manifest.model
+    options, cudagraphs, warnings = _replay_options(corpus, overrides, replay_mode, paddable, shapes_per_graph)
+    # Everything the user can get wrong is checked before the output folder is touched.
+    method, user_model = _checked_model(corpus, spec, options, warnings)
+    reader = start_engine(engine, scheduler, notice)  # an unreachable scheduler: before the folder is touched
+    try:
+        return _analyze(corpus, corpus_dir, out_dir, spec, method, user_model, options, reader, warnings, cudagraphs,
+                        strict=strict, force=force, resume=resume, skip_bad_shards=skip_bad_shards,
+                        progress=progress, notice=notice, replay_mode=replay_mode, checkpoint_every=checkpoint_every,
+                        replica_compiles=replica_compiles)
+    finally:
+        reader.close()
+
+
+def _replay_options(corpus: Any, overrides: dict[str, Any], replay_mode: str, paddable: tuple[str, ...] | None,
+                    shapes_per_graph: int) -> tuple[ReplayOptions, CudagraphSettings | None, list[str]]:
+    """The replay's options from the manifest and ``overrides``, validated; the CUDA graph settings
+    when the compile mode uses CUDA graphs; and the warnings about the request so far."""
     # Production's grad mode: asked for (--grad-mode), else recorded, else the compile options' older
     # inference_mode, else inference mode.
     grad_mode = overrides.pop("grad_mode", None) or corpus.manifest.grad_mode
@@ -137,22 +154,22 @@ def analyze(
                           shapes_per_graph=shapes_per_graph, **torch_compat.cudagraph_config())
         if torch_compat.mode_uses_cudagraphs(options.mode) else None
     )
-    # Everything the user can get wrong is checked before the output folder is touched.
-    # The callable production compiled: the model, or the method the corpus names (model.forward).
+    return options, cudagraphs, warnings
+
+
+def _checked_model(corpus: Any, spec: str, options: ReplayOptions, warnings: list[str]) -> tuple[str | None, Any]:
+    """The callable production compiled (the model, or the method the corpus names: model.forward),
+    loaded and checked against the first sample and the unbacked marks; a recorded-model warning is
+    added to ``warnings``."""
+    from .replay.runner import check_call_fits, check_marks
+
     method = corpus.manifest.method
     user_model = load_model(spec, base_dir=corpus.path, method=method)
     first = corpus.sample(0)
     check_call_fits(user_model, first, str(corpus.path / corpus.manifest.shards[0].file), spec)
     check_marks(user_model, first, options.mark_unbacked)
     warnings += [w for w in (recorded_model_warning(corpus.manifest.recorded_model, user_model),) if w]
-    reader = start_engine(engine, scheduler, notice)  # an unreachable scheduler: before the folder is touched
-    try:
-        return _analyze(corpus, corpus_dir, out_dir, spec, method, user_model, options, reader, warnings, cudagraphs,
-                        strict=strict, force=force, resume=resume, skip_bad_shards=skip_bad_shards,
-                        progress=progress, notice=notice, replay_mode=replay_mode, checkpoint_every=checkpoint_every,
-                        replica_compiles=replica_compiles)
-    finally:
-        reader.close()
+    return method, user_model
 
 
 def _empty_corpus(corpus_dir: str | Path, recording: bool) -> str:
