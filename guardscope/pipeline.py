@@ -205,7 +205,6 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
              resume: bool, skip_bad_shards: bool, progress: Callable[[int, int], None] | None,
              notice: Callable[[str], None] | None, replay_mode: str, checkpoint_every: float,
              replica_compiles: bool | None = None) -> Analysis:
-    from .corpus.chains import carries_state
     from .replay.resumable import fingerprint, replay_corpus
 
     out = store.prepare_output_dir(out_dir, force=force, resume=resume)
@@ -225,7 +224,31 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
             log_file = store.write_torch_log(out, store.ANALYZE_LOG, logged.text)
     causes = logged.ranked_causes()
     result = replayed.result
-    catalog = builder.build(
+    catalog = _built_catalog(builder, replayed, corpus, out, spec, options, cudagraphs)
+    catalog = _with_production(catalog, corpus, user_model, method, result.events)
+    catalog = _with_replicas(catalog, corpus, replayed.skipped_shards, user_model, options, replica_compiles)
+    catalog_path, timings_path = _write_outputs(out, catalog, corpus, replayed, builder, options, reader)
+    warnings += [*replayed.warnings, *caveats(catalog, recompile_limit=options.recompile_limit,
+                                                      frames_followed=result.frames_followed,
+                                                      torch_version=torch_compat.torch_version(), out=out)]
+    if strict and catalog.unparsed:
+        details = ", ".join(f"{k}: {v}" for k, v in sorted(catalog.unparsed.items()))
+        raise TraceParseError(
+            f"strict mode: {details} (see 'other' failures in {catalog_path}); "
+            "rerun without --strict to accept them"
+        )
+    return Analysis(catalog=catalog, corpus_dir=Path(corpus_dir), out_dir=out, catalog_path=catalog_path,
+                    trace_path=out / store.TRACE_DIR / store.TRACE_FILE, timings_path=timings_path,
+                    replay_seconds=replayed.seconds, warnings=tuple(warnings), torch_log=causes,
+                    torch_log_file=log_file,
+                    column_checks=result.column_checks.to_json() if result.column_checks is not None else None)
+
+
+def _built_catalog(builder: CatalogBuilder, replayed: Any, corpus: Any, out: Path, spec: str, options: Any,
+                   cudagraphs: CudagraphSettings | None) -> Catalog:
+    """The catalog the replay's events and records build, its corpus path relative to ``out``."""
+    result = replayed.result
+    return builder.build(
         events=result.events,
         torch_version=result.torch_version,
         corpus_path=Path(os.path.relpath(corpus.path.resolve(), out.resolve())).as_posix(),
@@ -241,6 +264,13 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
         frame_arguments=result.frame_arguments,
         graph_breaks=result.graph_breaks,
     )
+
+
+def _with_production(catalog: Catalog, corpus: Any, user_model: Any, method: str | None, events: Any) -> Catalog:
+    """The catalog with the method compiled, the tagged requests, what production lives through
+    under its recompile limits, and its recorded compile stalls."""
+    from .corpus.chains import carries_state
+
     owner = torch_compat.forward_owner(user_model)
     if method is None and owner is not None and owner is not user_model:
         method = "forward"  # a spec returning model.forward: production compiles it in place, too
@@ -251,17 +281,30 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
     limits = production_limits(corpus.manifest.dynamo_config, corpus.manifest.compile, torch_compat.dynamo_defaults())
     catalog = replace(catalog, production=production_section(catalog, limits, corpus.requests,
                                                               carries_state(corpus)))
-    catalog = replace(catalog, production_compiles=production_stalls(corpus.production_compiles, result.events))
-    # A merged fleet corpus: its calls per replica; a traffic log with timestamps: each topology's
-    # first and last sighting (one read of the shards' few columns for both, a shard at a time).
-    skipped = {entry["file"] for entry in replayed.skipped_shards}
+    return replace(catalog, production_compiles=production_stalls(corpus.production_compiles, events))
+
+
+def _with_replicas(catalog: Catalog, corpus: Any, skipped_shards: list[dict[str, Any]], user_model: Any,
+                   options: Any, replica_compiles: bool | None) -> Catalog:
+    """A merged fleet corpus: its calls per replica, and the graphs each replica's own process
+    compiles; a traffic log with timestamps: each topology's first and last sighting (one read of
+    the shards' few columns for both, a shard at a time)."""
+    skipped = {entry["file"] for entry in skipped_shards}
     tally = group_tally(corpus, sample_groups(catalog, corpus.manifest.samples), len(catalog.topologies),
                         skipped) if catalog.samples else None
     if tally is not None and int(tally.calls.sum()) == catalog.samples:
         catalog = with_fleet(catalog, tally.names, tally.calls, tally.first_ns, tally.last_ns)
-    if catalog.replicas is not None and not replayed.skipped_shards and (
+    if catalog.replicas is not None and not skipped_shards and (
             replica_compiles if replica_compiles is not None else len(catalog.replicas) <= REPLICA_REPLAYS):
         catalog = replace(catalog, replica_compiles=_replica_compiles(corpus, user_model, options))
+    return catalog
+
+
+def _write_outputs(out: Path, catalog: Catalog, corpus: Any, replayed: Any, builder: CatalogBuilder, options: Any,
+                   reader: Any) -> tuple[Path, Path]:
+    """Write ``catalog.json`` and ``timings.json`` (compile and CUDA graph recording times, column
+    checks, the engine) and render the report; the two paths written."""
+    result = replayed.result
     recording_times = builder.cudagraph_tally.recording_times() if options.uses_cudagraphs else None
     written = catalog.to_json()
     catalog_path, timings_path = store.write_analysis(out, written, corpus=corpus.path.resolve(), timings={
@@ -275,20 +318,7 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
         "engine": reader.summary(),
     })
     _render(out, as_read(written))
-    warnings += [*replayed.warnings, *caveats(catalog, recompile_limit=options.recompile_limit,
-                                                      frames_followed=result.frames_followed,
-                                                      torch_version=torch_compat.torch_version(), out=out)]
-    if strict and catalog.unparsed:
-        details = ", ".join(f"{k}: {v}" for k, v in sorted(catalog.unparsed.items()))
-        raise TraceParseError(
-            f"strict mode: {details} (see 'other' failures in {catalog_path}); "
-            "rerun without --strict to accept them"
-        )
-    return Analysis(catalog=catalog, corpus_dir=Path(corpus_dir), out_dir=out, catalog_path=catalog_path,
-                    trace_path=out / store.TRACE_DIR / store.TRACE_FILE, timings_path=timings_path,
-                    replay_seconds=replayed.seconds, warnings=tuple(warnings), torch_log=causes,
-                    torch_log_file=log_file,
-                    column_checks=result.column_checks.to_json() if result.column_checks is not None else None)
+    return catalog_path, timings_path
 
 
 # --- a fleet: several replicas' traffic as one corpus -------------------------------------------
