@@ -149,29 +149,7 @@ def analyze(corpora: tuple[str, ...], out_dir: str, model: str | None, backend: 
     from ..corpus.reader import load_corpus
 
     if split_by is not None:
-        if isolate or (isolate is None and backend == "inductor"):
-            _analyze_in_child(out_dir, ", ".join(corpora))  # every group in one child
-            return
-        groups = pipeline.fleet_groups(corpora)
-        options = {name: value for name, value in click.get_current_context().params.items()
-                   if name not in ("corpora", "out_dir", "split_by")}
-        failed: list[tuple[str, int]] = []
-        for number, (name, paths, differing) in enumerate(groups):
-            shown = "; ".join(f"{what} {value}" for what, value in differing.items()) or "recorded alike"
-            click.echo(f"{'' if not number else chr(10)}group       {name}: {len(paths)} "
-                       f"replica{'' if len(paths) == 1 else 's'} ({shown}) -> {Path(out_dir) / name}")
-            try:  # a group that fails (bad input, samples that raised) does not stop the next ones
-                analyze.callback(corpora=tuple(paths), out_dir=str(Path(out_dir) / name), split_by=None,
-                                 **{**options, "isolate": False})
-            except SystemExit as exit_:
-                if exit_.code == 130:  # interrupted: the later groups are not started
-                    raise
-                if exit_.code:
-                    failed.append((name, int(exit_.code) if isinstance(exit_.code, int) else 2))
-        if failed:
-            click.secho(f"error: {len(failed)} of {len(groups)} groups did not analyse cleanly: "
-                        + ", ".join(f"{name} (exit {code})" for name, code in failed), fg="red", err=True)
-            sys.exit(max(code for _, code in failed))
+        _analyze_groups(corpora, out_dir, backend, isolate)
         return
     corpus = str(pipeline.corpus_to_replay(corpora, out_dir, force=force, resume=resume,
                                            skip_bad_shards=skip_bad_shards, notice=click.echo))
@@ -179,6 +157,51 @@ def analyze(corpora: tuple[str, ...], out_dir: str, model: str | None, backend: 
     if isolate or (isolate is None and backend == "inductor"):
         _analyze_in_child(out_dir, corpus)
         return
+    overrides = _replay_overrides(backend, device, dynamic, fullgraph, mode, grad_mode, recompile_limit, mark_samples,
+                                  no_duck_shape, marks)
+    analysis = _replay_and_summarize(corpus, out_dir, total, quiet, model=model, strict=strict, force=force,
+                                     resume=resume, skip_bad_shards=skip_bad_shards,
+                                     checkpoint_every=checkpoint_every, replay_mode=replay_mode,
+                                     paddable=_paddable_dims(paddable), shapes_per_graph=shapes_per_graph,
+                                     engine=engine, scheduler=scheduler, replica_compiles=replica_compiles,
+                                     **overrides)
+    _exit_on_failed_samples(analysis, accept_errors)
+
+
+def _analyze_groups(corpora: tuple[str, ...], out_dir: str, backend: str, isolate: bool | None) -> None:
+    """--split-by: each group of replicas recorded alike analysed on its own into OUT/NAME (all in
+    one child when isolated); a group that fails does not stop the next ones, an interrupt does."""
+    from .. import pipeline
+
+    if isolate or (isolate is None and backend == "inductor"):
+        _analyze_in_child(out_dir, ", ".join(corpora))  # every group in one child
+        return
+    groups = pipeline.fleet_groups(corpora)
+    options = {name: value for name, value in click.get_current_context().params.items()
+               if name not in ("corpora", "out_dir", "split_by")}
+    failed: list[tuple[str, int]] = []
+    for number, (name, paths, differing) in enumerate(groups):
+        shown = "; ".join(f"{what} {value}" for what, value in differing.items()) or "recorded alike"
+        click.echo(f"{'' if not number else chr(10)}group       {name}: {len(paths)} "
+                   f"replica{'' if len(paths) == 1 else 's'} ({shown}) -> {Path(out_dir) / name}")
+        try:  # a group that fails (bad input, samples that raised) does not stop the next ones
+            analyze.callback(corpora=tuple(paths), out_dir=str(Path(out_dir) / name), split_by=None,
+                             **{**options, "isolate": False})
+        except SystemExit as exit_:
+            if exit_.code == 130:  # interrupted: the later groups are not started
+                raise
+            if exit_.code:
+                failed.append((name, int(exit_.code) if isinstance(exit_.code, int) else 2))
+    if failed:
+        click.secho(f"error: {len(failed)} of {len(groups)} groups did not analyse cleanly: "
+                    + ", ".join(f"{name} (exit {code})" for name, code in failed), fg="red", err=True)
+        sys.exit(max(code for _, code in failed))
+
+
+def _replay_overrides(backend: str, device: str, dynamic: str | None, fullgraph: bool | None, mode: str | None,
+                      grad_mode: str | None, recompile_limit: int, mark_samples: str, no_duck_shape: bool,
+                      marks: tuple[str, ...]) -> dict[str, Any]:
+    """The options given on the command line, as :class:`ReplayOptions` overrides of the manifest's."""
     overrides = {
         "backend": backend,
         "device": device,
@@ -195,16 +218,18 @@ def analyze(corpora: tuple[str, ...], out_dir: str, model: str | None, backend: 
         overrides["mark_unbacked"] = _parse_marks(marks)
     if "dynamic" in overrides and overrides["dynamic"] is None and dynamic == "auto":
         overrides.pop("dynamic")
+    return overrides
+
+
+def _replay_and_summarize(corpus: str, out_dir: str, total: int, quiet: bool, **analyze_args: Any) -> Any:
+    """Run the analysis with a progress line and SIGTERM handled, then print its warnings, summary
+    and torch's log causes; an interrupt says what was kept and exits 130."""
+    from .. import pipeline
+
     progress = ReplayProgress(total, stream=sys.stderr, quiet=quiet)
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        analysis = pipeline.analyze(corpus, out_dir, model=model, strict=strict, force=force,
-                                    resume=resume, skip_bad_shards=skip_bad_shards,
-                                    checkpoint_every=checkpoint_every,
-                                    progress=progress, notice=progress.note, replay_mode=replay_mode,
-                                    paddable=_paddable_dims(paddable), shapes_per_graph=shapes_per_graph,
-                                    engine=engine, scheduler=scheduler, replica_compiles=replica_compiles,
-                                    **overrides)
+        analysis = pipeline.analyze(corpus, out_dir, progress=progress, notice=progress.note, **analyze_args)
         progress.close()
         for warning in analysis.warnings:
             click.secho(f"warning: {warning}", fg="yellow", err=True)
@@ -217,6 +242,11 @@ def analyze(corpora: tuple[str, ...], out_dir: str, model: str | None, backend: 
         sys.exit(130)
     finally:
         signal.signal(signal.SIGTERM, previous)
+    return analysis
+
+
+def _exit_on_failed_samples(analysis: Any, accept_errors: bool) -> None:
+    """Exit 1 when samples raised in the model, unless --accept-errors."""
     failed = analysis.catalog.failed_samples
     if failed and not accept_errors:
         rest = ("no sample could be catalogued" if len(failed) == analysis.catalog.samples
