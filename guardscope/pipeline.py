@@ -228,6 +228,8 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
         method = "forward"  # a spec returning model.forward: production compiles it in place, too
     if method is not None:
         catalog = replace(catalog, method=method)
+    if corpus.row_indices:  # an old traffic log: its indices are its rows' order, not the calls'
+        catalog = replace(catalog, indices="rows")
     if corpus.requests is not None:
         catalog = replace(catalog, requests=request_summary(corpus.requests, catalog))
     limits = production_limits(corpus.manifest.dynamo_config, corpus.manifest.compile, torch_compat.dynamo_defaults())

@@ -34,6 +34,8 @@ _ROW_COLUMNS = ("first", "count", "template", "full", "data", "signature")
 def log_records(corpus: Any, path: pathlib.Path, shard: ShardInfo, columns: bool = False) -> list[Any]:
     """Shard ``shard`` of ``corpus`` (its log at ``path``) as records, in order."""
     log = read_log(path, read_checked(path, shard.sha256))
+    if not log.call_indices:
+        corpus.row_indices = True  # an old log's gathered repeats: its indices are its rows' order
     kept: list[Any] = []
     structured = False
     if shard.data is not None:
@@ -114,7 +116,7 @@ class _Rows:
         return column_runs(arrays, numbers, eligible, call_of)
 
     def _where(self, row: int, index: int) -> str:
-        return f"traffic log {self.path}, row {row} (sample {index})"
+        return f"traffic log {self.path}, row {self.log.file_row(row)} (sample {index})"
 
     def rows(self, start: int, stop: int, index: int) -> list[Any]:
         """Rows ``start`` to ``stop - 1`` (the first one's first sample ``index``) one by one."""

@@ -65,6 +65,9 @@ class Corpus:
         self._full_shards: dict[str, tuple[list[Sample | SignatureRecord], list[int]]] = {}
         self._placement = _placement(map_location)
         self._templates: list[CallTemplate] = []  # those of the signature records read, last matched first
+        # A version 1 traffic log read so far gathered a signature's repeats without their places:
+        # its sample indices are its rows' order, not the calls' (corpus.traffic_log).
+        self.row_indices = False
 
     def __len__(self) -> int:
         return self.manifest.samples
