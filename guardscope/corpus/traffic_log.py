@@ -74,7 +74,7 @@ _TEMPLATES_KEY = b"guardscope.templates"
 
 # The columns a reader needs, with their pyarrow types (built on first use: pyarrow is imported
 # only by the code that reads or writes a log).
-_COLUMNS = ("first", "count", "first_seen", "last_seen", "replica", "digest", "template", "sizes", "strides",
+COLUMNS = ("first", "count", "first_seen", "last_seen", "replica", "digest", "template", "sizes", "strides",
             "offsets", "dtypes", "ints", "full", "data", "signature")
 
 
@@ -85,7 +85,7 @@ def _pa() -> Any:
 
 
 def schema() -> Any:
-    """The log's Arrow schema (:data:`_COLUMNS` in order)."""
+    """The log's Arrow schema (:data:`COLUMNS` in order)."""
     pa = _pa()
     stamp = pa.timestamp("ns", tz="UTC")
     return pa.schema([
@@ -240,23 +240,32 @@ def encode_log(rows: list[dict[str, Any]], templates: dict[str, str]) -> bytes:
 
 def encode_table(table: Any, templates: dict[str, str]) -> bytes:
     """Parquet bytes of a log's rows given as an Arrow table of :func:`schema`'s columns and
-    optionally ``replicas`` (other columns dropped, metadata replaced): what :func:`encode_log` writes, for rows taken from
-    other logs (``guardscope merge``). ``templates``: digest -> signature JSON text."""
-    pa = _pa()
+    optionally ``replicas`` and ``positions`` (other columns dropped, metadata replaced): what
+    :func:`encode_log` writes, for rows taken from other logs (``guardscope merge``).
+    ``templates``: digest -> signature JSON text."""
     import pyarrow.parquet as pq
 
-    metadata = {_FORMAT_KEY: json.dumps({"format": LOG_FORMAT, "version": LOG_VERSION}).encode(),
-                _TEMPLATES_KEY: json.dumps(dict(sorted(templates.items())), separators=(",", ":")).encode()}
-    fields = schema()
-    names = list(_COLUMNS)
-    if "replicas" in table.column_names:  # a compact merge's calls per replica
-        fields, names = fields.append(pa.field("replicas", replicas_type())), names + ["replicas"]
-    if "positions" in table.column_names and table.column("positions").null_count < table.num_rows:
-        fields, names = fields.append(pa.field("positions", positions_type())), names + ["positions"]
-    table = pa.Table.from_arrays([table.column(name) for name in names], schema=fields.with_metadata(metadata))
+    replicas = "replicas" in table.column_names  # a compact merge's calls per replica
+    positions = "positions" in table.column_names and table.column("positions").null_count < table.num_rows
+    fields = log_schema(templates, positions=positions, replicas=replicas)
+    table = _pa().Table.from_arrays([table.column(name) for name in fields.names], schema=fields)
     buffer = io.BytesIO()
     pq.write_table(table, buffer, **WRITE_OPTIONS)
     return buffer.getvalue()
+
+
+def log_schema(templates: dict[str, str], *, positions: bool = False, replicas: bool = False) -> Any:
+    """A log file's Arrow schema with its metadata (``templates``: digest -> signature JSON text),
+    with the optional ``replicas`` and ``positions`` columns when asked."""
+    pa = _pa()
+    metadata = {_FORMAT_KEY: json.dumps({"format": LOG_FORMAT, "version": LOG_VERSION}).encode(),
+                _TEMPLATES_KEY: json.dumps(dict(sorted(templates.items())), separators=(",", ":")).encode()}
+    fields = schema()
+    if replicas:
+        fields = fields.append(pa.field("replicas", replicas_type()))
+    if positions:
+        fields = fields.append(pa.field("positions", positions_type()))
+    return fields.with_metadata(metadata)
 
 
 # How every log file is written (pyarrow.parquet.write_table's and ParquetWriter's options).

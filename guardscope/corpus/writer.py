@@ -36,6 +36,7 @@ from .format import (
     check_method_name,
     check_model_spec,
 )
+from .log_files import ROLL_SECONDS, LogFiles, roll_bounds
 from .log_window import LogWindow
 from .materialising import materialise
 from .requests import REQUESTS_NAME, RequestRuns, check_request
@@ -43,7 +44,7 @@ from .shards import encode_shard
 from .signature import holds_objects, signature, signature_digest
 from .spec import anchored
 from .structured import needs_lowering
-from .traffic_log import Layout, encode_log, encode_table, signature_text, split_signature, template_digest
+from .traffic_log import Layout, encode_table, signature_text, split_signature, template_digest
 from .values import _copy_call, check_sample, lowered, storage_bytes
 from .weights import as_model_print
 
@@ -133,6 +134,8 @@ class CorpusWriter:
         aggregate: bool = True,
         replica: str | None = None,
         timestamps: bool = True,
+        roll_bytes: int | None = None,
+        roll_seconds: float | None = ROLL_SECONDS,
     ) -> None:
         self.directory = pathlib.Path(directory)
         # A relative file spec is stored relative to the corpus folder, where it is resolved first:
@@ -190,6 +193,10 @@ class CorpusWriter:
         # The rows of the traffic log's next shard (log="parquet"); the template of each signature
         # layout they use, by digest.
         self._window = LogWindow(self.replica, aggregate) if log == "parquet" else None
+        try:
+            self._files = LogFiles(self.directory, _atomic_write, *roll_bounds(roll_bytes, roll_seconds))
+        except ValueError as exc:
+            raise CorpusError(str(exc)) from None
         self._templates: dict[str, str] = {}
         self._shapes: dict[tuple, tuple[str, bool]] = {}  # a template's shape -> (its digest, holds objects)
         self._full_rows: list[tuple[list, dict]] = []  # (a signature's _seen entry, its pending full row)
@@ -506,7 +513,11 @@ class CorpusWriter:
         if self._closed:
             return
         self._closed = True
-        if self._pending or self._window:
+        if self._window is not None:  # the last window, the open file folded, the manifest
+            if self._window:
+                self._flush_log()
+            self._roll(True)
+        elif self._pending:
             self._flush()
         else:
             self._write_manifest()  # without the "recording" mark
@@ -532,32 +543,30 @@ class CorpusWriter:
             self.dynamo_config = torch_compat.dynamo_settings()
 
     def _flush_log(self) -> None:
-        """Write the window as the next traffic log shard (and its data shard), then the manifest."""
+        """Write the window as the log's next window file (and its data shard), fold the open
+        file when due (:mod:`guardscope.corpus.log_files`), then write the manifest."""
         window = self._window
         first = self._shards[-1].first + self._shards[-1].samples if self._shards else 0
         rows = window.assign(first)  # type: ignore[union-attr]
         for seen, row in self._full_rows:
             seen[0] = row["first"]
         self._full_rows = []
-        number = len(self._shards)
-        data = None
-        if window.data:  # type: ignore[union-attr]
-            version = STRUCTURED_FORMAT_VERSION if self._structured else FORMAT_VERSION
-            buffer = io.BytesIO()
-            torch.save(encode_shard(window.data, version), buffer)  # type: ignore[union-attr]
-            data_name = f"shard-{number:05d}.pt"
-            _atomic_write(self.directory / data_name, buffer.getvalue())
-            data = (data_name, hashlib.sha256(buffer.getvalue()).hexdigest())
         used = {row["layout"].template for row in rows} - {None}
-        log = encode_log(rows, {name: self._templates[name] for name in used})
-        name = f"shard-{number:05d}.parquet"
-        _atomic_write(self.directory / name, log)
+        self._files.write(rows, {name: self._templates[name] for name in used}, window.data,  # type: ignore[union-attr]
+                          self._structured, first, window.samples)  # type: ignore[union-attr]
         for row in rows:
             if row["request"] is not None:
                 self._requests.add(row["first"], row["request"][0], row["request"][1])
-        self._shards.append(ShardInfo(name, first, window.samples, hashlib.sha256(log).hexdigest(), data))  # type: ignore[union-attr]
         self._window = LogWindow(self.replica, window.aggregate)  # type: ignore[union-attr]
+        self._roll(self._files.due())
+
+    def _roll(self, fold: bool) -> None:
+        """The manifest, after folding the log's open file into one when ``fold``."""
+        folded = self._files.roll(self._templates) if fold else []
+        self._shards = self._files.shards
         self._write_manifest()
+        for path in folded:  # once the manifest lists the file they were folded into
+            path.unlink(missing_ok=True)
 
     def append_log(self, table: Any, templates: dict[str, str], data: list[dict[str, Any]], *,
                    structured: bool = False, devices: set[str] | frozenset[str] = frozenset(),
@@ -577,7 +586,7 @@ class CorpusWriter:
         firsts = table.column("first").to_numpy()
         if len(counts) and (firsts[0] != first or (firsts[1:] != firsts[:-1] + counts[:-1]).any()):
             raise CorpusError(f"append_log(): the rows' 'first' must count on from sample {first}")
-        number = len(self._shards)
+        number = self._files.take_number()
         shard_data = None
         if data:
             self._structured = self._structured or structured
@@ -595,7 +604,8 @@ class CorpusWriter:
         self._devices |= set(devices)
         self._count += int(counts.sum())
         self._records += int(counts.sum()) - len(data)  # the rows not kept in full are signatures
-        self._shards.append(ShardInfo(name, first, int(counts.sum()), hashlib.sha256(log).hexdigest(), shard_data))
+        self._files.folded.append(ShardInfo(name, first, int(counts.sum()), hashlib.sha256(log).hexdigest(), shard_data))
+        self._shards = self._files.shards
         self._write_manifest()
 
     @property
