@@ -144,6 +144,8 @@ def analyze(
     check_call_fits(user_model, first, str(corpus.path / corpus.manifest.shards[0].file), spec)
     check_marks(user_model, first, options.mark_unbacked)
     warnings += [w for w in (recorded_model_warning(corpus.manifest.recorded_model, user_model),) if w]
+    if corpus.manifest.recording:
+        warnings.append(open_recording_warning(corpus))
     reader = start_engine(engine, scheduler, notice)  # an unreachable scheduler: before the folder is touched
     try:
         return _analyze(corpus, corpus_dir, out_dir, spec, method, user_model, options, reader, warnings, cudagraphs,
@@ -180,6 +182,14 @@ def _replica_compiles(corpus: Any, model: Any, options: Any) -> dict[str, int] |
         return None
     with torch_compat.torch_logs_captured():  # the same lines as the fleet's replay, kept in its log
         return replica_compiles(corpus, model, options, *owners)
+
+
+def open_recording_warning(corpus: Any) -> str:
+    """A corpus whose writer had not closed when it last wrote the manifest (a recorder still
+    running, or a killed one): what the analysis covers and what it cannot."""
+    return (f"{corpus.path} is a recording whose writer had not closed (a recorder still running, or a process "
+            f"killed): the analysis covers the {len(corpus):,} calls it had flushed; the calls it took after its "
+            "last flush (at most one flush window) are not in the log")
 
 
 def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str, method: str | None, user_model: Any, options: Any,

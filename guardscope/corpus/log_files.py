@@ -39,6 +39,9 @@ ROLL_SECONDS = 600.0
 # The distinct rows a traffic recorder's window holds at most before it is flushed (besides its
 # flush_every seconds): a flush costs a file write and the manifest's, so not every few hundred calls.
 WINDOW_ROWS = 16384
+# ...or this many bytes of calls kept in full (where the log is folded): their data is written twice,
+# in the window and in the fold, so it is written as it comes, not all at the end.
+WINDOW_BYTES = 8 * 2**20
 
 
 @dataclass

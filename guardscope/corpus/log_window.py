@@ -28,6 +28,7 @@ class LogWindow:
         self.rows: list[dict[str, Any]] = []
         self.data: list[dict[str, Any]] = []  # the calls kept in full, in data-shard order
         self.samples = 0  # calls in the window
+        self.data_bytes = 0  # tensor storage bytes of the calls kept in full
         self._open: dict[str, dict[str, Any]] = {}  # digest -> its aggregated row in this window
 
     def __bool__(self) -> bool:
@@ -62,8 +63,10 @@ class LogWindow:
             self._open[layout.digest] = row
 
     def full(self, layout: Layout, args: tuple, kwargs: dict, when: int | None,
-             request: tuple | None = None) -> dict[str, Any]:
-        """A call kept in full; returns its row (its index once :meth:`assign` ran)."""
+             request: tuple | None = None, size: int = 0) -> dict[str, Any]:
+        """A call kept in full (``size``: its tensor storage bytes); returns its row (its index
+        once :meth:`assign` ran)."""
+        self.data_bytes += size
         row = self._row(layout, None, when, request, 1, self.samples)
         self.samples += 1
         row["data"] = len(self.data)

@@ -36,7 +36,7 @@ from .format import (
     check_method_name,
     check_model_spec,
 )
-from .log_files import ROLL_SECONDS, LogFiles, roll_bounds
+from .log_files import ROLL_SECONDS, WINDOW_BYTES, LogFiles, roll_bounds
 from .log_window import LogWindow
 from .materialising import materialise
 from .requests import REQUESTS_NAME, RequestRuns, check_request
@@ -380,11 +380,13 @@ class CorpusWriter:
 
     def _advance_window(self, devices: set[str] | frozenset[str], count: int) -> None:
         """Count calls added to the traffic log's window; write the shard when it holds
-        ``shard_size`` rows."""
+        ``shard_size`` rows, or, where the log is folded, ``WINDOW_BYTES`` of calls kept in full."""
         if not devices <= self._devices:
             self._devices |= devices
         self._count += count
-        if len(self._window.rows) >= self.shard_size:  # type: ignore[union-attr]
+        window = self._window
+        if len(window.rows) >= self.shard_size or (  # type: ignore[union-attr]
+                window.data_bytes >= WINDOW_BYTES and self._files.roll_bytes is not None):  # type: ignore[union-attr]
             self._flush()
 
     def _check_open(self) -> None:
@@ -440,7 +442,7 @@ class CorpusWriter:
             if layout is not None:
                 if not copied:
                     args, kwargs = _copy_call(args, kwargs)
-                row = self._window.full(layout, args, kwargs, when, request)  # type: ignore[union-attr]
+                row = self._window.full(layout, args, kwargs, when, request, size)  # type: ignore[union-attr]
                 if first_full:  # its index is given when the window is written
                     seen[0] = row
                     self._full_rows.append((seen, row))
