@@ -30,7 +30,7 @@ import torch
 
 from .format import FORMAT_VERSION, STRUCTURED_FORMAT_VERSION, ShardInfo
 from .shards import encode_shard
-from .traffic_log import COLUMNS, WRITE_OPTIONS, encode_log, log_schema
+from .traffic_log import COLUMNS, WRITE_OPTIONS, encode_log, encode_table, log_schema
 
 # A traffic log's file is folded past this many bytes (its windows' Parquet and data shards) or
 # this age, unless the writer is told otherwise (None: one file per flush, as before issue 53).
@@ -80,22 +80,30 @@ class LogFiles:
               structured: bool, first: int, samples: int) -> None:
         """Write one window (its rows, the templates they use, the calls kept in full) as the open
         file's next window; then fold the open file if it is due."""
+        info, size = self._write_files(encode_log(rows, templates), data, structured, first, samples)
+        if not self._open:
+            self._opened = time.monotonic()
+        self._open.append(_Window(info, data if self.roll_bytes is not None else [], structured, set(templates), size))
+
+    def append(self, table: Any, templates: dict[str, str], data: list[dict[str, Any]], structured: bool,
+               first: int, samples: int) -> None:
+        """Write rows taken from other logs (an Arrow table, ``guardscope merge``) as a file of
+        their own, with the calls they kept in full."""
+        self.folded.append(self._write_files(encode_table(table, templates), data, structured, first, samples)[0])
+
+    def _write_files(self, log: bytes, data: list[dict[str, Any]], structured: bool, first: int,
+                     samples: int) -> tuple[ShardInfo, int]:
+        """The next file's Parquet bytes and data shard written: its manifest entry and bytes."""
         number = self.take_number()
-        data_info = None
-        size = 0
+        data_info, size = None, len(log)
         if data:
             content = _data_shard(data, structured)
             data_info = (f"shard-{number:05d}.pt", hashlib.sha256(content).hexdigest())
             self._write_file(self.directory / data_info[0], content)
             size += len(content)
-        log = encode_log(rows, templates)
         name = f"shard-{number:05d}.parquet"
         self._write_file(self.directory / name, log)
-        size += len(log)
-        if not self._open:
-            self._opened = time.monotonic()
-        self._open.append(_Window(ShardInfo(name, first, samples, hashlib.sha256(log).hexdigest(), data_info),
-                                  data if self.roll_bytes is not None else [], structured, set(templates), size))
+        return ShardInfo(name, first, samples, hashlib.sha256(log).hexdigest(), data_info), size
 
     def due(self) -> bool:
         """Whether the open file is past its size or age."""
@@ -113,7 +121,6 @@ class LogFiles:
         if len(windows) < 2 or self.roll_bytes is None:
             self.folded.extend(window.info for window in windows)
             return []
-        number = self.take_number()
         data: list[dict[str, Any]] = []
         structured = any(window.structured for window in windows)
         buffer = io.BytesIO()
@@ -134,17 +141,9 @@ class LogFiles:
                                else pa.nulls(table.num_rows, schema.field("positions").type))
                 sink.write_table(pa.Table.from_arrays(columns, schema=schema))
                 data.extend(window.data)
-        log = buffer.getvalue()
-        data_info = None
-        if data:
-            content = _data_shard(data, structured)
-            data_info = (f"shard-{number:05d}.pt", hashlib.sha256(content).hexdigest())
-            self._write_file(self.directory / data_info[0], content)
-        name = f"shard-{number:05d}.parquet"
-        self._write_file(self.directory / name, log)
-        first = windows[0].info
-        self.folded.append(ShardInfo(name, first.first, sum(window.info.samples for window in windows),
-                                     hashlib.sha256(log).hexdigest(), data_info))
+        first = windows[0].info.first
+        self.folded.append(self._write_files(buffer.getvalue(), data, structured, first,
+                                             sum(window.info.samples for window in windows))[0])
         self.rolls += 1
         return [self.directory / file for window in windows
                 for file in (window.info.file, *((window.info.data[0],) if window.info.data else ()))]

@@ -44,7 +44,7 @@ from .shards import encode_shard
 from .signature import holds_objects, signature, signature_digest
 from .spec import anchored
 from .structured import needs_lowering
-from .traffic_log import Layout, encode_table, signature_text, split_signature, template_digest
+from .traffic_log import Layout, signature_text, split_signature, template_digest
 from .values import _copy_call, check_sample, lowered, storage_bytes
 from .weights import as_model_print
 
@@ -588,25 +588,13 @@ class CorpusWriter:
         firsts = table.column("first").to_numpy()
         if len(counts) and (firsts[0] != first or (firsts[1:] != firsts[:-1] + counts[:-1]).any()):
             raise CorpusError(f"append_log(): the rows' 'first' must count on from sample {first}")
-        number = self._files.take_number()
-        shard_data = None
-        if data:
-            self._structured = self._structured or structured
-            version = STRUCTURED_FORMAT_VERSION if structured else FORMAT_VERSION
-            buffer = io.BytesIO()
-            torch.save(encode_shard(data, version), buffer)
-            data_name = f"shard-{number:05d}.pt"
-            _atomic_write(self.directory / data_name, buffer.getvalue())
-            shard_data = (data_name, hashlib.sha256(buffer.getvalue()).hexdigest())
-        log = encode_table(table, templates)
-        name = f"shard-{number:05d}.parquet"
-        _atomic_write(self.directory / name, log)
+        self._structured = self._structured or (structured and bool(data))
+        self._files.append(table, templates, data, structured, first, int(counts.sum()))
         for index, tag, step in requests:
             self._requests.add(index, tag, step)
         self._devices |= set(devices)
         self._count += int(counts.sum())
         self._records += int(counts.sum()) - len(data)  # the rows not kept in full are signatures
-        self._files.folded.append(ShardInfo(name, first, int(counts.sum()), hashlib.sha256(log).hexdigest(), shard_data))
         self._shards = self._files.shards
         self._write_manifest()
 
