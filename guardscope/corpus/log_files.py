@@ -149,14 +149,15 @@ class LogFiles:
                 for file in (window.info.file, *((window.info.data[0],) if window.info.data else ()))]
 
 
-def roll_bounds(roll_bytes: int | None, roll_seconds: float | None) -> tuple[int | None, float | None]:
-    """A traffic log's fold bounds, checked (``ValueError`` saying why; ``roll_bytes=None``: one
-    file per flush)."""
+def roll_bounds(roll_bytes: int | None, roll_seconds: float | None,
+                error: type[Exception] = ValueError) -> tuple[int | None, float | None]:
+    """A traffic log's fold bounds, checked (``error`` saying why; ``roll_bytes=None``: one file
+    per flush)."""
     if roll_bytes is not None and (type(roll_bytes) is not int or roll_bytes < 1):
-        raise ValueError(f"roll_bytes must be a positive int or None (one file per flush), got {roll_bytes!r}")
+        raise error(f"roll_bytes must be a positive int or None (one file per flush), got {roll_bytes!r}")
     if roll_seconds is not None and (not isinstance(roll_seconds, (int, float)) or isinstance(roll_seconds, bool)
                                      or not roll_seconds >= 0):
-        raise ValueError(f"roll_seconds must be a number of seconds >= 0 or None, got {roll_seconds!r}")
+        raise error(f"roll_seconds must be a number of seconds >= 0 or None, got {roll_seconds!r}")
     return roll_bytes, None if roll_seconds is None else float(roll_seconds)
 
 

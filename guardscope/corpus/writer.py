@@ -193,10 +193,7 @@ class CorpusWriter:
         # The rows of the traffic log's next shard (log="parquet"); the template of each signature
         # layout they use, by digest.
         self._window = LogWindow(self.replica, aggregate) if log == "parquet" else None
-        try:
-            self._files = LogFiles(self.directory, _atomic_write, *roll_bounds(roll_bytes, roll_seconds))
-        except ValueError as exc:
-            raise CorpusError(str(exc)) from None
+        self._files = LogFiles(self.directory, _atomic_write, *roll_bounds(roll_bytes, roll_seconds, CorpusError))
         self._templates: dict[str, str] = {}
         self._shapes: dict[tuple, tuple[str, bool]] = {}  # a template's shape -> (its digest, holds objects)
         self._full_rows: list[tuple[list, dict]] = []  # (a signature's _seen entry, its pending full row)

@@ -410,11 +410,9 @@ class TrafficRecorder(FallbackRecorder):
     no tensor data at all. Never raises into the call; see :class:`FallbackRecorder` for
     ``flush_every``, ``overwrite``, :meth:`flush` and :meth:`close`.
 
-    Each flush (``flush_every`` seconds, or ``WINDOW_ROWS`` distinct rows) writes its window as a
-    file of its own, and the windows are folded into one file past ``roll_bytes`` bytes or
-    ``roll_seconds`` seconds and at :meth:`close` (:mod:`guardscope.corpus.log_files`): a killed
-    process loses at most the window it had not flushed, and a day of traffic is a few files
-    (``roll_bytes=None``: one file per flush).
+    A flush (``flush_every`` s or ``WINDOW_ROWS`` rows) writes its window as a file, folded into one
+    past ``roll_bytes`` or ``roll_seconds`` and at :meth:`close` (:mod:`guardscope.corpus.log_files`;
+    None: a file per flush): a killed process loses at most its last window.
 
     Example::
 
@@ -448,10 +446,7 @@ class TrafficRecorder(FallbackRecorder):
         roll_bytes: int | None = ROLL_BYTES,
         roll_seconds: float | None = ROLL_SECONDS,
     ) -> None:
-        try:
-            self.roll_bytes, self.roll_seconds = roll_bounds(roll_bytes, roll_seconds)
-        except ValueError as exc:
-            raise ServeError(str(exc)) from None
+        self.roll_bytes, self.roll_seconds = roll_bounds(roll_bytes, roll_seconds, ServeError)
         if type(full_per_signature) is not int or full_per_signature < 0:
             raise ServeError(f"full_per_signature must be an int >= 0, got {full_per_signature!r}")
         self.full_per_signature = full_per_signature

@@ -249,3 +249,31 @@ def test_an_old_log_that_gathered_repeats_says_its_indices_are_rows(tmp_path):
     assert [s[2][1][2][2][0] for s in described(gathered)] == [2, 2, 2, 3, 4]  # the rows' order
     assert gathered.row_indices
     assert [s[2][1][2][2][0] for s in described(single)] == [2, 3, 4] and not single.row_indices
+
+
+def test_windows_are_folded_into_one_file_past_roll_bytes_and_at_close(tmp_path):
+    """Issue 53: each flush writes its window as a file of its own; past ``roll_bytes`` (and at
+    close) the open file's windows become one file, its data shard the windows' calls kept in
+    full, the windows deleted and the manifest listing the folded file in their place."""
+    rows = [2, 3, 2, 4, 5, 2, 6, 3, 7, 2, 8, 9, 2, 3]
+    writer = CorpusWriter(tmp_path / "t", model=MODEL, keep="signatures", log="parquet", roll_bytes=1)
+    for position, count in enumerate(rows):
+        args, kwargs = call(count)
+        writer.add(*args, **kwargs)
+        if position % 3 == 2:
+            writer.flush()
+            listed = read_manifest(tmp_path / "t").shards
+            assert listed and all(pq.read_table(tmp_path / "t" / s.file).num_rows for s in listed)
+    writer.close()
+    manifest = read_manifest(tmp_path / "t")
+    names = sorted(path.name for path in (tmp_path / "t").iterdir())
+    assert names == sorted(["corpus.json", *(s.file for s in manifest.shards),
+                            *(s.data[0] for s in manifest.shards if s.data)])
+    assert len(manifest.shards) < 5  # a file per flush would be 5
+    assert any(pq.read_metadata(tmp_path / "t" / s.file).num_row_groups > 1 for s in manifest.shards)
+    corpus = load_corpus(tmp_path / "t")
+    assert [s[2] for s in described(corpus)] == [signature(*call(n), inference=False) for n in rows]
+    kept = [sample for sample in corpus if sample.recorded == "full"]
+    assert [sample.args[0].shape[0] for sample in kept] == [2, 3, 4, 5, 6, 7, 8, 9]  # each first, with data
+    with pytest.raises(CorpusError, match="roll_bytes must be a positive int"):
+        CorpusWriter(tmp_path / "u", model=MODEL, keep="signatures", log="parquet", roll_bytes=0)
