@@ -54,10 +54,11 @@ def _calls(count: int):
     for sig in signatures(count):
         kwargs = {}
         for name, tensor in sig[2][1:]:
-            key = (name, tensor[2], tensor[5])
+            key = (name, tensor[2], tensor[3], tensor[5])
             value = built.get(key)
             if value is None:
-                value = built[key] = torch.zeros(tensor[2], dtype=getattr(torch, tensor[5]))
+                # The signature's own strides (a (2, 0) tensor's are (0, 1), not zeros()'s (1, 1)).
+                value = built[key] = torch.empty_strided(tensor[2], tensor[3], dtype=getattr(torch, tensor[5])).zero_()
             kwargs[name.strip("'")] = value
         yield kwargs
 

@@ -36,12 +36,17 @@ from .traffic_log import COLUMNS, WRITE_OPTIONS, encode_log, encode_table, log_s
 # this age, unless the writer is told otherwise (None: one file per flush, as before issue 53).
 ROLL_BYTES = 64 * 2**20
 ROLL_SECONDS = 600.0
+# ...or this many rows: a file's rows are read at once, so its rows bound an analysis's memory
+# (the bench's own logs are 65,536 rows a file).
+ROLL_ROWS = 262_144
 # The distinct rows a traffic recorder's window holds at most before it is flushed (besides its
 # flush_every seconds): a flush costs a file write and the manifest's, so not every few hundred calls.
 WINDOW_ROWS = 16384
-# ...or this many bytes of calls kept in full (where the log is folded): their data is written twice,
-# in the window and in the fold, so it is written as it comes, not all at the end.
-WINDOW_BYTES = 8 * 2**20
+# ...or this many bytes of calls kept in full (where the log is folded).
+WINDOW_BYTES = 32 * 2**20
+# A window holding this many bytes of calls kept in full stays a file of its own, never rewritten
+# by a fold (the recorder's max_bytes bounds how many there can be); the others are folded.
+KEEP_DATA_BYTES = 4 * 2**20
 
 
 @dataclass
@@ -51,6 +56,8 @@ class _Window:
     structured: bool
     templates: set[str] = field(default_factory=set)
     size: int = 0
+    rows: int = 0
+    data_size: int = 0  # its data shard's bytes
 
 
 class LogFiles:
@@ -80,10 +87,11 @@ class LogFiles:
               structured: bool, first: int, samples: int) -> None:
         """Write one window (its rows, the templates they use, the calls kept in full) as the open
         file's next window; then fold the open file if it is due."""
-        info, size = self._write_files(encode_log(rows, templates), data, structured, first, samples)
+        info, size, data_size = self._write_files(encode_log(rows, templates), data, structured, first, samples)
         if not self._open:
             self._opened = time.monotonic()
-        self._open.append(_Window(info, data if self.roll_bytes is not None else [], structured, set(templates), size))
+        self._open.append(_Window(info, data if self.roll_bytes is not None else [], structured, set(templates), size,
+                                  len(rows), data_size))
 
     def append(self, table: Any, templates: dict[str, str], data: list[dict[str, Any]], structured: bool,
                first: int, samples: int) -> None:
@@ -92,24 +100,26 @@ class LogFiles:
         self.folded.append(self._write_files(encode_table(table, templates), data, structured, first, samples)[0])
 
     def _write_files(self, log: bytes, data: list[dict[str, Any]], structured: bool, first: int,
-                     samples: int) -> tuple[ShardInfo, int]:
-        """The next file's Parquet bytes and data shard written: its manifest entry and bytes."""
+                     samples: int) -> tuple[ShardInfo, int, int]:
+        """The next file's Parquet bytes and data shard written: its manifest entry, its bytes and
+        its data shard's."""
         number = self.take_number()
-        data_info, size = None, len(log)
+        data_info, size, data_size = None, len(log), 0
         if data:
             content = _data_shard(data, structured)
             data_info = (f"shard-{number:05d}.pt", hashlib.sha256(content).hexdigest())
             self._write_file(self.directory / data_info[0], content)
-            size += len(content)
+            size, data_size = size + len(content), len(content)
         name = f"shard-{number:05d}.parquet"
         self._write_file(self.directory / name, log)
-        return ShardInfo(name, first, samples, hashlib.sha256(log).hexdigest(), data_info), size
+        return ShardInfo(name, first, samples, hashlib.sha256(log).hexdigest(), data_info), size, data_size
 
     def due(self) -> bool:
-        """Whether the open file is past its size or age."""
+        """Whether the open file is past its size, its rows or its age."""
         if self.roll_bytes is None or len(self._open) < 2:
             return False
         return (sum(window.size for window in self._open) >= self.roll_bytes
+                or sum(window.rows for window in self._open) >= ROLL_ROWS
                 or (self.roll_seconds is not None and time.monotonic() - self._opened >= self.roll_seconds))
 
     def roll(self, templates: dict[str, str]) -> list[pathlib.Path]:
@@ -121,6 +131,23 @@ class LogFiles:
         if len(windows) < 2 or self.roll_bytes is None:
             self.folded.extend(window.info for window in windows)
             return []
+        done: list[pathlib.Path] = []
+        run: list[_Window] = []
+        for window in [*windows, None]:  # runs of windows folded; one of much data kept as it is
+            if window is not None and window.data_size < KEEP_DATA_BYTES:
+                run.append(window)
+                continue
+            if len(run) > 1:
+                done += self._fold(run, templates)
+            else:
+                self.folded.extend(kept.info for kept in run)
+            run = []
+            if window is not None:
+                self.folded.append(window.info)
+        return done
+
+    def _fold(self, windows: list[_Window], templates: dict[str, str]) -> list[pathlib.Path]:
+        """Windows folded into one file (the next in :attr:`folded`); returns their files."""
         data: list[dict[str, Any]] = []
         structured = any(window.structured for window in windows)
         buffer = io.BytesIO()

@@ -97,7 +97,9 @@ class CorpusWriter:
     ``aggregate`` (the default there) the repeats of a signature between two flushes are one row
     (:mod:`guardscope.corpus.log_window`), so ``shard_size`` counts rows, not calls, and sample
     indices are given when a shard is written (:meth:`add` and friends return None);
-    ``timestamps=False`` leaves the rows' times null (a converted corpus's). The
+    ``timestamps=False`` leaves the rows' times null (a converted corpus's); ``roll_bytes``
+    folds the flushes' window files into one past that many bytes or ``roll_seconds`` and at
+    :meth:`close` (:mod:`guardscope.corpus.log_files`; None, the default: a file per flush). The
     directory is created if needed; one that already holds a corpus is refused unless
     ``overwrite=True``, which deletes that corpus's manifest and shard files (nothing else).
 
