@@ -241,7 +241,7 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
     if corpus.row_indices:  # an old traffic log: its indices are its rows' order, not the calls'
         catalog = replace(catalog, indices="rows")
     if corpus.full_in_columns and catalog.signatures is not None:  # calls kept in full, checked over columns
-        left = catalog.signatures["samples"] - corpus.full_in_columns
+        left = catalog.signatures["samples"] - sum(corpus.full_in_columns.values())
         catalog = replace(catalog, signatures={**catalog.signatures, "samples": left} if left > 0 else None)
     if corpus.requests is not None:
         catalog = replace(catalog, requests=request_summary(corpus.requests, catalog))

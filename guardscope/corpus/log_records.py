@@ -47,15 +47,18 @@ def log_records(corpus: Any, path: pathlib.Path, shard: ShardInfo, columns: bool
         return reading.rows(0, log.table.num_rows, shard.first)
     records: list[Any] = []
     first = reading.first
+    in_columns = 0
     for start, stop, call, numbers in runs:
         if call is None:
             records.extend(reading.rows(start, stop, int(first[start])))
         else:
             # A call kept in full is checked with the rows of its template (its guards read its
             # layout only), naming itself as its full sample: a row that must run runs on its data.
-            corpus.full_in_columns += int(reading.kept_rows[start:stop].sum())  # type: ignore[index]
+            in_columns += int(reading.kept_rows[start:stop].sum())  # type: ignore[index]
             records.append(RecordColumns(call, first[start:stop], reading.count[start:stop],
                                          reading.full[start:stop], numbers, corpus._placement))  # type: ignore[arg-type]
+    if in_columns:
+        corpus.full_in_columns[shard.file] = in_columns  # once a shard, however often it is read
     return records
 
 

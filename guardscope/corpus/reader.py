@@ -70,7 +70,7 @@ class Corpus:
         self.row_indices = False
         # Calls kept in full that load_columns gave among a template's rows (checked by their
         # layout like the signature rows around them): the analysis does not count them as signatures.
-        self.full_in_columns = 0
+        self.full_in_columns: dict[str, int] = {}  # by shard file
 
     def __len__(self) -> int:
         return self.manifest.samples

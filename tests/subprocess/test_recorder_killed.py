@@ -82,5 +82,9 @@ def test_a_recorder_killed_mid_traffic_loses_at_most_its_last_window(tmp_path):
     analysis = guardscope.analyze(log, tmp_path / "out")
     catalog = json.loads(analysis.catalog_path.read_text())
     assert catalog["corpus"]["samples"] == len(corpus) and catalog["summary"]["compiles"] >= 1
+    # The calls kept in full (checked over columns with the signature rows) are not counted as signatures.
+    kept = sum(len(table) - table.column("data").null_count
+               for table in (pq.read_table(log / name, columns=["data"]) for name in listed))
+    assert kept and catalog["corpus"].get("signatures", {}).get("samples", 0) == len(corpus) - kept
     said = [warning for warning in analysis.warnings if "writer had not closed" in warning]
     assert said and f"the {len(corpus):,} calls it had flushed" in said[0]
