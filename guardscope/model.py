@@ -392,6 +392,10 @@ class Catalog:
     # catalog.CatalogBuilder: how many, and what those that ran were run on; None when every
     # sample was recorded in full.
     signatures: dict[str, Any] | None = None
+    # What a sample index counts: "calls" (the i-th call production served), or "rows" for an
+    # old traffic log (version 1) that gathered a signature's repeats without their places, whose
+    # indices are its rows' order; catalog.json's corpus.indices, written only then.
+    indices: str = "calls"
     # Frames Dynamo stopped compiling after a compile of them failed (plain JSON dicts,
     # catalog.skipped_frames): every later call ran that frame eagerly. Absent from catalog.json
     # when none was.
@@ -480,7 +484,8 @@ class Catalog:
             "schema": self.SCHEMA,
             "torch_version": self.torch_version,
             "corpus": {"path": self.corpus_path, "samples": self.samples,
-                       **({"signatures": self.signatures} if self.signatures is not None else {})},
+                       **({"signatures": self.signatures} if self.signatures is not None else {}),
+                       **({"indices": self.indices} if self.indices != "calls" else {})},
             "model": self.model,
             **({"method": self.method} if self.method is not None else {}),
             **({"replicas": dict(self.replicas)} if self.replicas is not None else {}),

@@ -169,6 +169,8 @@ def _checked_model(corpus: Any, spec: str, options: ReplayOptions, warnings: lis
     check_call_fits(user_model, first, str(corpus.path / corpus.manifest.shards[0].file), spec)
     check_marks(user_model, first, options.mark_unbacked)
     warnings += [w for w in (recorded_model_warning(corpus.manifest.recorded_model, user_model),) if w]
+    if corpus.manifest.recording:
+        warnings.append(open_recording_warning(corpus))
     return method, user_model
 
 
@@ -198,6 +200,14 @@ def _replica_compiles(corpus: Any, model: Any, options: Any) -> dict[str, int] |
         return None
     with torch_compat.torch_logs_captured():  # the same lines as the fleet's replay, kept in its log
         return replica_compiles(corpus, model, options, *owners)
+
+
+def open_recording_warning(corpus: Any) -> str:
+    """A corpus whose writer had not closed when it last wrote the manifest (a recorder still
+    running, or a killed one): what the analysis covers and what it cannot."""
+    return (f"{corpus.path} is a recording whose writer had not closed (a recorder still running, or a process "
+            f"killed): the analysis covers the {len(corpus):,} calls it had flushed; the calls it took after its "
+            "last flush (at most one flush window) are not in the log")
 
 
 def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str, method: str | None, user_model: Any, options: Any,
@@ -267,8 +277,9 @@ def _built_catalog(builder: CatalogBuilder, replayed: Any, corpus: Any, out: Pat
 
 
 def _with_production(catalog: Catalog, corpus: Any, user_model: Any, method: str | None, events: Any) -> Catalog:
-    """The catalog with the method compiled, the tagged requests, what production lives through
-    under its recompile limits, and its recorded compile stalls."""
+    """The catalog with the method compiled, what its indices are (an old log's: rows), the
+    signature count corrected for calls kept in full checked over columns, the tagged requests,
+    what production lives through under its recompile limits, and its recorded compile stalls."""
     from .corpus.chains import carries_state
 
     owner = torch_compat.forward_owner(user_model)
@@ -276,6 +287,11 @@ def _with_production(catalog: Catalog, corpus: Any, user_model: Any, method: str
         method = "forward"  # a spec returning model.forward: production compiles it in place, too
     if method is not None:
         catalog = replace(catalog, method=method)
+    if corpus.row_indices:  # an old traffic log: its indices are its rows' order, not the calls'
+        catalog = replace(catalog, indices="rows")
+    if corpus.full_in_columns and catalog.signatures is not None:  # calls kept in full, checked over columns
+        left = catalog.signatures["samples"] - sum(corpus.full_in_columns.values())
+        catalog = replace(catalog, signatures={**catalog.signatures, "samples": left} if left > 0 else None)
     if corpus.requests is not None:
         catalog = replace(catalog, requests=request_summary(corpus.requests, catalog))
     limits = production_limits(corpus.manifest.dynamo_config, corpus.manifest.compile, torch_compat.dynamo_defaults())

@@ -4,6 +4,9 @@ Pure: nothing here compiles."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 
 from guardscope.corpus.writer import CorpusWriter
@@ -119,3 +122,28 @@ def replace_shard(directory, content) -> None:
     manifest = json.loads(manifest_path.read_text())
     manifest["shards"][0]["sha256"] = hashlib.sha256(buffer.getvalue()).hexdigest()
     manifest_path.write_text(json.dumps(manifest))
+
+
+def as_log_version_1(directory: Path) -> None:
+    """Rewrite a log as guardscope wrote it before issue 53 (log version 1): a row per signature
+    and window with no positions, the rows' ``first`` counting on in row order."""
+    import hashlib
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    raw = json.loads((directory / "corpus.json").read_text())
+    for entry in raw["shards"]:
+        path = directory / entry["file"]
+        table = pq.read_table(path)
+        metadata = dict(table.schema.metadata)
+        metadata[b"guardscope.format"] = json.dumps({"format": "guardscope-traffic-log", "version": 1}).encode()
+        counts = table.column("count").to_pylist()
+        firsts = [entry["first"] + sum(counts[:row]) for row in range(len(counts))]
+        table = table.drop_columns([name for name in ("positions",) if name in table.column_names])
+        table = table.set_column(0, "first", pa.array(firsts, type=pa.int64())).replace_schema_metadata(metadata)
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        path.write_bytes(sink.getvalue().to_pybytes())
+        entry["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (directory / "corpus.json").write_text(json.dumps(raw))

@@ -32,6 +32,8 @@ def caveats(catalog: Catalog, *, recompile_limit: int, frames_followed: bool, to
         )
     if catalog.signatures is not None:
         warnings.extend(signature_warnings(catalog))
+    if catalog.indices == "rows":
+        warnings.append(ROW_INDICES_WARNING)
     # After a failed compile skipped the forward, few samples ran a graph: the estimate says nothing.
     small = None if forward_skipped(catalog.skipped_frames) else small_corpus_warning(catalog.risk())
     if small:
@@ -43,6 +45,13 @@ def forward_skipped(skipped_frames: Iterable[dict]) -> bool:
     """Whether a failed compile made Dynamo skip the first frame (catalog.json's ``skipped_frames``)."""
     return any(skipped["frame"] == 0 for skipped in skipped_frames)
 
+
+ROW_INDICES_WARNING = (
+    "the corpus is a traffic log written before guardscope kept each call's place (log version 1): it "
+    "gathered a signature's repeats on one row without saying where they came, so its sample indices are the "
+    "rows' order, not the calls' (compiles, topologies and counts are exact; a sample's index is not the call "
+    "production made at that index); a log written now keeps them"
+)
 
 # The chance that the next request needs a graph the corpus never compiled from which the
 # corpus is too small to speak for production (a fix proven on it is proven for its inputs only).

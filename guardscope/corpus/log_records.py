@@ -34,14 +34,10 @@ _ROW_COLUMNS = ("first", "count", "template", "full", "data", "signature")
 def log_records(corpus: Any, path: pathlib.Path, shard: ShardInfo, columns: bool = False) -> list[Any]:
     """Shard ``shard`` of ``corpus`` (its log at ``path``) as records, in order."""
     log = read_log(path, read_checked(path, shard.sha256))
-    kept: list[Any] = []
-    structured = False
-    if shard.data is not None:
-        content = read_shard(corpus.path / shard.data[0], shard.data[1], STRUCTURED_FORMAT_VERSION,
-                             corpus._map_location)
-        kept, structured = content["samples"], content.get("structured", False)
+    if not log.call_indices:
+        corpus.row_indices = True  # an old log's gathered repeats: its indices are its rows' order
     arrays = log.arrays()
-    reading = _Rows(corpus, path, shard, log, kept, structured, arrays)
+    reading = _Rows(corpus, path, shard, log, arrays)
     if not columns:
         reading.check_held()
         return reading.rows(0, log.table.num_rows, shard.first)
@@ -51,28 +47,52 @@ def log_records(corpus: Any, path: pathlib.Path, shard: ShardInfo, columns: bool
         return reading.rows(0, log.table.num_rows, shard.first)
     records: list[Any] = []
     first = reading.first
+    in_columns = 0
     for start, stop, call, numbers in runs:
         if call is None:
             records.extend(reading.rows(start, stop, int(first[start])))
         else:
+            # A call kept in full is checked with the rows of its template (its guards read its
+            # layout only), naming itself as its full sample: a row that must run runs on its data.
+            in_columns += int(reading.kept_rows[start:stop].sum())  # type: ignore[index]
             records.append(RecordColumns(call, first[start:stop], reading.count[start:stop],
                                          reading.full[start:stop], numbers, corpus._placement))  # type: ignore[arg-type]
+    if in_columns:
+        corpus.full_in_columns[shard.file] = in_columns  # once a shard, however often it is read
     return records
 
 
 class _Rows:
     """One traffic log being read: its columns, as Python lists (row by row) or numpy arrays."""
 
-    def __init__(self, corpus: Any, path: pathlib.Path, shard: ShardInfo, log: Log, kept: list, structured: bool,
-                 arrays: tuple) -> None:
+    def __init__(self, corpus: Any, path: pathlib.Path, shard: ShardInfo, log: Log, arrays: tuple) -> None:
         self.corpus, self.path, self.shard, self.log, self.arrays = corpus, path, shard, log, arrays
-        self.kept, self.structured = kept, structured
+        self._kept: tuple[list, bool] | None = None  # the data shard, read when a row needs it
+        self.kept_rows: np.ndarray | None = None  # column_runs: the rows kept in full
         self.calls: dict[str, tuple[CallTemplate | None, tuple]] = {}
         self._lists: dict[str, list] | None = None
         self._numbers: tuple | None = None
         self.first: np.ndarray | None = None
         self.count: np.ndarray | None = None
         self.full: np.ndarray | None = None
+
+    @property
+    def kept(self) -> list:
+        """The calls the log's data shard holds (read on first use)."""
+        return self._data()[0]
+
+    @property
+    def structured(self) -> bool:
+        return self._data()[1]
+
+    def _data(self) -> tuple[list, bool]:
+        if self._kept is None:
+            self._kept = ([], False)
+            if self.shard.data is not None:
+                content = read_shard(self.corpus.path / self.shard.data[0], self.shard.data[1],
+                                     STRUCTURED_FORMAT_VERSION, self.corpus._map_location)
+                self._kept = (content["samples"], content.get("structured", False))
+        return self._kept
 
     def check_held(self) -> None:
         held = sum(self.log.column("count"))
@@ -92,16 +112,18 @@ class _Rows:
         full = pc.fill_null(full_column, -1).to_numpy()
         has_full = ~pc.is_null(full_column).to_numpy(zero_copy_only=False)
         expected = self.shard.first + np.concatenate([[0], np.cumsum(count)[:-1]]) if len(count) else count
+        kept = ~pc.is_null(table.column("data")).to_numpy(zero_copy_only=False)
         if (int(count.sum()) != self.shard.samples or (count < 1).any() or not np.array_equal(first, expected)
-                or (has_full & ((full < 0) | (full >= first))).any()):
+                or (has_full & ((full < 0) | (full >= first))).any() or (kept & (count != 1)).any()):
             return None
-        self.first, self.count, self.full = first, count, np.where(has_full, full, -1)
+        # A call kept in full names itself as its full sample (a signature's later calls name it).
+        self.first, self.count, self.full = first, count, np.where(kept, first, np.where(has_full, full, -1))
+        self.kept_rows = kept
         templates = table.column("template").combine_chunks().dictionary_encode()
         numbers = pc.fill_null(templates.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
         names = templates.dictionary.to_pylist()
         int_starts = arrays[6]
-        eligible = (numbers >= 0) & pc.is_null(table.column("data")).to_numpy(zero_copy_only=False) & (
-            int_starts[1:] == int_starts[:-1])
+        eligible = (numbers >= 0) & (int_starts[1:] == int_starts[:-1])
 
         def call_of(number: int) -> CallTemplate | None:
             row = int(np.flatnonzero(numbers == number)[0])
@@ -114,14 +136,14 @@ class _Rows:
         return column_runs(arrays, numbers, eligible, call_of)
 
     def _where(self, row: int, index: int) -> str:
-        return f"traffic log {self.path}, row {row} (sample {index})"
+        return f"traffic log {self.path}, row {self.log.file_row(row)} (sample {index})"
 
     def rows(self, start: int, stop: int, index: int) -> list[Any]:
         """Rows ``start`` to ``stop - 1`` (the first one's first sample ``index``) one by one."""
         if self._lists is None:
             self._lists = {name: self.log.column(name) for name in _ROW_COLUMNS}
             self._numbers = tuple(array.tolist() for array in self.arrays)
-        columns, corpus, kept = self._lists, self.corpus, self.kept
+        columns, corpus, kept = self._lists, self.corpus, None
         tensors, size_starts, sizes, stride_starts, strides, offsets, int_starts, ints = self._numbers  # type: ignore[misc]
         records: list[Any] = []
         for row in range(start, stop):
@@ -134,6 +156,7 @@ class _Rows:
                 raise ShardError(f"{where} names sample {full} as its full recording, which does not come "
                                  "before it; re-record the corpus")
             if data is not None:
+                kept = self.kept if kept is None else kept
                 if not 0 <= data < len(kept) or count != 1:
                     raise ShardError(f"{where} names data {data} of the {len(kept)} calls its data shard holds; "
                                      "re-record the corpus")

@@ -4,13 +4,11 @@ rows of the calls added since the last flush, repeats of a signature counted on 
 A busy replica repeats a few call layouts: with ``aggregate`` (the traffic recorder's way) every
 signature-only call of a signature already in the window adds to that signature's row (its count
 and ``last_seen``), so a flush holds one row per distinct signature, placed where the first of its
-calls came; a call kept in full, and a call tagged with a request, is a row of its own. Sample
-indices are given when the window is written: each row stands for ``count`` consecutive samples
-from its ``first``, so the corpus's order is the order of the rows. Equal signatures pass the same
-guards, and the graph that serves a signature cannot change once one does, so gathering a
-signature's calls at its first one changes no topology and no compile (the index of a later call
-is all that moves). Without ``aggregate`` (``guardscope convert``) only consecutive calls of one
-signature share a row, and the order is the recorded one.
+calls came; a call kept in full, and a call tagged with a request, is a row of its own. Every call
+keeps its place: a row's ``first`` is its first call's index, and a row whose calls are not
+consecutive lists them all in ``positions`` (the reader puts each call back where it came), so a
+sample index is the call's index in the traffic, as in a log written call by call. Without
+``aggregate`` (``guardscope convert``) only consecutive calls of one signature share a row.
 """
 
 from __future__ import annotations
@@ -30,6 +28,7 @@ class LogWindow:
         self.rows: list[dict[str, Any]] = []
         self.data: list[dict[str, Any]] = []  # the calls kept in full, in data-shard order
         self.samples = 0  # calls in the window
+        self.data_bytes = 0  # tensor storage bytes of the calls kept in full
         self._open: dict[str, dict[str, Any]] = {}  # digest -> its aggregated row in this window
 
     def __bool__(self) -> bool:
@@ -39,6 +38,7 @@ class LogWindow:
                   count: int = 1) -> None:
         """``count`` signature-only calls of ``layout``; ``full`` the index (or pending row) of
         its sample kept in full, or None."""
+        at = self.samples  # the calls' place in the window
         self.samples += count
         if request is None:
             row = self._open.get(layout.digest) if self.aggregate else None
@@ -48,36 +48,49 @@ class LogWindow:
                     row = last
             if row is not None:
                 row["count"] += count
+                if row["end"] != at:  # not right after its last call: the row's calls are listed
+                    if row["positions"] is None:
+                        row["positions"] = list(range(row["start"], row["end"]))
+                    row["positions"].extend(range(at, at + count))
+                elif row["positions"] is not None:
+                    row["positions"].extend(range(at, at + count))
+                row["end"] = at + count
                 if when is not None:
                     row["last_seen"] = when
                 return
-        row = self._row(layout, full, when, request, count)
+        row = self._row(layout, full, when, request, count, at)
         if request is None and self.aggregate:
             self._open[layout.digest] = row
 
     def full(self, layout: Layout, args: tuple, kwargs: dict, when: int | None,
-             request: tuple | None = None) -> dict[str, Any]:
-        """A call kept in full; returns its row (its index once :meth:`assign` ran)."""
+             request: tuple | None = None, size: int = 0) -> dict[str, Any]:
+        """A call kept in full (``size``: its tensor storage bytes); returns its row (its index
+        once :meth:`assign` ran)."""
+        self.data_bytes += size
+        row = self._row(layout, None, when, request, 1, self.samples)
         self.samples += 1
-        row = self._row(layout, None, when, request, 1)
         row["data"] = len(self.data)
         self.data.append({"args": args, "kwargs": kwargs})
         return row
 
     def _row(self, layout: Layout, full: Any, when: int | None, request: tuple | None,
-             count: int) -> dict[str, Any]:
+             count: int, at: int) -> dict[str, Any]:
+        # "start"/"end": the window's calls from its first to after its last; "positions": every
+        # call's place in the window, once they are not consecutive (None: start .. end - 1).
         row = {"layout": layout, "count": count, "first_seen": when, "last_seen": when, "replica": self.replica,
-               "full": full, "data": None, "request": request, "first": None}
+               "full": full, "data": None, "request": request, "first": None, "start": at, "end": at + count,
+               "positions": None}
         self.rows.append(row)
         return row
 
     def assign(self, first: int) -> list[dict[str, Any]]:
-        """Give every row its first sample's index from ``first`` on, and every reference to a
-        row kept in full its index; returns the rows."""
-        index = first
+        """Give every row its first call's index (the window's first call is ``first``), its
+        ``positions`` the indices of its calls when they are not consecutive, and every
+        reference to a row kept in full its index; returns the rows."""
         for row in self.rows:
-            row["first"] = index
-            index += row["count"]
+            row["first"] = first + row["start"]
+            if row["positions"] is not None:
+                row["positions"] = [first + at for at in row["positions"]]
         for row in self.rows:
             full = row["full"]
             if type(full) is dict:

@@ -66,6 +66,12 @@ class Corpus:
         self._full_shards: dict[str, tuple[list[Sample | SignatureRecord], list[int]]] = {}
         self._placement = _placement(map_location)
         self._templates: list[CallTemplate] = []  # those of the signature records read, last matched first
+        # A version 1 traffic log read so far gathered a signature's repeats without their places:
+        # its sample indices are its rows' order, not the calls' (corpus.traffic_log).
+        self.row_indices = False
+        # Calls kept in full that load_columns gave among a template's rows (checked by their
+        # layout like the signature rows around them): the analysis does not count them as signatures.
+        self.full_in_columns: dict[str, int] = {}  # by shard file
 
     def __len__(self) -> int:
         return self.manifest.samples
@@ -109,6 +115,8 @@ class Corpus:
             if type(item) is RecordColumns:
                 if item.start <= position < item.end:
                     row = int(np.searchsorted(item.first, position, side="right")) - 1
+                    if item.full[row] == item.first[row]:  # a call kept in full: its data
+                        return self.full_sample(position)
                     return item.record(row).sample(position - int(item.first[row]))
             elif type(item) is Sample:
                 if item.index == position:

@@ -30,7 +30,16 @@ column          type                     meaning
 ``replicas``    list<struct<name:        only in a compact merge (``guardscope merge``), and
                 string, count: int64>>   optional: the row's calls per replica, by name
                                          (null: all of them ``replica``'s)
+``positions``   list<int64>              version 2: the index of each of the row's calls,
+                                         when they are not ``first`` .. ``first + count - 1``
+                                         (null: they are)
 ==============  =======================  ====================================================
+
+Version 2 keeps every call's index: a row's ``first`` is its first call's and a row whose calls
+are not consecutive (a signature's repeats gathered in one row, :mod:`guardscope.corpus.log_window`)
+lists them in ``positions``; :func:`read_log` puts each call back in its place, so sample ``i``
+is the ``i``-th call. A version 1 log gathered repeats without saying where they came: its
+indices are the rows' order (:attr:`Log.call_indices` false where a row holds several calls).
 
 A *call template* (:class:`~guardscope.corpus.call_template.CallTemplate`) is a call structure
 whose signatures differ only in tensor sizes, strides and offsets and in int values; the file's
@@ -58,13 +67,14 @@ from ..text import message_line
 from .signature import signature_to_json
 
 LOG_FORMAT = "guardscope-traffic-log"
-LOG_VERSION = 1
+LOG_VERSION = 2
+READ_VERSIONS = (1, 2)  # a version 1 log (no positions) is read as its rows say
 _FORMAT_KEY = b"guardscope.format"
 _TEMPLATES_KEY = b"guardscope.templates"
 
 # The columns a reader needs, with their pyarrow types (built on first use: pyarrow is imported
 # only by the code that reads or writes a log).
-_COLUMNS = ("first", "count", "first_seen", "last_seen", "replica", "digest", "template", "sizes", "strides",
+COLUMNS = ("first", "count", "first_seen", "last_seen", "replica", "digest", "template", "sizes", "strides",
             "offsets", "dtypes", "ints", "full", "data", "signature")
 
 
@@ -75,7 +85,7 @@ def _pa() -> Any:
 
 
 def schema() -> Any:
-    """The log's Arrow schema (:data:`_COLUMNS` in order)."""
+    """The log's Arrow schema (:data:`COLUMNS` in order)."""
     pa = _pa()
     stamp = pa.timestamp("ns", tz="UTC")
     return pa.schema([
@@ -85,6 +95,11 @@ def schema() -> Any:
         ("offsets", pa.list_(pa.int64())), ("dtypes", pa.list_(pa.string())), ("ints", pa.list_(pa.int64())),
         ("full", pa.int64()), ("data", pa.int64()), ("signature", pa.string()),
     ])
+
+
+def positions_type() -> Any:
+    """The ``positions`` column's type (version 2): ``list<int64>``."""
+    return _pa().list_(_pa().int64())
 
 
 def replicas_type() -> Any:
@@ -217,35 +232,59 @@ def encode_log(rows: list[dict[str, Any]], templates: dict[str, str]) -> bytes:
         "full": [row["full"] for row in rows],
         "data": [row["data"] for row in rows],
         "signature": [layout.signature for layout in layouts],
+        "positions": [row.get("positions") for row in rows],
     }
-    return encode_table(pa.Table.from_pydict(columns, schema=schema()), templates)
+    fields = schema().append(pa.field("positions", positions_type()))
+    return encode_table(pa.Table.from_pydict(columns, schema=fields), templates)
 
 
 def encode_table(table: Any, templates: dict[str, str]) -> bytes:
     """Parquet bytes of a log's rows given as an Arrow table of :func:`schema`'s columns and
-    optionally ``replicas`` (other columns dropped, metadata replaced): what :func:`encode_log` writes, for rows taken from
-    other logs (``guardscope merge``). ``templates``: digest -> signature JSON text."""
-    pa = _pa()
+    optionally ``replicas`` and ``positions`` (other columns dropped, metadata replaced): what
+    :func:`encode_log` writes, for rows taken from other logs (``guardscope merge``).
+    ``templates``: digest -> signature JSON text."""
     import pyarrow.parquet as pq
 
-    metadata = {_FORMAT_KEY: json.dumps({"format": LOG_FORMAT, "version": LOG_VERSION}).encode(),
-                _TEMPLATES_KEY: json.dumps(dict(sorted(templates.items())), separators=(",", ":")).encode()}
-    fields = schema()
-    names = list(_COLUMNS)
-    if "replicas" in table.column_names:  # a compact merge's calls per replica
-        fields, names = fields.append(pa.field("replicas", replicas_type())), names + ["replicas"]
-    table = pa.Table.from_arrays([table.column(name) for name in names], schema=fields.with_metadata(metadata))
+    replicas = "replicas" in table.column_names  # a compact merge's calls per replica
+    positions = "positions" in table.column_names and table.column("positions").null_count < table.num_rows
+    fields = log_schema(templates, positions=positions, replicas=replicas)
+    table = _pa().Table.from_arrays([table.column(name) for name in fields.names], schema=fields)
     buffer = io.BytesIO()
-    pq.write_table(table, buffer, compression="zstd", use_dictionary=["replica", "digest", "template", "dtypes",
-                                                                       "signature"])
+    pq.write_table(table, buffer, **WRITE_OPTIONS)
     return buffer.getvalue()
 
 
-class Log:
-    """A traffic log file as read: its table (columns checked) and templates."""
+def log_schema(templates: dict[str, str], *, positions: bool = False, replicas: bool = False) -> Any:
+    """A log file's Arrow schema with its metadata (``templates``: digest -> signature JSON text),
+    with the optional ``replicas`` and ``positions`` columns when asked."""
+    pa = _pa()
+    metadata = {_FORMAT_KEY: json.dumps({"format": LOG_FORMAT, "version": LOG_VERSION}).encode(),
+                _TEMPLATES_KEY: json.dumps(dict(sorted(templates.items())), separators=(",", ":")).encode()}
+    fields = schema()
+    if replicas:
+        fields = fields.append(pa.field("replicas", replicas_type()))
+    if positions:
+        fields = fields.append(pa.field("positions", positions_type()))
+    return fields.with_metadata(metadata)
 
-    def __init__(self, path: pathlib.Path, table: Any, templates: dict[str, list]) -> None:
-        self.path, self.table, self.templates = path, table, templates
+
+# How every log file is written (pyarrow.parquet.write_table's and ParquetWriter's options).
+WRITE_OPTIONS = {"compression": "zstd", "use_dictionary": ["replica", "digest", "template", "dtypes", "signature"]}
+
+
+class Log:
+    """A traffic log file as read: its table (columns checked, every call in its place: one row
+    per run of consecutive calls of a row) and templates. ``call_indices``: whether a sample's
+    index is its call's (false for a version 1 log that gathered a signature's repeats)."""
+
+    def __init__(self, path: pathlib.Path, table: Any, templates: dict[str, list], call_indices: bool = True,
+                 file_rows: Any = None) -> None:
+        self.path, self.table, self.templates, self.call_indices = path, table, templates, call_indices
+        self._file_rows = file_rows  # each row's row in the file, where in_call_order split rows
+
+    def file_row(self, row: int) -> int:
+        """Row ``row``'s row in the file (they differ where a row's calls were put back in place)."""
+        return row if self._file_rows is None else int(self._file_rows[row])
 
     def column(self, name: str) -> list:
         return self.table.column(name).to_pylist()
@@ -304,9 +343,9 @@ def read_log(path: pathlib.Path, data: bytes) -> Log:
     if not isinstance(stated, dict) or stated.get("format") != LOG_FORMAT:
         raise ShardError(f"traffic log {path} is a Parquet file but not a guardscope traffic log "
                          f"(no {_FORMAT_KEY.decode()} metadata); a corpus lists only the logs its writer made")
-    if stated.get("version") != LOG_VERSION:
+    if stated.get("version") not in READ_VERSIONS:
         raise ShardError(f"traffic log {path} is version {stated.get('version')!r} of the log, this guardscope "
-                         f"reads {LOG_VERSION}; upgrade guardscope")
+                         f"reads versions {', '.join(map(str, READ_VERSIONS))}; upgrade guardscope")
     expected = schema()
     for field in expected:
         if field.name not in table.column_names:
@@ -328,4 +367,79 @@ def read_log(path: pathlib.Path, data: bytes) -> Log:
     for column in ("first", "count"):
         if table.column(column).null_count:
             raise ShardError(f"traffic log {path}: column {column!r} has nulls; re-record the corpus")
-    return Log(path, table, templates)
+    if "positions" in table.column_names:
+        if not table.schema.field("positions").type.equals(positions_type()):
+            raise ShardError(f"traffic log {path}: column 'positions' is {table.schema.field('positions').type}, "
+                             f"not {positions_type()}; re-record the corpus")
+        table, file_rows = in_call_order(path, table)
+    else:
+        file_rows = None
+    import pyarrow.compute as pc
+
+    calls = stated.get("version") != 1 or not table.num_rows or int(pc.max(table.column("count")).as_py()) == 1
+    return Log(path, table, templates, calls, file_rows)
+
+
+def in_call_order(path: pathlib.Path, table: Any) -> tuple[Any, Any]:
+    """A version 2 log's rows with every call in its place: a row whose calls are not consecutive
+    (``positions``) becomes one row per run of consecutive calls, each with its ``first`` and
+    ``count``, in the calls' order (``ShardError`` when the rows' calls are not each index from
+    the first row's once); ``positions`` dropped. With each row's row in the file (None: the
+    same)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    positions = table.column("positions").combine_chunks()
+    table = table.drop_columns(["positions"])
+    if positions.null_count == len(positions):
+        return table, None
+    first = table.column("first").to_numpy()
+    count = table.column("count").to_numpy()
+    total = int(count.sum())
+    if (count < 1).any():
+        raise ShardError(f"traffic log {path}: a row's 'count' is below 1; re-record the corpus")
+    rows = np.repeat(np.arange(len(count)), count)
+    starts = np.cumsum(count) - count
+    calls = np.repeat(first, count) + (np.arange(total) - np.repeat(starts, count))
+    listed = ~pc.is_null(positions).to_numpy(zero_copy_only=False)
+    lengths = np.diff(positions.offsets.to_numpy())
+    if (lengths[listed] != count[listed]).any():
+        raise ShardError(f"traffic log {path}: a row's 'positions' do not hold its 'count' calls; re-record the corpus")
+    values = positions.values.to_numpy(zero_copy_only=False)
+    slots = np.repeat(listed, count)
+    calls[slots] = values[np.repeat(positions.offsets.to_numpy()[:-1][listed], count[listed])
+                          + (np.arange(int(count[listed].sum())) - np.repeat(np.cumsum(count[listed]) - count[listed],
+                                                                              count[listed]))]
+    order = np.argsort(calls, kind="stable")
+    base = int(first[0]) if len(first) else 0
+    if not np.array_equal(calls[order], np.arange(base, base + total)):
+        raise ShardError(_bad_row(path, base, total, first.tolist(), count.tolist(), np.split(calls, starts[1:])))
+    runs = rows[order]
+    edges = np.flatnonzero(runs[1:] != runs[:-1]) + 1
+    begins = np.concatenate([[0], edges])
+    taken = table.take(pa_array(runs[begins]))
+    taken = taken.set_column(taken.column_names.index("first"), "first", pa_array(base + begins))
+    return taken.set_column(taken.column_names.index("count"), "count",
+                            pa_array(np.diff(np.concatenate([begins, [total]])))), runs[begins]
+
+
+def _bad_row(path: pathlib.Path, base: int, total: int, firsts: list, counts: list, calls: list) -> str:
+    """Why a version 2 log's rows do not give each call once: the first row whose ``first`` is
+    not the first call no row before it holds, or one of whose calls another row holds or lies
+    outside the log, named as the row reader names a row."""
+    claimed: set[int] = set()
+    expected = base
+    for row, (first, count, held) in enumerate(zip(firsts, counts, calls)):
+        held = held.tolist()
+        if first != expected or held[0] != first or any(at in claimed or not base <= at < base + total for at in held):
+            return (f"traffic log {path}, row {row} (sample {expected}): 'first' {first} and 'count' {count} do not "
+                    "continue the rows before it; re-record the corpus")
+        claimed.update(held)
+        while expected in claimed:
+            expected += 1
+    return f"traffic log {path}: its rows' calls are not each index from {base} once; re-record the corpus"
+
+
+def pa_array(values: Any) -> Any:
+    """An int64 Arrow array of numpy ``values``."""
+    return _pa().array(values.astype("int64"), type=_pa().int64())

@@ -36,6 +36,7 @@ from .format import (
     check_method_name,
     check_model_spec,
 )
+from .log_files import ROLL_SECONDS, WINDOW_BYTES, LogFiles, roll_bounds
 from .log_window import LogWindow
 from .materialising import materialise
 from .compile_log import COMPILE_LOG
@@ -44,7 +45,7 @@ from .shards import encode_shard
 from .signature import holds_objects, signature, signature_digest
 from .spec import anchored
 from .structured import needs_lowering
-from .traffic_log import Layout, encode_log, encode_table, signature_text, split_signature, template_digest
+from .traffic_log import Layout, signature_text, split_signature, template_digest
 from .values import _copy_call, check_sample, lowered, storage_bytes
 from .weights import as_model_print
 
@@ -97,7 +98,9 @@ class CorpusWriter:
     ``aggregate`` (the default there) the repeats of a signature between two flushes are one row
     (:mod:`guardscope.corpus.log_window`), so ``shard_size`` counts rows, not calls, and sample
     indices are given when a shard is written (:meth:`add` and friends return None);
-    ``timestamps=False`` leaves the rows' times null (a converted corpus's). The
+    ``timestamps=False`` leaves the rows' times null (a converted corpus's); ``roll_bytes``
+    folds the flushes' window files into one past that many bytes or ``roll_seconds`` and at
+    :meth:`close` (:mod:`guardscope.corpus.log_files`; None, the default: a file per flush). The
     directory is created if needed; one that already holds a corpus is refused unless
     ``overwrite=True``, which deletes that corpus's manifest, shard, request and compile-log files
     (nothing else).
@@ -135,6 +138,8 @@ class CorpusWriter:
         aggregate: bool = True,
         replica: str | None = None,
         timestamps: bool = True,
+        roll_bytes: int | None = None,
+        roll_seconds: float | None = ROLL_SECONDS,
     ) -> None:
         self.directory = pathlib.Path(directory)
         # A relative file spec is stored relative to the corpus folder, where it is resolved first:
@@ -192,6 +197,7 @@ class CorpusWriter:
         # The rows of the traffic log's next shard (log="parquet"); the template of each signature
         # layout they use, by digest.
         self._window = LogWindow(self.replica, aggregate) if log == "parquet" else None
+        self._files = LogFiles(self.directory, _atomic_write, *roll_bounds(roll_bytes, roll_seconds, CorpusError))
         self._templates: dict[str, str] = {}
         self._shapes: dict[tuple, tuple[str, bool]] = {}  # a template's shape -> (its digest, holds objects)
         self._full_rows: list[tuple[list, dict]] = []  # (a signature's _seen entry, its pending full row)
@@ -375,11 +381,13 @@ class CorpusWriter:
 
     def _advance_window(self, devices: set[str] | frozenset[str], count: int) -> None:
         """Count calls added to the traffic log's window; write the shard when it holds
-        ``shard_size`` rows."""
+        ``shard_size`` rows, or, where the log is folded, ``WINDOW_BYTES`` of calls kept in full."""
         if not devices <= self._devices:
             self._devices |= devices
         self._count += count
-        if len(self._window.rows) >= self.shard_size:  # type: ignore[union-attr]
+        window = self._window
+        if len(window.rows) >= self.shard_size or (  # type: ignore[union-attr]
+                window.data_bytes >= WINDOW_BYTES and self._files.roll_bytes is not None):  # type: ignore[union-attr]
             self._flush()
 
     def _check_open(self) -> None:
@@ -435,7 +443,7 @@ class CorpusWriter:
             if layout is not None:
                 if not copied:
                     args, kwargs = _copy_call(args, kwargs)
-                row = self._window.full(layout, args, kwargs, when, request)  # type: ignore[union-attr]
+                row = self._window.full(layout, args, kwargs, when, request, size)  # type: ignore[union-attr]
                 if first_full:  # its index is given when the window is written
                     seen[0] = row
                     self._full_rows.append((seen, row))
@@ -508,7 +516,11 @@ class CorpusWriter:
         if self._closed:
             return
         self._closed = True
-        if self._pending or self._window:
+        if self._window is not None:  # the last window, the open file folded, the manifest
+            if self._window:
+                self._flush_log()
+            self._roll(True)
+        elif self._pending:
             self._flush()
         else:
             self._write_manifest()  # without the "recording" mark
@@ -534,32 +546,30 @@ class CorpusWriter:
             self.dynamo_config = torch_compat.dynamo_settings()
 
     def _flush_log(self) -> None:
-        """Write the window as the next traffic log shard (and its data shard), then the manifest."""
+        """Write the window as the log's next window file (and its data shard), fold the open
+        file when due (:mod:`guardscope.corpus.log_files`), then write the manifest."""
         window = self._window
         first = self._shards[-1].first + self._shards[-1].samples if self._shards else 0
         rows = window.assign(first)  # type: ignore[union-attr]
         for seen, row in self._full_rows:
             seen[0] = row["first"]
         self._full_rows = []
-        number = len(self._shards)
-        data = None
-        if window.data:  # type: ignore[union-attr]
-            version = STRUCTURED_FORMAT_VERSION if self._structured else FORMAT_VERSION
-            buffer = io.BytesIO()
-            torch.save(encode_shard(window.data, version), buffer)  # type: ignore[union-attr]
-            data_name = f"shard-{number:05d}.pt"
-            _atomic_write(self.directory / data_name, buffer.getvalue())
-            data = (data_name, hashlib.sha256(buffer.getvalue()).hexdigest())
         used = {row["layout"].template for row in rows} - {None}
-        log = encode_log(rows, {name: self._templates[name] for name in used})
-        name = f"shard-{number:05d}.parquet"
-        _atomic_write(self.directory / name, log)
+        self._files.write(rows, {name: self._templates[name] for name in used}, window.data,  # type: ignore[union-attr]
+                          self._structured, first, window.samples)  # type: ignore[union-attr]
         for row in rows:
             if row["request"] is not None:
                 self._requests.add(row["first"], row["request"][0], row["request"][1])
-        self._shards.append(ShardInfo(name, first, window.samples, hashlib.sha256(log).hexdigest(), data))  # type: ignore[union-attr]
         self._window = LogWindow(self.replica, window.aggregate)  # type: ignore[union-attr]
+        self._roll(self._files.due())
+
+    def _roll(self, fold: bool) -> None:
+        """The manifest, after folding the log's open file into one when ``fold``."""
+        folded = self._files.roll(self._templates) if fold else []
+        self._shards = self._files.shards
         self._write_manifest()
+        for path in folded:  # once the manifest lists the file they were folded into
+            path.unlink(missing_ok=True)
 
     def append_log(self, table: Any, templates: dict[str, str], data: list[dict[str, Any]], *,
                    structured: bool = False, devices: set[str] | frozenset[str] = frozenset(),
@@ -579,25 +589,14 @@ class CorpusWriter:
         firsts = table.column("first").to_numpy()
         if len(counts) and (firsts[0] != first or (firsts[1:] != firsts[:-1] + counts[:-1]).any()):
             raise CorpusError(f"append_log(): the rows' 'first' must count on from sample {first}")
-        number = len(self._shards)
-        shard_data = None
-        if data:
-            self._structured = self._structured or structured
-            version = STRUCTURED_FORMAT_VERSION if structured else FORMAT_VERSION
-            buffer = io.BytesIO()
-            torch.save(encode_shard(data, version), buffer)
-            data_name = f"shard-{number:05d}.pt"
-            _atomic_write(self.directory / data_name, buffer.getvalue())
-            shard_data = (data_name, hashlib.sha256(buffer.getvalue()).hexdigest())
-        log = encode_table(table, templates)
-        name = f"shard-{number:05d}.parquet"
-        _atomic_write(self.directory / name, log)
+        self._structured = self._structured or (structured and bool(data))
+        self._files.append(table, templates, data, structured, first, int(counts.sum()))
         for index, tag, step in requests:
             self._requests.add(index, tag, step)
         self._devices |= set(devices)
         self._count += int(counts.sum())
         self._records += int(counts.sum()) - len(data)  # the rows not kept in full are signatures
-        self._shards.append(ShardInfo(name, first, int(counts.sum()), hashlib.sha256(log).hexdigest(), shard_data))
+        self._shards = self._files.shards
         self._write_manifest()
 
     @property

@@ -24,6 +24,7 @@ import torch
 from .. import torch_compat
 from ..corpus.compile_log import append_compiles, compile_record
 from ..corpus.format import MANIFEST_NAME, check_grad_mode, check_method_name, check_model_spec
+from ..corpus.log_files import ROLL_BYTES, ROLL_SECONDS, WINDOW_ROWS, roll_bounds
 from ..corpus.requests import check_request
 from ..corpus.signature import call_key, signature
 from ..corpus.values import check_sample, snapshot, storage_bytes
@@ -421,6 +422,10 @@ class TrafficRecorder(FallbackRecorder):
     Never raises into the call; see :class:`FallbackRecorder` for
     ``flush_every``, ``overwrite``, :meth:`flush` and :meth:`close`.
 
+    A flush (``flush_every`` s or ``WINDOW_ROWS`` rows) writes its window as a file, folded into one
+    past ``roll_bytes`` or ``roll_seconds`` and at :meth:`close` (:mod:`guardscope.corpus.log_files`;
+    None: a file per flush): a killed process loses at most its last window.
+
     Example::
 
         traffic = TrafficRecorder("traffic/", model="myapp/model.py:build", compile={"dynamic": True},
@@ -450,8 +455,11 @@ class TrafficRecorder(FallbackRecorder):
         grad_mode: str | None = None,
         replica: str | None = None,
         log: str = "parquet",
+        roll_bytes: int | None = ROLL_BYTES,
+        roll_seconds: float | None = ROLL_SECONDS,
         compiles: bool = True,
     ) -> None:
+        self.roll_bytes, self.roll_seconds = roll_bounds(roll_bytes, roll_seconds, ServeError)
         if type(full_per_signature) is not int or full_per_signature < 0:
             raise ServeError(f"full_per_signature must be an int >= 0, got {full_per_signature!r}")
         self.full_per_signature = full_per_signature
@@ -641,6 +649,8 @@ class TrafficRecorder(FallbackRecorder):
                             dynamo_config=self.dynamo_config, grad_mode=self.grad_mode,
                             full_per_signature=self.full_per_signature,
                             max_signatures=self.max_signatures, log=self.log, replica=self.replica,
+                            shard_size=WINDOW_ROWS if self.log == "parquet" else 256,
+                            roll_bytes=self.roll_bytes, roll_seconds=self.roll_seconds,
                             # The bound this recorder applies before copying, so the writer's
                             # never refuses a call copied for it and its summary states this one.
                             max_full_bytes=self.max_bytes)

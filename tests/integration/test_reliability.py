@@ -229,7 +229,7 @@ def test_skip_bad_shards_skips_a_corrupt_shard_of_a_traffic_corpus(tmp_path):
     from guardscope.runtime import TrafficRecorder
 
     traffic = TrafficRecorder(tmp_path / "traffic", model=model_spec("Elementwise"), compile={"dynamic": True},
-                              flush_every=0)  # a shard per call
+                              flush_every=0, roll_bytes=None)  # a shard per call, none folded
     for index in range(30):
         traffic.offer((torch.randn(2 + index % 7, 3),), {})
     traffic.close()

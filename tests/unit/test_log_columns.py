@@ -49,11 +49,13 @@ def _calls(count: int, seed: int = 0) -> list[tuple[tuple, dict]]:
 
 
 def _expanded(items) -> list[tuple]:
-    """Each record as (kind, first, repeat, full, key), RecordColumns expanded row by row."""
+    """Each record as (kind, first, repeat, full, key), RecordColumns expanded row by row (a row
+    naming itself as its full sample is a call kept in full, checked over columns with the others)."""
     out = []
     for item in items:
         if type(item) is RecordColumns:
-            out += [("record", r.first, r.repeat, r.full, r.key) for r in item.records()]
+            out += [("sample", r.first, 1, None, None) if r.full == r.first else ("record", r.first, r.repeat, r.full, r.key)
+                    for r in item.records()]
         elif type(item) is SignatureRecord:
             out.append(("record", item.first, item.repeat, item.full, item.key if item.call is not None else
                         item.signature))
@@ -76,8 +78,10 @@ def test_columns_hold_the_records_the_rows_give(tmp_path, full_per_signature):
         for start in range(shard.first, shard.first + shard.samples + 1):
             assert _expanded(records_from(columns, start)) == _expanded(records_from(rows, start)), start
     assert columns_seen
-    # Corpus.sample reaches a sample inside a run of columns.
+    # Corpus.sample reaches a sample inside a run of columns, a call kept in full with its data.
     assert all(corpus.sample(i).index == i for i in range(0, len(corpus), 7))
+    recorded = [(sample.index, sample.recorded) for sample in corpus]
+    assert all(corpus.sample(i).recorded == kind for i, kind in recorded)
 
 
 def test_a_cut_before_a_stop_ends_inside_a_row():

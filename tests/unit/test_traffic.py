@@ -38,17 +38,12 @@ def test_every_call_is_recorded_and_only_the_first_of_each_signature_in_full(tmp
     assert counts["signatures"] == 3
     assert read_manifest(tmp_path / "t").format_version == (5 if log == "parquet" else 3)
     samples = list(load_corpus(tmp_path / "t"))
-    if log == "parquet":
-        # One window (no flush between): a signature's signature-only calls are one row, placed
-        # at the first of them; the calls kept in full stay where they came.
-        order = [0, 1, 3, 8, 9, 2, 4, 5, 6, 7]
-        assert [s.recorded for s in samples] == ["full"] + ["signature"] * 4 + ["full"] + ["signature"] * 3 + ["full"]
-        assert [s.data_of for s in samples] == [None, 0, 0, 0, 0, None, 5, 5, 5, None]
-    else:  # format 3: in recorded order, consecutive repeats on one record
-        order = list(range(10))
-        assert [s.recorded for s in samples] == ["full", "signature", "full", "signature", "signature",
-                                                 "signature", "signature", "full", "signature", "signature"]
-        assert [s.data_of for s in samples] == [None, 0, None, 0, 2, 2, 2, None, 0, 0]
+    # In recorded order (a traffic log gathers a signature's repeats on one row but keeps each
+    # call's place, so sample i is the i-th call), consecutive repeats on one record.
+    order = list(range(10))
+    assert [s.recorded for s in samples] == ["full", "signature", "full", "signature", "signature",
+                                             "signature", "signature", "full", "signature", "signature"]
+    assert [s.data_of for s in samples] == [None, 0, None, 0, 2, 2, 2, None, 0, 0]
     for sample, position in zip(samples, order):
         assert signature(sample.args, sample.kwargs) == signature(*calls[position])
     for sample in samples:
@@ -144,8 +139,8 @@ def test_calls_known_by_their_cheap_key_are_recorded_with_their_own_signature(tm
     assert recorder.counts()["recorded"] == len(calls)
     samples = list(load_corpus(tmp_path / "t"))
     assert len(samples) == len(calls)
-    # One window: each signature's calls are one row at its first call.
-    for sample, (args, kwargs) in zip(samples, [calls[i] for i in (0, 2, 5, 1, 3, 4)]):
+    # One window: each signature's calls are one row, each call in its place.
+    for sample, (args, kwargs) in zip(samples, calls):
         assert signature(sample.args, sample.kwargs) == signature(args, kwargs, inference=False)
     assert len({signature(s.args, s.kwargs) for s in samples}) == 4
 

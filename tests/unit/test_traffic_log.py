@@ -23,6 +23,8 @@ from guardscope.corpus.writer import CorpusWriter
 from guardscope.errors import CorpusError, ShardError
 from guardscope.model import Sample
 
+from ..builders import as_log_version_1
+
 MODEL = "pkg.models:build"
 
 
@@ -61,9 +63,11 @@ def test_a_traffic_log_is_parquet_that_pyarrow_reads_as_it_is(tmp_path):
     got = table.drop(["first_seen", "last_seen"]).to_pylist()  # timestamps: as ns (no pandas needed)
     seen = list(zip(*(table.column(name).cast(pa.int64()).to_pylist() for name in ("first_seen", "last_seen"))))
     # One row per call kept in full (5, 7, 9: their first), the repeats of a signature on one row
-    # placed at its first signature-only call: 5 x3 after 5's full row, 7 x1 after 7's.
-    assert [(r["sizes"][0][0], r["count"], r["data"] is not None) for r in got] == [
-        (5, 1, True), (5, 3, False), (7, 1, True), (7, 1, False), (9, 1, True)]
+    # at its first signature-only call (5 x3 after 5's full row, 7 x1 after 7's), each row's
+    # calls named: its first, and all of them where they are not consecutive.
+    assert [(r["sizes"][0][0], r["count"], r["data"] is not None, r["first"], r["positions"]) for r in got] == [
+        (5, 1, True, 0, None), (5, 3, False, 1, [1, 3, 6]), (7, 1, True, 2, None), (7, 1, False, 4, None),
+        (9, 1, True, 5, None)]
     assert sum(table.column("count").to_pylist()) == len(rows)
     assert set(table.column("replica").to_pylist()) == {"host-a:1"}
     assert all(first <= last for first, last in seen)
@@ -74,7 +78,7 @@ def test_a_traffic_log_is_parquet_that_pyarrow_reads_as_it_is(tmp_path):
     corpus = load_corpus(tmp_path / "t")
     samples = described(corpus)
     assert [index for index, *_ in samples] == list(range(len(rows)))
-    assert [s[2] for s in samples] == [signature(*call(n), inference=False) for n in [5, 5, 5, 5, 7, 7, 9]]
+    assert [s[2] for s in samples] == [signature(*call(n), inference=False) for n in rows]  # sample i: call i
 
 
 def test_duckdb_finds_the_counts_of_a_traffic_log(tmp_path):
@@ -98,9 +102,10 @@ def test_a_window_of_rows_is_one_file_per_flush_and_the_order_is_the_rows(tmp_pa
     assert all(s.data is None for s in manifest.shards)  # nothing kept in full: no data shard
     first = pq.read_table(tmp_path / "t" / "shard-00000.parquet")
     assert list(zip(*(first.column(name).cast(pa.int64()).to_pylist()
-                      for name in ("count", "first", "first_seen", "last_seen")))) == [(2, 0, 10, 30), (1, 2, 20, 20)]
+                      for name in ("count", "first", "first_seen", "last_seen")))) == [(2, 0, 10, 30), (1, 1, 20, 20)]
+    assert first.column("positions").to_pylist() == [[0, 2], None]
     corpus = load_corpus(tmp_path / "t")
-    assert [s[2] for s in described(corpus)] == [sig_a, sig_a, sig_b, sig_a]
+    assert [s[2] for s in described(corpus)] == [sig_a, sig_b, sig_a, sig_a]  # as the calls came
 
 
 def test_convert_keeps_every_sample_at_its_index(tmp_path):
@@ -200,3 +205,75 @@ def test_a_signature_record_of_a_log_materialises_as_recorded(tmp_path):
     sample = record.sample(2)
     assert sample.index == 2 and signature(sample.args, sample.kwargs, inference=False) == record.signature
     shutil.rmtree(tmp_path / "t")
+
+
+def test_every_call_keeps_its_index_through_windows_and_calls_kept_in_full(tmp_path):
+    """Issue 53: a log by signature gathers a signature's repeats on one row per window, yet
+    sample i is the i-th call, the calls kept in full and the tagged ones included."""
+    rows = [2, 3, 2, 4, 2, 3, 2, 5, 4, 4, 2, 3]
+    writer = CorpusWriter(tmp_path / "t", model=MODEL, keep="signatures", log="parquet")
+    for position, count in enumerate(rows):
+        args, kwargs = call(count)
+        if position == 6:
+            with writer.request("req-1"):
+                writer.add(*args, **kwargs)
+        else:
+            writer.add(*args, **kwargs)
+        if position == 7:
+            writer.flush()  # a second window
+    writer.close()
+    corpus = load_corpus(tmp_path / "t")
+    assert [s[2] for s in described(corpus)] == [signature(*call(n), inference=False) for n in rows]
+    for index, count in enumerate(rows):
+        sample = corpus.sample(index)
+        assert sample.index == index and sample.args[0].shape[0] == count
+    # Each signature's first call was kept in full, and the later ones name it.
+    assert [s.recorded for s in corpus] == ["full", "full", "signature", "full", "signature", "signature",
+                                            "signature", "full", "signature", "signature", "signature", "signature"]
+    assert [s.data_of for s in corpus][8:] == [3, 3, 0, 1]
+    assert corpus.requests.of(6) == ("req-1", 0)
+    assert not corpus.row_indices
+    table = pq.read_table(tmp_path / "t" / corpus.manifest.shards[0].file)
+    assert [p for p in table.column("positions").to_pylist() if p is not None] == [[2, 4]]
+
+
+def test_an_old_log_that_gathered_repeats_says_its_indices_are_rows(tmp_path):
+    """A version 1 log (before issue 53) still reads; where it gathered a signature's repeats
+    its indices are its rows' order, and the corpus says so; one whose rows are each one call
+    is exact."""
+    traffic(tmp_path / "gathered", [2, 3, 2, 4, 2], full_per_signature=0)
+    traffic(tmp_path / "single", [2, 3, 4], full_per_signature=0)
+    for name in ("gathered", "single"):
+        as_log_version_1(tmp_path / name)
+    gathered, single = load_corpus(tmp_path / "gathered"), load_corpus(tmp_path / "single")
+    assert [s[2][1][2][2][0] for s in described(gathered)] == [2, 2, 2, 3, 4]  # the rows' order
+    assert gathered.row_indices
+    assert [s[2][1][2][2][0] for s in described(single)] == [2, 3, 4] and not single.row_indices
+
+
+def test_windows_are_folded_into_one_file_past_roll_bytes_and_at_close(tmp_path):
+    """Issue 53: each flush writes its window as a file of its own; past ``roll_bytes`` (and at
+    close) the open file's windows become one file, its data shard the windows' calls kept in
+    full, the windows deleted and the manifest listing the folded file in their place."""
+    rows = [2, 3, 2, 4, 5, 2, 6, 3, 7, 2, 8, 9, 2, 3]
+    writer = CorpusWriter(tmp_path / "t", model=MODEL, keep="signatures", log="parquet", roll_bytes=1)
+    for position, count in enumerate(rows):
+        args, kwargs = call(count)
+        writer.add(*args, **kwargs)
+        if position % 3 == 2:
+            writer.flush()
+            listed = read_manifest(tmp_path / "t").shards
+            assert listed and all(pq.read_table(tmp_path / "t" / s.file).num_rows for s in listed)
+    writer.close()
+    manifest = read_manifest(tmp_path / "t")
+    names = sorted(path.name for path in (tmp_path / "t").iterdir())
+    assert names == sorted(["corpus.json", *(s.file for s in manifest.shards),
+                            *(s.data[0] for s in manifest.shards if s.data)])
+    assert len(manifest.shards) < 5  # a file per flush would be 5
+    assert any(pq.read_metadata(tmp_path / "t" / s.file).num_row_groups > 1 for s in manifest.shards)
+    corpus = load_corpus(tmp_path / "t")
+    assert [s[2] for s in described(corpus)] == [signature(*call(n), inference=False) for n in rows]
+    kept = [sample for sample in corpus if sample.recorded == "full"]
+    assert [sample.args[0].shape[0] for sample in kept] == [2, 3, 4, 5, 6, 7, 8, 9]  # each first, with data
+    with pytest.raises(CorpusError, match="roll_bytes must be a positive int"):
+        CorpusWriter(tmp_path / "u", model=MODEL, keep="signatures", log="parquet", roll_bytes=0)
