@@ -1,6 +1,6 @@
 """Every touch of torch internals, in one place, each gated on what the installed torch has.
 
-guardscope supports torch 2.9 to 2.14. Nothing else in guardscope reaches into torch's private
+guardscope supports torch 2.11 to 2.14 (docs/compat.md). Nothing else in guardscope reaches into torch's private
 names; callers import from this package, whose modules hold one concern each (each module's
 docstring names the private APIs it uses, and why):
 
