@@ -151,7 +151,9 @@ def matrix_row(version: str, work: Path, args: argparse.Namespace) -> dict[str, 
     install = logs / "install.log"
     steps = [[sys.executable, "-m", "venv", str(venv)],
              [*pip, f"torch=={version}"],
-             [*pip, "-e", f"{REPO}[test]"]]
+             # torch named again: a release outside pyproject's range fails to install rather
+             # than pip replacing it with one inside
+             [*pip, "-e", f"{REPO}[test]", f"torch=={version}"]]
     for command in steps:
         status, seconds = run(command, install, timeout=args.install_timeout)
         if status != 0:
