@@ -35,7 +35,11 @@ _OVERFLOW_END = re.compile(rf"^(?P<bounded>-?\d+ <= .+?) <= {_LIMIT}$")
 _ON_INPUTS = re.compile(r"L\[['\"](?!self['\"])\w+['\"]\](?!(?:\[[^\]]*\])*\.__(?:closure|defaults|code|kwdefaults)__)")
 _LAYER = re.compile(r"\.layers\[\d+\]")
 # The implicit guard of a float input Dynamo did not specialise ("NaN specialization"): any value.
-_ANY_FLOAT = re.compile(r"^not math\.isnan\((?P<name>[^()]+)\)$")
+# Torch 2.12.1, 2.13.0 and 2.14.1 write it on the float (``not math.isnan(L['t'])``); 2.11.0 on the
+# float passed as a tensor (``not math.isnan(___as_tensor(L['t']).item())``), beside the round
+# trip ``L['t'] == ___as_tensor(L['t']).item()``, which every float but NaN passes.
+_ANY_FLOAT = re.compile(r"^not math\.isnan\((?:___as_tensor\((?P<tensor>[^()]+)\)\.item\(\)|(?P<name>[^()]+))\)$")
+_FLOAT_ROUND_TRIP = re.compile(r"^(?P<name>[^()\s]+) == ___as_tensor\((?P=name)\)\.item\(\)$")
 _LOWER_TWO = re.compile(r"^2 <= (?P<dim>\S+\.size\(\)\[\d+\])(?: <= \d+)?$")
 
 
@@ -83,9 +87,10 @@ def guard_atoms(guards: Iterable[str], rename: Callable[[str], str] = strip_loca
             name, equals, value = expression.partition(" == ")
             if equals:
                 atoms.add(("value", name.strip(), value.strip()))
-        elif kind == "LAMBDA_GUARD" and _ANY_FLOAT.match(expression):
+        elif kind == "LAMBDA_GUARD" and (_ANY_FLOAT.match(expression) or _FLOAT_ROUND_TRIP.match(expression)):
             # Dynamo's implicit guard on a float it did not specialise: the graph takes any value.
-            atoms.add(("any_float", _ANY_FLOAT.match(expression).group("name")))
+            match = _ANY_FLOAT.match(expression) or _FLOAT_ROUND_TRIP.match(expression)
+            atoms.add(("any_float", match.groupdict().get("tensor") or match.group("name")))
         elif kind == "LAMBDA_GUARD":
             equality = _EQUALITY.match(expression)
             lower = _LOWER_TWO.match(expression)

@@ -207,7 +207,8 @@ def refine(model: Any, example: Sample, plan: ExportPlan, catalog: dict[str, Any
     for round_number in range(1, MAX_ROUNDS + 1):
         module = load_rendered(render_export_dims(catalog, plan))
         try:
-            return plan, module.export(model, *example.args, **example.kwargs)
+            with torch_compat.no_leaked_export_hooks():
+                return plan, module.export(model, *example.args, **example.kwargs)
         except Exception as exc:  # noqa: BLE001 - every torch.export failure is a finding
             failure = exc
         if not torch_compat.is_constraint_violation(failure):

@@ -105,7 +105,8 @@ def _set_up(strategy: str, module: Any, runner: Any, out_dir: Path, catalog: dic
     from .verify_export import module_example
 
     args, kwargs, *_ = runner.prepare(corpus.sample(module_example(out_dir, catalog)), mark=False)
-    program = module.export(runner.model, *args, **kwargs)
+    with torch_compat.no_leaked_export_hooks():
+        program = module.export(runner.model, *args, **kwargs)
     aoti = torch_compat.aoti_compile_and_load(program, str(work / "model.pt2"))
     accepts = torch_compat.export_input_checker(program)
     with runner.grad_context():

@@ -26,7 +26,8 @@ def verify_export(out_dir: Path, catalog: dict, corpus: Any, model: Any) -> dict
     example = corpus.sample(module_example(out_dir, catalog))
     started = time.perf_counter()
     try:
-        program = module.export(model, *example.args, **example.kwargs)
+        with torch_compat.no_leaked_export_hooks():
+            program = module.export(model, *example.args, **example.kwargs)
     except Exception as exc:
         return _result("export", "failed", f"torch.export failed: {explain_failure(exc)}\n{torch_error(exc)}")
     setup_seconds = time.perf_counter() - started

@@ -1,6 +1,6 @@
 """Every touch of torch internals, in one place, each gated on what the installed torch has.
 
-guardscope supports torch 2.9 to 2.14. Nothing else in guardscope reaches into torch's private
+guardscope supports torch 2.11 to 2.14 (docs/compat.md). Nothing else in guardscope reaches into torch's private
 names; callers import from this package, whose modules hold one concern each (each module's
 docstring names the private APIs it uses, and why):
 
@@ -44,7 +44,7 @@ from .frames import FrameRecorder, cache_entry_total, compile_start_callback
 from .compile_events import CompileObserver
 from .stances import eager_on_recompile, fail_on_recompile, fx_symbolic_tracing, refused_for_fx_trace
 from .cudagraphs import cudagraph_config, cudagraph_loggers, cudagraph_skip_count, mode_uses_cudagraphs
-from .export import aoti_compile_and_load, export_input_checker, is_constraint_violation
+from .export import aoti_compile_and_load, export_input_checker, is_constraint_violation, no_leaked_export_hooks
 from .compile_cache import (cache_device_name, compile_cache_counters, compiled_settings, load_compile_cache,
                             save_compile_cache)
 from .measurements import device_name, graphs_compiled, synchronize
@@ -71,7 +71,7 @@ __all__ = [
     "CompileObserver",
     "eager_on_recompile", "fail_on_recompile", "fx_symbolic_tracing", "refused_for_fx_trace",
     "cudagraph_config", "cudagraph_loggers", "cudagraph_skip_count", "mode_uses_cudagraphs",
-    "aoti_compile_and_load", "export_input_checker", "is_constraint_violation",
+    "aoti_compile_and_load", "export_input_checker", "is_constraint_violation", "no_leaked_export_hooks",
     "cache_device_name", "compile_cache_counters", "compiled_settings", "load_compile_cache", "save_compile_cache",
     "device_name", "graphs_compiled", "synchronize",
     "aot_compile_missing", "aot_compile_module", "dynamic_shapes", "graph_accepts", "graph_rejection",

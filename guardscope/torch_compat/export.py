@@ -4,11 +4,35 @@ and whether torch.export refused the Dims and said how to fix them."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, Iterator
 
 import torch
 
 from ..text import message_line
+
+
+@contextlib.contextmanager
+def no_leaked_export_hooks() -> Iterator[None]:
+    """Around a ``torch.export`` call: the global ``nn.Module`` buffer-registration hooks it left
+    registered are removed when it ends.
+
+    torch.export's non-strict trace registers such a hook (``register_buffer_assignment_hook``)
+    and, in torch 2.10.0, 2.11.0 and 2.12.1, removes it only when the trace succeeds; 2.13.0 and
+    2.14.1 remove it in a ``finally`` (versions read: ``torch/export/_trace.py``). A failed export
+    (a model torch.export refuses) there left it for the life of the process, and every later
+    buffer assignment in a compiled forward (``self.calls = self.calls + 1``) broke the graph:
+    analyses and plain ``torch.compile`` in that process compiled more graphs than production.
+    """
+    import torch.nn.modules.module as module
+
+    hooks = getattr(module, "_global_buffer_registration_hooks", None)
+    before = set(hooks) if hooks is not None else set()
+    try:
+        yield
+    finally:
+        for key in [key for key in (hooks or {}) if key not in before]:
+            del hooks[key]
 
 
 def aoti_compile_and_load(program: Any, package_path: str) -> Callable[..., Any]:

@@ -1,6 +1,6 @@
 """Which torch this is, and which of the features guardscope uses it has.
 
-guardscope is tested on torch 2.9 to 2.14 (:data:`TESTED_RANGE`); on another release it still runs
+guardscope is tested on torch 2.11 to 2.14 (:data:`TESTED_RANGE`, docs/compat.md); on another release it still runs
 and says so (:func:`check_supported_version`). A feature is detected, not inferred from the
 version: ``torch.compiler.set_stance`` (:func:`supports_eager_on_recompile`),
 ``torch.compiler.config.unbacked_sources`` (:func:`supports_unbacked_sources`), a per-call
@@ -16,7 +16,7 @@ import re
 import torch
 
 
-TESTED_RANGE = ((2, 9), (2, 14))
+TESTED_RANGE = ((2, 11), (2, 14))
 
 
 def torch_version() -> str:

@@ -79,3 +79,32 @@ def test_dynamos_code_map_and_compile_callbacks_are_where_frames_reads_them():
         "torch._dynamo.utils.orig_code_map has no refs/values dicts (torch_compat.frames._code_map)"
     assert double.__code__ in [values for values in mapping.values.values()], \
         "torch._dynamo.utils.orig_code_map does not map the transformed code to the compiled function's"
+
+
+class AssignsABufferThenBranchesOnData(torch.nn.Module):
+    """torch.export refuses it (a branch on a tensor's value) after its trace assigned a buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls = self.calls + 1
+        return x * 2 if x.sum() > 0 else x
+
+
+def test_a_failed_export_leaves_no_buffer_registration_hook():
+    """torch 2.10 to 2.12's non-strict export removed its global buffer-registration hook only on
+    success; left behind, it broke the graph of every later buffer assignment under torch.compile
+    (torch_compat.no_leaked_export_hooks)."""
+    from torch.nn.modules import module
+
+    before = dict(module._global_buffer_registration_hooks)
+    with torch_compat.no_leaked_export_hooks():
+        try:
+            torch.export.export(AssignsABufferThenBranchesOnData(), (torch.ones(3),), strict=False)
+        except Exception:  # noqa: BLE001 - refused, as it must be
+            pass
+        else:
+            raise AssertionError(f"torch {torch.__version__} exported a branch on data")
+    assert dict(module._global_buffer_registration_hooks) == before

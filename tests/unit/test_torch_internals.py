@@ -103,6 +103,8 @@ INTERNALS: dict[str, str] = {
     # guards
     "torch._dynamo.eval_frame.OptimizedModule": "guards",
     "torch.nn.Module": "guards",
+    # export
+    "torch.nn.modules.module._global_buffer_registration_hooks": "export",
     # logs
     "torch.__file__": "logs",
     "torch._logging._internal.TorchLogsFormatter": "logs",
@@ -183,6 +185,7 @@ FALLBACK = {
     "torch._dynamo.guards.profile_guard_manager",  # dynamo_config: nothing to replace
     "torch.fx._symbolic_trace.is_fx_symbolic_tracing",  # stances: _is_fx_tracing_flag read instead
     "torch._dynamo.callback.callback_handler.start_callbacks",  # frames: registered again
+    "torch.nn.modules.module._global_buffer_registration_hooks",  # export: nothing to remove
 }
 
 
