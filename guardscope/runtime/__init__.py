@@ -5,7 +5,8 @@ and applied), ``served_model`` (the served model: how each call is served, and i
 off the serving thread)."""
 
 from .background import BackgroundCompiler
-from .recording import FallbackRecorder, TrafficRecorder, input_signature, storage_bytes
+from .recording import FallbackRecorder, input_signature, storage_bytes
+from .traffic import TrafficRecorder
 from .served_model import RuntimeStats, ServedModel
 from .serving import choose_plan, serve
 

@@ -39,7 +39,8 @@ from .background import (
     serving_stance,
 )
 from .child_compile import ChildCompile, ChildCompileError, ChildCompiler
-from .recording import _LOG_EVERY, _LOG_FIRST, FallbackRecorder, TrafficRecorder, input_signature
+from .recording import _LOG_EVERY, _LOG_FIRST, FallbackRecorder, input_signature
+from .traffic import TrafficRecorder
 
 logger = logging.getLogger("guardscope.runtime")
 

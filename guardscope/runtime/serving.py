@@ -42,7 +42,8 @@ from ..proving.isolation import import_file
 from ..replay.compiling import compile_model
 from .background import DEFAULT_SWITCH_INTERVAL, PROCESS, background_strategy, check_background_options
 from .child_compile import ChildCompiler
-from .recording import FallbackRecorder, TrafficRecorder
+from .recording import FallbackRecorder
+from .traffic import TrafficRecorder
 from .served_model import ServedModel
 
 PLANS = plans.SERVED

@@ -13,7 +13,7 @@ import torch
 
 import guardscope
 from guardscope.corpus.compile_log import COMPILE_LOG
-from guardscope.runtime.recording import default_replica
+from guardscope.corpus.writer import default_replica
 from guardscope.text import format_seconds
 from guardscope.runtime import TrafficRecorder
 from guardscope.terminal import format_summary
