@@ -61,12 +61,15 @@ class EmbeddedEngine:
         return {"name": self.name}
 
 
-def _decoded(directory: str, shard: dict[str, Any], plans: list[tuple[Any, ScanPlan]]) -> list[tuple] | None:
+def _decoded(directory: str, shard: dict[str, Any],
+             plans: list[tuple[Any, ScanPlan]]) -> tuple[list[tuple], int] | None:
     """On a worker: a traffic log shard's runs of columns as plain values — for each run its
     template's signature (JSON), first, count, full, per-tensor numbers, and the rows checked
     against the graphs of ``plans`` (``(tried, graph)`` from :func:`~.column_check.scan`, for a
-    run whose template matches a plan's example signature; else None) — or None when the shard
-    has rows that are not columns (read by the driver). ``ShardError`` as the reader raises it."""
+    run whose template matches a plan's example signature; else None) — with the number of calls
+    kept in full that the columns check (the driver takes them off the signature count, as the
+    reader does for a shard it decodes itself), or None when the shard has rows that are not
+    columns (read by the driver). ``ShardError`` as the reader raises it."""
     from ..corpus.format import ShardInfo
     from ..corpus.reader import load_corpus
     from ..corpus.signature import signature_to_json
@@ -74,7 +77,8 @@ def _decoded(directory: str, shard: dict[str, Any], plans: list[tuple[Any, ScanP
     data = shard.get("data")
     info = ShardInfo(shard["file"], shard["first"], shard["samples"], shard["sha256"],
                      (data["file"], data["sha256"]) if data else None)
-    items = load_corpus(directory).load_columns(info)
+    corpus = load_corpus(directory)
+    items = corpus.load_columns(info)
     if any(type(item) is not RecordColumns for item in items):
         return None
     runs = []
@@ -82,7 +86,7 @@ def _decoded(directory: str, shard: dict[str, Any], plans: list[tuple[Any, ScanP
         plan = next((plan for example, plan in plans if item.call.match(example) is not None), None)
         runs.append((signature_to_json(item.record(0).signature), item.first, item.count, item.full, item.numbers,
                      scan(item.numbers, plan) if plan is not None else None))
-    return runs
+    return runs, corpus.full_in_columns.get(info.file, 0)
 
 
 class TaskPlans:
@@ -175,13 +179,16 @@ class DaskEngine:
             self.here += 1
             return EmbeddedEngine().records(corpus, shard, columns)
         try:
-            runs = future.result()  # a ShardError on the worker is raised here as it was there
+            decoded = future.result()  # a ShardError on the worker is raised here as it was there
         finally:
             self._top_up()
-        if runs is None or not columns:
+        if decoded is None or not columns:
             self.here += 1
             return EmbeddedEngine().records(corpus, shard, columns)
         self.on_cluster += 1
+        runs, kept_in_columns = decoded
+        if kept_in_columns:  # as the reader counts a shard it decodes (corpus/log_records.py)
+            corpus.full_in_columns[shard.file] = kept_in_columns
         return self._tasks.columns(corpus, runs)
 
     def close(self) -> None:

@@ -45,19 +45,12 @@ def _seed_log(path, full_per_signature: int) -> None:
             writer.add(*args, **kwargs)
 
 
-def _both(corpus, root, scheduler, *, signature_count: bool = True, **options) -> tuple[bytes, dict]:
-    """The catalog bytes of both engines (they must be equal) and the Dask run's engine summary.
-    ``signature_count=False``: equal but for ``corpus.signatures.samples`` (see the caller)."""
+def _both(corpus, root, scheduler, **options) -> tuple[bytes, dict]:
+    """The catalog bytes of both engines (they must be equal) and the Dask run's engine summary."""
     pipeline.analyze(corpus, root / "embedded", **options)
     pipeline.analyze(corpus, root / "dask", engine="dask", scheduler=scheduler, **options)
     embedded, dask = (root / "embedded" / "catalog.json").read_bytes(), (root / "dask" / "catalog.json").read_bytes()
-    if not signature_count:
-        masked = [json.loads(text) for text in (dask, embedded)]
-        for catalog in masked:
-            catalog["corpus"]["signatures"]["samples"] = None
-        assert masked[0] == masked[1]
-    else:
-        assert dask == embedded
+    assert dask == embedded
     return dask, json.loads((root / "dask" / "timings.json").read_text())["engine"]
 
 
@@ -65,11 +58,9 @@ def _both(corpus, root, scheduler, *, signature_count: bool = True, **options) -
 def test_the_dask_engine_gives_the_embedded_catalog_byte_for_byte(tmp_path, scheduler, full_per_signature):
     _seed_log(tmp_path / "log", full_per_signature)
     shards = len(load_corpus(tmp_path / "log").manifest.shards)
-    # Known defect (issue 53, left open): calls kept in full are checked over columns since issue
-    # 53, and taken off the signature count only where this process decoded their shard; the
-    # cluster decodes them too, so with calls kept in full the Dask run's
-    # corpus.signatures.samples is overstated. Everything else is equal.
-    catalog, engine = _both(tmp_path / "log", tmp_path, scheduler, signature_count=full_per_signature == 0)
+    # With calls kept in full, the cluster says how many it checked over columns, and the signature
+    # count is corrected for them as for a shard decoded here: the catalogs are equal byte for byte.
+    catalog, engine = _both(tmp_path / "log", tmp_path, scheduler)
     assert json.loads(catalog)["summary"]["compile_samples"]
     if full_per_signature == 0:  # every shard is columns: decoded on the cluster
         assert engine == {"name": "dask", "shards_on_cluster": shards, "shards_here": 0}
