@@ -35,7 +35,8 @@ from typing import Any
 
 from ..errors import CorpusError, ShardError
 from .compile_log import merge_compile_logs
-from .fleet_compact import compact_rows, digest_codes
+from .fleet_compact import digest_codes
+from .fleet_order import Layout, ReadRows, fleet_layout
 from .format import MANIFEST_NAME, TRAFFIC_FORMAT_VERSION, ShardInfo
 from .reader import Corpus, load_corpus
 from .shards import read_checked, read_shard
@@ -216,165 +217,122 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
     replica, count, and its full recording's and data's positions); the second writes the merged
     shards in fleet order, reading each source shard again when a merged shard first needs its
     rows and dropping it after its last."""
-    import numpy as np
-    import pyarrow as pa
-
     target = pathlib.Path(destination)
     for replica in replicas:
         if target.exists() and target.resolve() == replica.corpus.path.resolve():
             raise CorpusError(f"{target} is the replica {replica.label}; write the merged corpus to another folder")
     merged = Merged(compact=compact)
-    sources: list[tuple[int, ShardInfo]] = []  # the shards read, in order: (replica number, shard)
-    columns: dict[str, list] = {name: [] for name in ("first", "count", "seen", "name", "full", "data", "last",
-                                                      "digest")}
-    templates: dict[str, str] = {}
-    structured = False
-    owner: dict[str, str] = {}  # replica name -> the folder whose rows carry it
-    lists: list[tuple[Any, list[str], Any]] = []  # compact inputs' calls per replica, by row
+    read = _read_rows(replicas, merged, skip_bad_shards=skip_bad_shards, compact=compact, progress=progress)
+    if not read.sources:
+        raise CorpusError("no readable traffic log in the replicas given")
+    _release_arrow_memory()  # the shards' tables are gone: their pages back before the sort
+    layout = fleet_layout(read, [replica.corpus.requests for replica in replicas], compact)
+    merged.samples, merged.requests_dropped = layout.samples, layout.requests_dropped
+    _write_merged(replicas, target, read, layout, merged, overwrite=overwrite, shard_rows=shard_rows)
+    merged.rows = len(layout.shard_of)
+    merge_compile_logs([replica.corpus.path for replica in replicas], destination)  # each process's compiles
+    _release_arrow_memory()  # for an analysis that follows in this process
+    merged.replicas = layout.calls
+    return merged
+
+
+# --- the first pass: every shard read and checked, what places its rows kept -----------------------
+
+
+def _read_rows(replicas: Sequence[Replica], merged: Merged, *, skip_bad_shards: bool, compact: bool,
+               progress: Callable[[str], None] | None) -> ReadRows:
+    """Every replica's shards read and checked, in order (a shard left out with
+    ``skip_bad_shards``, its reason in ``merged.skipped``)."""
+    read = ReadRows()
     for number, replica in enumerate(replicas):
         corpus = replica.corpus
         for shard in corpus.manifest.shards:
-            try:
-                table, shard_templates, shard_structured = _read_shard(corpus, shard)
-            except ShardError as exc:
-                if not skip_bad_shards:
-                    raise
-                merged.skipped.append(str(exc))
-                continue
-            # A compact merge's rows that count several replicas' calls (a ShardError when a list is off).
-            try:
-                listed = _replica_lists(table, corpus.path / shard.file)
-            except ShardError as exc:
-                if not skip_bad_shards:
-                    raise
-                merged.skipped.append(str(exc))
-                continue
-            if "replicas" in table.column_names and not compact:
-                raise CorpusError(f"replica {replica.label} is a compact merge (its rows count several replicas' "
-                                  "calls, their order lost): merge it compactly (guardscope merge, without "
-                                  "--keep-order), then analyse the merged corpus")
-            if table.column("first_seen").null_count:
-                raise CorpusError(f"replica {replica.label}: {corpus.path / shard.file} has rows without a timestamp "
-                                  "(a converted corpus): they have no place in the fleet's order")
-            encoded = table.column("replica").combine_chunks().dictionary_encode()
-            spelled = encoded.dictionary.to_pylist()
-            for name in spelled + (sorted(set(listed[1])) if listed is not None else []):
-                if owner.setdefault(name, replica.label) != replica.label:
-                    raise CorpusError(f"replicas {owner[name]} and {replica.label} both name their calls {name!r}: "
-                                      "two processes must record under two names")
-            templates.update(shard_templates)
-            structured = structured or shard_structured
-            sources.append((number, shard))
-            columns["first"].append(table.column("first").to_numpy())
-            columns["count"].append(table.column("count").to_numpy())
-            columns["seen"].append(table.column("first_seen").cast("int64").to_numpy())
-            columns["name"].append(np.array(spelled, dtype=object)[encoded.indices.to_numpy()])
-            columns["full"].append(table.column("full").fill_null(-1).to_numpy())
-            columns["data"].append(table.column("data").fill_null(-1).to_numpy())
-            if listed is not None:  # (row, replica name, calls), the row counted from all rows read so far
-                offset = sum(len(part) for part in columns["first"]) - table.num_rows
-                lists.append((listed[0] + offset, listed[1], listed[2]))
-            if compact:
-                try:
-                    columns["digest"].append(digest_codes(table.column("digest")))
-                except ValueError as exc:
-                    raise ShardError(f"traffic log {corpus.path / shard.file}: {exc}; re-record the corpus") from None
-                columns["last"].append(table.column("last_seen").cast("int64").to_numpy())
+            found = _readable_shard(corpus, shard, merged, skip_bad_shards)
+            if found is not None:
+                _keep_rows(read, number, replica, shard, *found, compact=compact)
         if progress is not None:
             progress(f"read        {replica.label}: {corpus.manifest.samples:,} calls")
-    if not sources:
-        raise CorpusError("no readable traffic log in the replicas given")
-    _release_arrow_memory()  # the shards' tables are gone: their pages back before the sort
-    rows_of = np.array([len(part) for part in columns["first"]], dtype=np.int64)
-    shard_of = np.repeat(np.arange(len(sources), dtype=np.int64), rows_of)
-    row_in_shard = np.arange(len(shard_of), dtype=np.int64) - np.repeat(np.cumsum(rows_of) - rows_of, rows_of)
-    source = np.array([number for number, _ in sources], dtype=np.int64)[shard_of]
-    # Each column concatenated and its per-shard parts dropped before the next (memory: one copy).
-    old_first, counts, seen, full_old, data = (np.concatenate(columns.pop(name))
-                                               for name in ("first", "count", "seen", "full", "data"))
-    digest, last = ((np.concatenate(columns.pop("digest")), np.concatenate(columns.pop("last"))) if compact
-                    else (None, None))
-    names = np.concatenate(columns.pop("name"))
-    sorted_names = sorted(set(owner))
-    name_rank = np.searchsorted(np.array(sorted_names, dtype=object), names)
-    del names, columns
-    # Rows of compact inputs that count several replicas' calls: (row, replica rank, calls).
-    listed_input = None
-    if lists:
-        listed_input = (np.concatenate([rows for rows, _, _ in lists]),
-                        np.searchsorted(np.array(sorted_names, dtype=object),
-                                        np.array([name for _, spelled_of, _ in lists for name in spelled_of],
-                                                 dtype=object)),
-                        np.concatenate([calls for _, _, calls in lists]))
-    del lists
-    # Each replica's clock made monotone, so its own order stays (the module's docstring).
-    clock = np.empty_like(seen)
-    bounds = np.flatnonzero(np.diff(source)) + 1  # a replica's rows are one run of the concatenation
-    for begin, end in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [len(source)]))):
-        clock[begin:end] = np.maximum.accumulate(seen[begin:end])
-    # lexsort is stable, and a replica name belongs to one folder: ties keep the concatenation's
-    # order (the folders' order, then each one's rows).
-    order = np.lexsort((name_rank, clock))
-    del clock
-    if not compact:
-        del seen
-    # One array at a time, each old one freed before the next is taken (memory: one extra array).
-    counts = counts[order]
-    shard_of = shard_of[order]
-    row_in_shard = row_in_shard[order]
-    data = data[order]
-    name_rank = name_rank[order]
-    calls_per_name = np.bincount(name_rank, weights=counts, minlength=len(sorted_names))
-    merged.samples = int(counts.sum())
-    listed = None
-    if listed_input is not None:  # a compact input's listed rows: their calls by their list, not their replica
-        position = np.empty(len(order), dtype=np.int64)
-        position[order] = np.arange(len(order))
-        listed = (position[listed_input[0]], listed_input[1], listed_input[2])
-        del position, listed_input
-        rows = np.unique(listed[0])  # each such row's calls once off its replica, then its list's on theirs
-        calls_per_name -= np.bincount(name_rank[rows], weights=counts[rows], minlength=len(sorted_names))
-        calls_per_name += np.bincount(listed[1], weights=listed[2], minlength=len(sorted_names))
-        del rows
-    if compact:
-        del old_first, full_old, source
-        digest = digest[order]
-        last = last[order]
-        seen = seen[order]
-        del order
-        plan = compact_rows(digest, counts, data, seen, last, name_rank, sorted_names, listed)
-        del digest, last, seen, name_rank
-        pick = plan.rows
-        requests: list[tuple[int, str, int]] = []
-        merged.requests_dropped = sum(run[3] for replica in replicas if replica.corpus.requests is not None
-                                      for run in replica.corpus.requests.runs)
-        # A row for a signature's other calls keeps no tensors, though it takes a full row's columns.
-        shard_of = shard_of[pick]
-        row_in_shard = row_in_shard[pick]
-        data = np.where(plan.kept_in_full, data[pick], -1)
-        new_first, full_new, counts = plan.first, plan.full, plan.count
-    else:
-        plan = None
-        source = source[order]
-        old_first = old_first[order]
-        full_old = full_old[order]
-        del order
-        new_first = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
-        full_new = _full_moved(source, old_first, full_old, data, new_first)
-        requests = _requests(replicas, source, old_first, counts, new_first, [sorted_names[r] for r in name_rank]
-                             if any(replica.corpus.requests is not None for replica in replicas) else [])
-        del source, old_first, full_old, name_rank
+    return read
 
-    manifest = replicas[0].corpus.manifest
-    writer = CorpusWriter(
-        target, respec(manifest.model, replicas[0].corpus.path, target), dict(manifest.compile), keep="signatures",
-        log="parquet", overwrite=overwrite, method=manifest.method, recorded_from=manifest.recorded_model,
-        dynamo_config=manifest.dynamo_config or {}, grad_mode=manifest.grad_mode)
-    writer.torch_version = manifest.torch_version  # the replicas' (checked to be one), not this process's
+
+def _readable_shard(corpus: Corpus, shard: ShardInfo, merged: Merged,
+                    skip_bad_shards: bool) -> tuple[Any, dict[str, str], bool, Any] | None:
+    """A shard's rows, templates, whether it holds codec objects and its rows' replica lists
+    (:func:`_replica_lists`); None for a shard left out with ``skip_bad_shards``."""
+    try:
+        table, templates, structured = _read_shard(corpus, shard)
+    except ShardError as exc:
+        if not skip_bad_shards:
+            raise
+        merged.skipped.append(str(exc))
+        return None
+    # A compact merge's rows that count several replicas' calls (a ShardError when a list is off).
+    try:
+        listed = _replica_lists(table, corpus.path / shard.file)
+    except ShardError as exc:
+        if not skip_bad_shards:
+            raise
+        merged.skipped.append(str(exc))
+        return None
+    return table, templates, structured, listed
+
+
+def _keep_rows(read: ReadRows, number: int, replica: Replica, shard: ShardInfo, table: Any,
+               templates: dict[str, str], structured: bool, listed: Any, *, compact: bool) -> None:
+    """What places the rows of replica ``number``'s ``shard`` added to ``read``, once they are
+    checked to have a place in the fleet's order under replica names of this folder alone."""
+    import numpy as np
+
+    corpus = replica.corpus
+    if "replicas" in table.column_names and not compact:
+        raise CorpusError(f"replica {replica.label} is a compact merge (its rows count several replicas' "
+                          "calls, their order lost): merge it compactly (guardscope merge, without "
+                          "--keep-order), then analyse the merged corpus")
+    if table.column("first_seen").null_count:
+        raise CorpusError(f"replica {replica.label}: {corpus.path / shard.file} has rows without a timestamp "
+                          "(a converted corpus): they have no place in the fleet's order")
+    encoded = table.column("replica").combine_chunks().dictionary_encode()
+    spelled = encoded.dictionary.to_pylist()
+    for name in spelled + (sorted(set(listed[1])) if listed is not None else []):
+        if read.owner.setdefault(name, replica.label) != replica.label:
+            raise CorpusError(f"replicas {read.owner[name]} and {replica.label} both name their calls {name!r}: "
+                              "two processes must record under two names")
+    read.templates.update(templates)
+    read.structured = read.structured or structured
+    read.sources.append((number, shard))
+    columns = read.columns
+    columns["first"].append(table.column("first").to_numpy())
+    columns["count"].append(table.column("count").to_numpy())
+    columns["seen"].append(table.column("first_seen").cast("int64").to_numpy())
+    columns["name"].append(np.array(spelled, dtype=object)[encoded.indices.to_numpy()])
+    columns["full"].append(table.column("full").fill_null(-1).to_numpy())
+    columns["data"].append(table.column("data").fill_null(-1).to_numpy())
+    if listed is not None:  # (row, replica name, calls), the row counted from all rows read so far
+        offset = sum(len(part) for part in columns["first"]) - table.num_rows
+        read.lists.append((listed[0] + offset, listed[1], listed[2]))
+    if compact:
+        try:
+            columns["digest"].append(digest_codes(table.column("digest")))
+        except ValueError as exc:
+            raise ShardError(f"traffic log {corpus.path / shard.file}: {exc}; re-record the corpus") from None
+        columns["last"].append(table.column("last_seen").cast("int64").to_numpy())
+
+
+# --- the second pass: the merged shards written in fleet order --------------------------------------
+
+
+def _write_merged(replicas: Sequence[Replica], target: pathlib.Path, read: ReadRows, layout: Layout,
+                  merged: Merged, *, overwrite: bool, shard_rows: int) -> None:
+    """The merged corpus written at ``target``, ``shard_rows`` rows a shard, each source shard read
+    again when a merged shard first needs its rows and dropped after its last."""
+    import numpy as np
+
+    writer = _merged_writer(replicas, target, overwrite)
     devices = set()
     for replica in replicas:
         devices.update(part for part in replica.corpus.manifest.device.split(",") if part)
-    last_chunk = np.zeros(len(sources), dtype=np.int64)  # the last merged shard needing each source shard
+    shard_of, counts, new_first = layout.shard_of, layout.counts, layout.new_first
+    last_chunk = np.zeros(len(read.sources), dtype=np.int64)  # the last merged shard needing each source shard
     for number, start in enumerate(range(0, len(shard_of), shard_rows)):
         last_chunk[np.unique(shard_of[start:start + shard_rows])] = number
     held_shards: dict[int, tuple[Any, list]] = {}  # source shard -> (its rows, its data shard's calls)
@@ -382,60 +340,59 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
         for number, start in enumerate(range(0, len(shard_of), shard_rows)):
             stop = min(start + shard_rows, len(shard_of))
             wanted_shards = np.unique(shard_of[start:stop])
-            pieces, placed = [], []
-            for index in wanted_shards:
-                if index not in held_shards:
-                    replica_number, shard = sources[index]
-                    held_shards[index] = _reread_shard(replicas[replica_number].corpus, shard)
-                at = np.flatnonzero(shard_of[start:stop] == index)
-                pieces.append(held_shards[index][0].take(row_in_shard[start:stop][at]))
-                placed.append(at)
-            chunk = _concat(pieces).take(np.argsort(np.concatenate(placed), kind="stable"))
-            held = np.flatnonzero(data[start:stop] >= 0)  # the chunk's calls kept in full, in order
-            calls = [held_shards[int(shard_of[start + at])][1][int(data[start + at])] for at in held]
-            positions = np.full(stop - start, -1, dtype=np.int64)
-            positions[held] = np.arange(len(held))
-            chunk = _with(chunk, first=new_first[start:stop], full=full_new[start:stop], data=positions)
-            if plan is not None:  # a compact row's calls, times and replicas are its signature's
-                chunk = _with(chunk, count=counts[start:stop])
-                for name, values in (("first_seen", plan.first_seen), ("last_seen", plan.last_seen)):
-                    chunk = chunk.set_column(chunk.schema.get_field_index(name), name,
-                                             pa.array(values[start:stop], type=pa.int64()).cast(chunk.schema.field(name).type))
-                chunk = chunk.append_column("replicas", plan.replicas.slice(start, stop - start))
+            chunk, calls = _chunk(replicas, read.sources, layout, held_shards, wanted_shards, start, stop)
             used = {name for name in chunk.column("template").unique().to_pylist() if name is not None}
             end = int(new_first[stop - 1] + counts[stop - 1])
-            tags = [entry for entry in requests if int(new_first[start]) <= entry[0] < end]
-            writer.append_log(chunk, {name: templates[name] for name in used}, calls, structured=structured,
-                              devices=devices, requests=tags)
+            tags = [entry for entry in layout.requests if int(new_first[start]) <= entry[0] < end]
+            writer.append_log(chunk, {name: read.templates[name] for name in used}, calls,
+                              structured=read.structured, devices=devices, requests=tags)
             merged.shards += 1
             for index in wanted_shards[last_chunk[wanted_shards] == number]:
                 del held_shards[index]  # its last row is written
-    merged.rows = len(shard_of)
-    merge_compile_logs([replica.corpus.path for replica in replicas], destination)  # each process's compiles
-    _release_arrow_memory()  # for an analysis that follows in this process
-    merged.replicas = {name: int(total) for name, total in zip(sorted_names, calls_per_name)}
-    return merged
 
 
-def _full_moved(source: Any, old_first: Any, full_old: Any, data: Any, new_first: Any) -> Any:
-    """Each fleet-ordered row's full recording (the same replica's sample it names, ``full_old``)
-    at its new index; -1 for none, or when that sample's shard was skipped. Such a sample is a
-    row kept in full (``data``): only those are looked up."""
+def _merged_writer(replicas: Sequence[Replica], target: pathlib.Path, overwrite: bool) -> CorpusWriter:
+    """The writer of the merged traffic log: the first replica's model (re-expressed for
+    ``target``), compile options and settings, and torch version."""
+    manifest = replicas[0].corpus.manifest
+    writer = CorpusWriter(
+        target, respec(manifest.model, replicas[0].corpus.path, target), dict(manifest.compile), keep="signatures",
+        log="parquet", overwrite=overwrite, method=manifest.method, recorded_from=manifest.recorded_model,
+        dynamo_config=manifest.dynamo_config or {}, grad_mode=manifest.grad_mode)
+    writer.torch_version = manifest.torch_version  # the replicas' (checked to be one), not this process's
+    return writer
+
+
+def _chunk(replicas: Sequence[Replica], sources: list[tuple[int, ShardInfo]], layout: Layout,
+           held_shards: dict[int, tuple[Any, list]], wanted_shards: Any, start: int, stop: int) -> tuple[Any, list]:
+    """The merged rows ``start:stop`` as one table (their source shards read into ``held_shards``
+    where not yet held), and their calls kept in full, in order."""
     import numpy as np
+    import pyarrow as pa
 
-    full_new = np.full(len(full_old), -1, dtype=np.int64)
-    naming = np.flatnonzero(full_old >= 0)
-    held = np.flatnonzero(data >= 0)
-    if not len(naming) or not len(held):
-        return full_new
-    key = source[held] * (1 << 40) + old_first[held]
-    by_key = np.argsort(key, kind="stable")
-    key, held = key[by_key], held[by_key]
-    wanted = source[naming] * (1 << 40) + full_old[naming]
-    found = np.clip(np.searchsorted(key, wanted), 0, len(key) - 1)
-    hit = key[found] == wanted
-    full_new[naming[hit]] = new_first[held[found[hit]]]
-    return full_new
+    shard_of, row_in_shard, data = layout.shard_of, layout.row_in_shard, layout.data
+    pieces, placed = [], []
+    for index in wanted_shards:
+        if index not in held_shards:
+            replica_number, shard = sources[index]
+            held_shards[index] = _reread_shard(replicas[replica_number].corpus, shard)
+        at = np.flatnonzero(shard_of[start:stop] == index)
+        pieces.append(held_shards[index][0].take(row_in_shard[start:stop][at]))
+        placed.append(at)
+    chunk = _concat(pieces).take(np.argsort(np.concatenate(placed), kind="stable"))
+    held = np.flatnonzero(data[start:stop] >= 0)  # the chunk's calls kept in full, in order
+    calls = [held_shards[int(shard_of[start + at])][1][int(data[start + at])] for at in held]
+    positions = np.full(stop - start, -1, dtype=np.int64)
+    positions[held] = np.arange(len(held))
+    chunk = _with(chunk, first=layout.new_first[start:stop], full=layout.full_new[start:stop], data=positions)
+    plan = layout.plan
+    if plan is not None:  # a compact row's calls, times and replicas are its signature's
+        chunk = _with(chunk, count=layout.counts[start:stop])
+        for name, values in (("first_seen", plan.first_seen), ("last_seen", plan.last_seen)):
+            chunk = chunk.set_column(chunk.schema.get_field_index(name), name,
+                                     pa.array(values[start:stop], type=pa.int64()).cast(chunk.schema.field(name).type))
+        chunk = chunk.append_column("replicas", plan.replicas.slice(start, stop - start))
+    return chunk, calls
 
 
 def _replica_lists(table: Any, path: Any) -> tuple[Any, list[str], Any] | None:
@@ -524,24 +481,6 @@ def _data_of(corpus: Corpus, shard: ShardInfo) -> tuple[list[dict[str, Any]], bo
 
     content = read_shard(corpus.path / shard.data[0], shard.data[1], STRUCTURED_FORMAT_VERSION, "cpu")
     return content["samples"], content.get("structured", False)
-
-
-def _requests(replicas: Sequence[Replica], source: Any, old_first: Any, counts: Any, new_first: Any,
-              names: Any) -> list[tuple[int, str, int]]:
-    """The merged corpus's request tags: each replica's ``tag`` as ``"replica/tag"``, in order."""
-    runs = [replica.corpus.requests for replica in replicas]
-    if not any(run is not None for run in runs):
-        return []
-    tags: list[tuple[int, str, int]] = []
-    for at in range(len(source)):
-        run = runs[int(source[at])]
-        if run is None:
-            continue
-        for offset in range(int(counts[at])):
-            tag = run.of(int(old_first[at]) + offset)
-            if tag is not None:
-                tags.append((int(new_first[at]) + offset, f"{names[at]}/{tag[0]}", tag[1]))
-    return tags
 
 
 __all__ = ["Merged", "Replica", "check_fleet", "find_corpora", "merge_fleet", "names_several", "open_fleet",

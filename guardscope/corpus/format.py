@@ -412,19 +412,7 @@ def _field(path: pathlib.Path, raw: dict, name: str, kind: type, where: str = ""
 def _parse_manifest(path: pathlib.Path, raw: Any) -> Manifest:
     if not isinstance(raw, dict):
         raise ManifestError(f"{path} must hold a JSON object; re-record the corpus")
-    fmt = _field(path, raw, "format", str)
-    if fmt != FORMAT:
-        raise ManifestError(
-            f"{path}: field 'format' is {fmt!r}, expected {FORMAT!r}; "
-            "this is not a guardscope corpus"
-        )
-    version = _field(path, raw, "format_version", int)
-    if version not in READ_VERSIONS:
-        advice = "upgrade guardscope" if version > max(READ_VERSIONS) else "re-record the corpus"
-        raise ManifestError(
-            f"{path}: field 'format_version' is {version}, this guardscope reads versions "
-            f"{', '.join(map(str, READ_VERSIONS))}; {advice}"
-        )
+    version = _format_version(path, raw)
     model = _field(path, raw, "model", str)
     try:
         check_model_spec(model)
@@ -444,39 +432,7 @@ def _parse_manifest(path: pathlib.Path, raw: Any) -> Manifest:
     shards = []
     expected_first = 0
     for position, entry in enumerate(_field(path, raw, "shards", list)):
-        where = f"shards[{position}]."
-        if not isinstance(entry, dict):
-            raise ManifestError(f"{path}: field 'shards[{position}]' must be a JSON object")
-        data = None
-        if entry.get("data") is not None:
-            raw_data = _field(path, entry, "data", dict, where)
-            data = (_field(path, raw_data, "file", str, f"{where}data."),
-                    _field(path, raw_data, "sha256", str, f"{where}data."))
-            if not SHARD_NAME.fullmatch(data[0]) or not _SHA256.fullmatch(data[1]):
-                raise ManifestError(f"{path}: field '{where}data' must name a shard-NNNNN.pt file and its sha256")
-        shard = ShardInfo(
-            file=_field(path, entry, "file", str, where),
-            first=_field(path, entry, "first", int, where),
-            samples=_field(path, entry, "samples", int, where),
-            sha256=_field(path, entry, "sha256", str, where),
-            data=data,
-        )
-        logs = version >= TRAFFIC_FORMAT_VERSION
-        if not (SHARD_NAME.fullmatch(shard.file) or (logs and LOG_NAME.fullmatch(shard.file))):
-            raise ManifestError(
-                f"{path}: field '{where}file' is {shard.file!r}, not a shard-NNNNN.pt"
-                + (" or shard-NNNNN.parquet" if logs else "") + " name"
-            )
-        if data is not None and not LOG_NAME.fullmatch(shard.file):
-            raise ManifestError(f"{path}: field '{where}data' belongs to a traffic log (shard-NNNNN.parquet)")
-        if shard.first != expected_first or shard.samples < 1:
-            raise ManifestError(
-                f"{path}: field '{where}first'/'{where}samples' ({shard.first}, {shard.samples}) "
-                f"do not continue the previous shards (next sample is {expected_first}); "
-                "re-record the corpus"
-            )
-        if not _SHA256.fullmatch(shard.sha256):
-            raise ManifestError(f"{path}: field '{where}sha256' is not 64 lowercase hex digits")
+        shard = _shard_info(path, entry, position, version, expected_first)
         shards.append(shard)
         expected_first += shard.samples
     if samples != expected_first:
@@ -498,3 +454,60 @@ def _parse_manifest(path: pathlib.Path, raw: Any) -> Manifest:
         grad_mode=grad_mode,
         recording=bool(recording),
     )
+
+
+def _format_version(path: pathlib.Path, raw: dict) -> int:
+    """The manifest's format version, checked to be a guardscope corpus's and one this release reads."""
+    fmt = _field(path, raw, "format", str)
+    if fmt != FORMAT:
+        raise ManifestError(
+            f"{path}: field 'format' is {fmt!r}, expected {FORMAT!r}; "
+            "this is not a guardscope corpus"
+        )
+    version = _field(path, raw, "format_version", int)
+    if version not in READ_VERSIONS:
+        advice = "upgrade guardscope" if version > max(READ_VERSIONS) else "re-record the corpus"
+        raise ManifestError(
+            f"{path}: field 'format_version' is {version}, this guardscope reads versions "
+            f"{', '.join(map(str, READ_VERSIONS))}; {advice}"
+        )
+    return version
+
+
+def _shard_info(path: pathlib.Path, entry: Any, position: int, version: int, expected_first: int) -> ShardInfo:
+    """The manifest's shard at ``position``, checked: its file name (a traffic log's from format 5),
+    its data shard, its sha256, and its samples continuing the shards before it (``expected_first``)."""
+    where = f"shards[{position}]."
+    if not isinstance(entry, dict):
+        raise ManifestError(f"{path}: field 'shards[{position}]' must be a JSON object")
+    data = None
+    if entry.get("data") is not None:
+        raw_data = _field(path, entry, "data", dict, where)
+        data = (_field(path, raw_data, "file", str, f"{where}data."),
+                _field(path, raw_data, "sha256", str, f"{where}data."))
+        if not SHARD_NAME.fullmatch(data[0]) or not _SHA256.fullmatch(data[1]):
+            raise ManifestError(f"{path}: field '{where}data' must name a shard-NNNNN.pt file and its sha256")
+    shard = ShardInfo(
+        file=_field(path, entry, "file", str, where),
+        first=_field(path, entry, "first", int, where),
+        samples=_field(path, entry, "samples", int, where),
+        sha256=_field(path, entry, "sha256", str, where),
+        data=data,
+    )
+    logs = version >= TRAFFIC_FORMAT_VERSION
+    if not (SHARD_NAME.fullmatch(shard.file) or (logs and LOG_NAME.fullmatch(shard.file))):
+        raise ManifestError(
+            f"{path}: field '{where}file' is {shard.file!r}, not a shard-NNNNN.pt"
+            + (" or shard-NNNNN.parquet" if logs else "") + " name"
+        )
+    if data is not None and not LOG_NAME.fullmatch(shard.file):
+        raise ManifestError(f"{path}: field '{where}data' belongs to a traffic log (shard-NNNNN.parquet)")
+    if shard.first != expected_first or shard.samples < 1:
+        raise ManifestError(
+            f"{path}: field '{where}first'/'{where}samples' ({shard.first}, {shard.samples}) "
+            f"do not continue the previous shards (next sample is {expected_first}); "
+            "re-record the corpus"
+        )
+    if not _SHA256.fullmatch(shard.sha256):
+        raise ManifestError(f"{path}: field '{where}sha256' is not 64 lowercase hex digits")
+    return shard

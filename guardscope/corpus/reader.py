@@ -286,65 +286,49 @@ class Corpus:
         # (or for a template not kept) they are parsed and matched in order, as the others are.
         others = sum(1 for entry in entries if isinstance(entry, dict) and type(entry.get("signature")) is list)
         trusted = len(self._templates) + others <= TEMPLATES_KEPT
-        calls = self._templates
         for entry in entries:
             if type(entry) is _Run:
-                if trusted and all(call is calls[0] or call in calls for call in set(entry.calls)):
-                    firsts = list(itertools.accumulate(entry.repeats, initial=index))
-                    after = firsts.pop()
-                    if all(full is None or full < first for full, first in zip(entry.fulls, firsts)):
-                        # As record after record below: the templates moved to the front in turn.
-                        for call in entry.calls if len(set(entry.calls)) > 1 else entry.calls[:1]:
-                            if calls[0] is not call:
-                                calls.insert(0, calls.pop(calls.index(call)))
-                        records.extend(map(SignatureRecord, firsts, entry.repeats, entry.texts, entry.fulls,
-                                           entry.calls, entry.keys, itertools.repeat(None),
-                                           itertools.repeat(self._placement)))
-                        index = after
-                        continue
-                for call, text, key, repeat, full in zip(entry.calls, entry.texts, entry.keys, entry.repeats,
-                                                         entry.fulls):
-                    if full is not None and not full < index:
-                        raise ShardError(
-                            f"shard {path}: sample {index} names sample {full} as its full recording, "
-                            "which does not come before it; re-record the corpus"
-                        )
-                    if trusted and call in calls:
-                        # As _match would find it: the one template matching it, moved to the front.
-                        if calls[0] is not call:
-                            calls.insert(0, calls.pop(calls.index(call)))
-                        records.append(SignatureRecord(index, repeat, text, full, call, key, None, self._placement))
-                    else:
-                        records.append(self._parsed(path, index, json.loads(text), repeat, full))
-                    index += repeat
+                index = self._run_records(path, entry, index, trusted, records)
                 continue
             if isinstance(entry, dict) and "signature" in entry:
                 full = entry["full"]
-                if full is not None and not full < index:
-                    raise ShardError(
-                        f"shard {path}: sample {index} names sample {full} as its full recording, "
-                        "which does not come before it; re-record the corpus"
-                    )
+                _check_full(path, index, full)
                 records.append(self._parsed(path, index, entry["signature"], entry["repeat"], full))
                 index += entry["repeat"]
                 continue
-            if (
-                not isinstance(entry, dict)
-                or type(entry.get("args")) is not tuple
-                or type(entry.get("kwargs")) is not dict
-            ):
-                raise ShardError(
-                    f"shard {path}: sample {index} is not an args/kwargs pair"
-                )
-            args, kwargs = entry["args"], entry["kwargs"]
-            if structured:
-                try:
-                    args, kwargs = rebuild(args), rebuild(kwargs)
-                except (ValueError, RecursionError) as exc:
-                    raise ShardError(f"shard {path}: sample {index}: {message_line(exc)}") from None
-            records.append(Sample(index, args, kwargs))
+            records.append(_sample(path, index, entry, structured))
             index += 1
         return records
+
+    def _run_records(self, path: pathlib.Path, run: _Run, index: int, trusted: bool,
+                     records: list[Sample | SignatureRecord]) -> int:
+        """A run of signature records matched in the shard's text appended to ``records``, the
+        first at sample ``index``; the index after them. ``trusted``: the matches' templates and
+        keys are kept where the templates are (:meth:`_records` says when), else parsed again."""
+        calls = self._templates
+        if trusted and all(call is calls[0] or call in calls for call in set(run.calls)):
+            firsts = list(itertools.accumulate(run.repeats, initial=index))
+            after = firsts.pop()
+            if all(full is None or full < first for full, first in zip(run.fulls, firsts)):
+                # As record after record below: the templates moved to the front in turn.
+                for call in run.calls if len(set(run.calls)) > 1 else run.calls[:1]:
+                    if calls[0] is not call:
+                        calls.insert(0, calls.pop(calls.index(call)))
+                records.extend(map(SignatureRecord, firsts, run.repeats, run.texts, run.fulls,
+                                   run.calls, run.keys, itertools.repeat(None),
+                                   itertools.repeat(self._placement)))
+                return after
+        for call, text, key, repeat, full in zip(run.calls, run.texts, run.keys, run.repeats, run.fulls):
+            _check_full(path, index, full)
+            if trusted and call in calls:
+                # As _match would find it: the one template matching it, moved to the front.
+                if calls[0] is not call:
+                    calls.insert(0, calls.pop(calls.index(call)))
+                records.append(SignatureRecord(index, repeat, text, full, call, key, None, self._placement))
+            else:
+                records.append(self._parsed(path, index, json.loads(text), repeat, full))
+            index += repeat
+        return index
 
     def _parsed(self, path: pathlib.Path, index: int, signature: Any, repeat: int, full: int | None) -> SignatureRecord:
         """The signature record of sample ``index`` from its parsed signature (:meth:`_match`)."""
@@ -400,6 +384,35 @@ _NEXT_ENTRY = ',' + _SIGNATURE_ENTRY
 # spelling parsed instead.
 _ENTRY_BEFORE = re.escape(_SIGNATURE_ENTRY)
 _ENTRY_AFTER = r',"repeat":([1-9][0-9]{0,17}),"full":(null|0|[1-9][0-9]{0,17})\}'
+
+
+def _check_full(path: pathlib.Path, index: int, full: int | None) -> None:
+    """``ShardError`` unless sample ``index``'s full recording, if it names one, comes before it."""
+    if full is not None and not full < index:
+        raise ShardError(
+            f"shard {path}: sample {index} names sample {full} as its full recording, "
+            "which does not come before it; re-record the corpus"
+        )
+
+
+def _sample(path: pathlib.Path, index: int, entry: Any, structured: bool) -> Sample:
+    """Sample ``index`` from its decoded ``{"args", "kwargs"}`` entry, its stored objects rebuilt
+    (``structured``: the shard holds some)."""
+    if (
+        not isinstance(entry, dict)
+        or type(entry.get("args")) is not tuple
+        or type(entry.get("kwargs")) is not dict
+    ):
+        raise ShardError(
+            f"shard {path}: sample {index} is not an args/kwargs pair"
+        )
+    args, kwargs = entry["args"], entry["kwargs"]
+    if structured:
+        try:
+            args, kwargs = rebuild(args), rebuild(kwargs)
+        except (ValueError, RecursionError) as exc:
+            raise ShardError(f"shard {path}: sample {index}: {message_line(exc)}") from None
+    return Sample(index, args, kwargs)
 
 
 class _Run:

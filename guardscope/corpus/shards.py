@@ -12,6 +12,7 @@ import pathlib
 import pickle
 import zipfile
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -210,6 +211,36 @@ def _placed(index: Any, names: list[str]) -> bool:
 
 def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, version: int,
                            prematch: Any = None) -> dict[str, Any]:
+    version, blob = _checked_blob(path, content, version)
+    index, matched = _parsed_index(path, content, version, prematch)
+    segments = index.get("segments")
+    _check_segments(path, segments, blob.numel())
+    entries = index.get("samples")
+    if type(entries) is not list:
+        raise ShardError(f"shard {path} has no 'samples' list")
+    decode, stored = _value_decoder(path, _tensor_builder(path, segments, blob, map_location))
+    runs = iter(matched)  # what stands for each placeholder (_placed checked them: the strings)
+    samples: list[Any] = []
+    for entry in entries:
+        if matched and type(entry) is str:
+            samples.append(next(runs))
+            continue
+        if version >= 3 and type(entry) is dict:
+            samples.append(_signature_record(path, entry))
+            continue
+        if type(entry) is not list or len(entry) != 2:
+            raise _malformed(path, entry, "a sample is an [args, kwargs] pair")
+        try:
+            args, kwargs = decode(entry[0]), decode(entry[1])
+        except RecursionError:
+            raise _malformed(path, entry, "nested too deeply") from None
+        samples.append({"args": args, "kwargs": kwargs})
+    return {"format": FORMAT, "samples": samples, "structured": stored[0]}
+
+
+def _checked_blob(path: pathlib.Path, content: Any, version: int) -> tuple[int, torch.Tensor]:
+    """The shard's own format version (one the manifest's ``version`` allows) and its blob of
+    storage bytes, checked to be a 1-D contiguous uint8 tensor."""
     if not isinstance(content, dict) or content.get("format") != FORMAT:
         raise ShardError(f"shard {path} is not a {FORMAT} shard (no 'format': {FORMAT!r} entry)")
     # A format 4 corpus's shards written before its first stored object are format 2 or 3.
@@ -218,7 +249,6 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, 
         raise ShardError(
             f"shard {path} is not a format {version} shard, as the manifest says; re-record the corpus"
         )
-    version = content["format_version"]
     blob = content.get("blob")
     if (
         type(blob) is not torch.Tensor
@@ -227,6 +257,12 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, 
         or not blob.is_contiguous()
     ):
         raise ShardError(f"shard {path} has no 'blob' (a 1-D uint8 tensor)")
+    return content["format_version"], blob
+
+
+def _parsed_index(path: pathlib.Path, content: Any, version: int, prematch: Any) -> tuple[dict, list[Any]]:
+    """The shard's index parsed (format 3: inflated first), and what stands for each placeholder
+    ``prematch`` put in its text (none when it put none, or put one where no signature belongs)."""
     index = content.get("index")
     if version >= 3:
         index = _inflate(index)
@@ -251,8 +287,11 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, 
             f"shard {path} has no 'index' (JSON text holding segments and samples"
             + (", deflated into a uint8 tensor)" if version >= 3 else ")")
         )
-    segments = index.get("segments")
-    size = blob.numel()
+    return index, matched
+
+
+def _check_segments(path: pathlib.Path, segments: Any, size: int) -> None:
+    """``ShardError`` unless ``segments`` lists [byte_start, byte_length] pairs within the blob."""
     if type(segments) is not list or not all(
         type(segment) is list
         and len(segment) == 2
@@ -266,9 +305,35 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, 
             f"shard {path}: 'segments' must list [byte_start, byte_length] pairs within the "
             f"blob ({size} bytes)"
         )
-    entries = index.get("samples")
-    if type(entries) is not list:
-        raise ShardError(f"shard {path} has no 'samples' list")
+
+
+def _malformed(path: pathlib.Path, value: Any, why: str) -> ShardError:
+    return ShardError(
+        f"shard {path} has a malformed value ({why}): {str(value)[:120]}; "
+        "the shard was modified after recording: re-record the corpus"
+    )
+
+
+def _signature_record(path: pathlib.Path, entry: dict) -> dict[str, Any]:
+    """A signature record, checked; the signature stays a JSON array here: the reader checks it
+    (``Corpus._match``)."""
+    if sorted(entry) != ["full", "repeat", "signature"]:
+        raise _malformed(path, entry, "a signature record holds signature, repeat and full")
+    repeat, full = entry["repeat"], entry["full"]
+    if type(repeat) is not int or not 1 <= repeat < _MAX_INDEX:
+        raise _malformed(path, entry, "repeat is a positive int")
+    if full is not None and (type(full) is not int or full < 0):
+        raise _malformed(path, entry, "full is a sample index or null")
+    if type(entry["signature"]) is not list:
+        raise _malformed(path, entry, "not a signature: a signature is a JSON array")
+    return entry
+
+
+def _tensor_builder(path: pathlib.Path, segments: list, blob: torch.Tensor,
+                    map_location: Any) -> Callable[[list], torch.Tensor]:
+    """A function building the tensor of a shard's tensor record, each field checked, on its own
+    storage: a copy of its segment of ``blob``, made once per segment and restored to its device
+    as ``torch.load`` would (``map_location``)."""
     blob_bytes = memoryview(blob.numpy())
     restore = torch.serialization._get_restore_location(map_location)
     # torch.load's restore_location, skipped for the common case it would not change.
@@ -276,35 +341,29 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, 
     # Segment number -> (its own storage, on its device; recorded location), built on first use.
     storages: list[tuple[Any, str] | None] = [None] * len(segments)
 
-    def bad(value: Any, why: str) -> ShardError:
-        return ShardError(
-            f"shard {path} has a malformed value ({why}): {str(value)[:120]}; "
-            "the shard was modified after recording: re-record the corpus"
-        )
-
     def tensor(record: list) -> torch.Tensor:
         if len(record) != 8:
-            raise bad(record, "a tensor record has 8 fields")
+            raise _malformed(path, record, "a tensor record has 8 fields")
         _, number, offset, shape, stride, dtype_text, requires_grad, location = record
         if type(number) is not int or not 0 <= number < len(segments):
-            raise bad(record, "no such segment")
+            raise _malformed(path, record, "no such segment")
         if type(shape) is not list or type(stride) is not list or len(shape) != len(stride):
-            raise bad(record, "shape and stride must be lists of one length")
+            raise _malformed(path, record, "shape and stride must be lists of one length")
         for value in (offset, *shape, *stride):
             if type(value) is not int or not 0 <= value < _MAX_INDEX:
-                raise bad(record, "offsets, sizes and strides must be non-negative ints")
+                raise _malformed(path, record, "offsets, sizes and strides must be non-negative ints")
         dtype = DTYPES.get(dtype_text) if type(dtype_text) is str else None
         if dtype is None:
-            raise bad(record, "unknown dtype")
+            raise _malformed(path, record, "unknown dtype")
         if type(requires_grad) is not bool or type(location) is not str:
-            raise bad(record, "requires_grad must be a bool, device a str")
+            raise _malformed(path, record, "requires_grad must be a bool, device a str")
         start, length = segments[number]
         if 0 not in shape:
             last = offset
             for n, s in zip(shape, stride):
                 last += (n - 1) * s
             if (last + 1) * dtype.itemsize > length:
-                raise bad(record, f"elements beyond its segment of {length} bytes")
+                raise _malformed(path, record, f"elements beyond its segment of {length} bytes")
         built = storages[number]
         if built is None:
             # Its own storage (a copy), as many bytes as the recorded one.
@@ -315,10 +374,10 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, 
                 if not (location == "cpu" and cpu_stays):
                     storage = restore(storage, location)
             except Exception as exc:
-                raise bad(record, f"device {location!r}: {message_line(exc)}") from None
+                raise _malformed(path, record, f"device {location!r}: {message_line(exc)}") from None
             built = storages[number] = (storage, location)
         elif built[1] != location:
-            raise bad(record, "one segment on two devices")
+            raise _malformed(path, record, "one segment on two devices")
         storage = built[0]
         try:
             result = torch.empty(0, dtype=dtype, device=storage.device).set_(
@@ -327,37 +386,34 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, 
             if requires_grad:
                 result.requires_grad_()
         except Exception as exc:  # an impossible size, requires_grad on an integer dtype
-            raise bad(record, message_line(exc)) from None
+            raise _malformed(path, record, message_line(exc)) from None
         return result
 
-    def signature_record(entry: dict) -> dict[str, Any]:
-        # The signature stays a JSON array here: the reader checks it (Corpus._match).
-        if sorted(entry) != ["full", "repeat", "signature"]:
-            raise bad(entry, "a signature record holds signature, repeat and full")
-        repeat, full = entry["repeat"], entry["full"]
-        if type(repeat) is not int or not 1 <= repeat < _MAX_INDEX:
-            raise bad(entry, "repeat is a positive int")
-        if full is not None and (type(full) is not int or full < 0):
-            raise bad(entry, "full is a sample index or null")
-        if type(entry["signature"]) is not list:
-            raise bad(entry, "not a signature: a signature is a JSON array")
-        return entry
+    return tensor
+
+
+def _value_decoder(path: pathlib.Path,
+                   tensor: Callable[[list], torch.Tensor]) -> tuple[Callable[[Any], Any], list[bool]]:
+    """A function decoding a sample's tagged JSON value (its tensors built by ``tensor``), and a
+    one-item list that turns true once a decoded value holds a stored object (the reader rebuilds
+    those)."""
+    stored = [False]
 
     def decode(value: Any) -> Any:
         if type(value) is not list:
             if type(value) is dict:
-                raise bad(value, "a JSON object where a tagged value belongs")
+                raise _malformed(path, value, "a JSON object where a tagged value belongs")
             return value  # None, bool, int, float, str
         tag = value[0] if value else None
         if tag == "T":
             return tensor(value)
         if tag == "d":
             if len(value) % 2 == 0:
-                raise bad(value, "a dict needs key, value pairs")
+                raise _malformed(path, value, "a dict needs key, value pairs")
             keys = value[1::2]
             for key in keys:
                 if type(key) is not str and type(key) is not int:
-                    raise bad(value, "dict keys are str or int")
+                    raise _malformed(path, value, "dict keys are str or int")
             return dict(zip(keys, map(decode, value[2::2])))
         if tag == "t":
             return tuple(map(decode, value[1:]))
@@ -365,11 +421,11 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, 
             return list(map(decode, value[1:]))
         if tag == "c":
             if len(value) != 3 or type(value[1]) is not float or type(value[2]) is not float:
-                raise bad(value, "a complex is two floats")
+                raise _malformed(path, value, "a complex is two floats")
             return complex(value[1], value[2])
         if tag == "y":
             if len(value) != 2 or type(value[1]) is not str or value[1] not in DTYPES:
-                raise bad(value, "unknown dtype")
+                raise _malformed(path, value, "unknown dtype")
             return DTYPES[value[1]]
         if tag == "v":
             try:
@@ -377,34 +433,17 @@ def _decode_shard_unpaused(path: pathlib.Path, content: Any, map_location: Any, 
                     raise ValueError(value)
                 return torch.device(value[1])
             except (RuntimeError, ValueError):
-                raise bad(value, "not a device") from None
+                raise _malformed(path, value, "not a device") from None
         if tag == "o":
             # An object stored by its codec: kept lowered here; the reader rebuilds it through
             # the registry (corpus.structured), which resolves the name without importing it.
             if len(value) != 3 or type(value[1]) is not str:
-                raise bad(value, "a stored object is a type name and a state")
+                raise _malformed(path, value, "a stored object is a type name and a state")
             stored[0] = True
             return Structured(value[1], decode(value[2]))
-        raise bad(value, f"unknown tag {tag!r}")
+        raise _malformed(path, value, f"unknown tag {tag!r}")
 
-    stored = [False]  # whether any sample holds a stored object (the reader rebuilds those)
-    runs = iter(matched)  # what stands for each placeholder (_placed checked them: the strings)
-    samples: list[Any] = []
-    for entry in entries:
-        if matched and type(entry) is str:
-            samples.append(next(runs))
-            continue
-        if version >= 3 and type(entry) is dict:
-            samples.append(signature_record(entry))
-            continue
-        if type(entry) is not list or len(entry) != 2:
-            raise bad(entry, "a sample is an [args, kwargs] pair")
-        try:
-            args, kwargs = decode(entry[0]), decode(entry[1])
-        except RecursionError:
-            raise bad(entry, "nested too deeply") from None
-        samples.append({"args": args, "kwargs": kwargs})
-    return {"format": FORMAT, "samples": samples, "structured": stored[0]}
+    return decode, stored
 
 
 def _inflate(index: Any) -> str | None:

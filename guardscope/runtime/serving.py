@@ -211,9 +211,9 @@ def serve(
     Raises :class:`~guardscope.errors.ServeError` (or ``CatalogError``) for a plan directory
     it cannot serve, before anything is compiled.
 
-    (Longer than a screen for its signature and this docstring, the public reference of its
-    keywords; the body is the steps: the plan read and chosen, the background compiles' settings
-    checked, the recorders made, the model compiled with the plan applied.)
+    Long because its signature and this docstring are the public reference of its keywords, while
+    its body is only the steps: the plan read and chosen, the background compiles' settings checked,
+    the recorders made, the model compiled with the plan applied.
     """
     started = time.perf_counter()
     plan_dir = Path(plan_dir)
@@ -226,12 +226,7 @@ def serve(
     background = None if strategy is None else _checked_background(
         max_background_compiles, background_switch_interval, background_gc_freeze, background_yield,
         background_timeout)
-    if device is None:
-        device = _model_device(model)
-    if grad_mode is None and inference_mode is not None:
-        grad_mode = INFERENCE_MODE if inference_mode else NO_GRAD
-    options = production_options(catalog, backend=backend, device=device, grad_mode=grad_mode)
-    options.validate()
+    options = _options(catalog, model, backend, device, grad_mode, inference_mode)
     module = _import_plan(plan_dir / plans.MODULES[chosen])
 
     spec_for = _spec_for(catalog, plan_dir, model_spec)
@@ -252,32 +247,21 @@ def serve(
             )
             traffic.marks_calls()  # the warmup's compiles below are start-up, not calls' stalls
         compiled = _compile_with_plan(model, module, chosen, options)
-        child = None
-        if strategy == PROCESS:
-            child = ChildCompiler(
-                plan_dir=plan_dir, plan=chosen, spec_for=spec_for, compile=recorded["compile"],
-                method=catalog.get("method"), backend=options.backend, device=options.device,
-                grad_mode=options.grad_mode, timeout=background_timeout)
+        child = None if strategy != PROCESS else ChildCompiler(
+            plan_dir=plan_dir, plan=chosen, spec_for=spec_for, compile=recorded["compile"],
+            method=catalog.get("method"), backend=options.backend, device=options.device,
+            grad_mode=options.grad_mode, timeout=background_timeout)
     except BaseException:
         for made in (recorder, traffic):
             if made is not None:
                 made.close()
         raise
+    unbacked = chosen == "unbacked"
     return ServedModel(
-        model=model,
-        compiled=compiled,
-        plan=chosen,
-        plan_dir=plan_dir,
-        options=options,
-        mark=module.mark if chosen == "unbacked" else None,
-        configure=module.configure if chosen == "unbacked" else None,
-        recorder=recorder,
-        traffic=traffic,
-        eager_on_recompile=eager_on_recompile,
-        setup_seconds=time.perf_counter() - started,
-        warnings=notes,
-        background=background,
-        child=child,
+        model=model, compiled=compiled, plan=chosen, plan_dir=plan_dir, options=options,
+        mark=module.mark if unbacked else None, configure=module.configure if unbacked else None,
+        recorder=recorder, traffic=traffic, eager_on_recompile=eager_on_recompile,
+        setup_seconds=time.perf_counter() - started, warnings=notes, background=background, child=child,
     )
 
 
@@ -300,6 +284,19 @@ def _checked_background(max_compiles: int, switch_interval: float | None, gc_fre
     if not (type(timeout) in (int, float) and timeout > 0):
         raise ServeError(f"background_timeout must be seconds > 0, got {timeout!r}")
     return background
+
+
+def _options(catalog: dict[str, Any], model: Any, backend: str, device: str | None, grad_mode: str | None,
+             inference_mode: bool | None) -> Any:
+    """The analysed production compile options with serve()'s overrides, checked: ``device`` by
+    default the model's, ``grad_mode`` from the older ``inference_mode`` spelling where only it is given."""
+    if device is None:
+        device = _model_device(model)
+    if grad_mode is None and inference_mode is not None:
+        grad_mode = INFERENCE_MODE if inference_mode else NO_GRAD
+    options = production_options(catalog, backend=backend, device=device, grad_mode=grad_mode)
+    options.validate()
+    return options
 
 
 def _spec_for(catalog: dict[str, Any], plan_dir: Path, model_spec: str | None) -> Callable[[str | Path], str]:
