@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import store, torch_compat
+from . import checkpoint, store, torch_compat
 from .catalog.buckets import SHAPES_PER_GRAPH
 from .catalog.builder import CatalogBuilder
 from .catalog.caveats import caveats
@@ -219,7 +219,7 @@ def _analyze(corpus: Any, corpus_dir: str | Path, out_dir: str | Path, spec: str
 
     out = store.prepare_output_dir(out_dir, force=force, resume=resume)
     printed = fingerprint(corpus, spec if method is None else f"{spec} .{method}", options, replay_mode)
-    state = store.begin_analysis(out, printed, resume=resume)
+    state = checkpoint.begin_analysis(out, printed, resume=resume)
 
     builder = CatalogBuilder.from_state(state["builder"]) if state else CatalogBuilder(track_shapes=cudagraphs is not None)
     # torch's own terminal lines (a graph break's W-level warning with its source) belong in a log
@@ -323,7 +323,7 @@ def _write_outputs(out: Path, catalog: Catalog, corpus: Any, replayed: Any, buil
     result = replayed.result
     recording_times = builder.cudagraph_tally.recording_times() if options.uses_cudagraphs else None
     written = catalog.to_json()
-    catalog_path, timings_path = store.write_analysis(out, written, corpus=corpus.path.resolve(), timings={
+    catalog_path, timings_path = checkpoint.write_analysis(out, written, corpus=corpus.path.resolve(), timings={
         "replay_seconds": round(replayed.seconds, 6),
         "compiles": [
             {"compile_id": e.compile_id, "sample": e.sample, "seconds": e.seconds}

@@ -1,8 +1,10 @@
 """The analysis folder: every file name in it, every read (with its schema check) and every write.
 
-Nothing else in guardscope opens a file of an analysis folder. Every file is written atomically (a temporary file in the same folder, then ``os.replace``), so
-an interrupted run never leaves half a file behind, with the permissions the umask gives any file
-the user writes (0644 by default). An output folder that already holds results is not overwritten
+Nothing else in guardscope opens a file of an analysis folder but :mod:`guardscope.checkpoint`,
+which keeps an interrupted analysis's checkpoint and its members file (through these writes, and
+the members file's own appends). Every file is written atomically (a temporary file in the same
+folder, then ``os.replace``), so an interrupted run never leaves half a file behind, with the
+permissions the umask gives any file the user writes (0644 by default). An output folder that already holds results is not overwritten
 without ``force``, and guardscope never replaces a file it did not write, ``force`` or not. A file
 is guardscope's when the analysis folder's list of the files guardscope wrote in it
 (``.guardscope-files.json``) names it *and* its content is what guardscope writes under that name
@@ -17,21 +19,19 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import IO, Any
 
 from .errors import CatalogError, OutputError
 from .files import write_atomic
-from .json_text import dumps, ints_text
+from .json_text import dumps
 
 CATALOG = "catalog.json"
 TIMINGS = "timings.json"
 TRACE_DIR = "trace"
 TRACE_FILE = "torch_trace.log"
 CUDAGRAPH_LOG = "cudagraphs.jsonl"  # what the cudagraphs loggers said, per sample (mode="reduce-overhead" on a GPU)
-CHECKPOINT = ".guardscope-checkpoint.json"
-CHECKPOINT_VERSION = 3  # 2: checkpoints within shards (next_sample); 3: members in MEMBERS
-CHECKPOINT_VERSIONS = (2, 3)  # read: a version 2 checkpoint holds the members itself
+CHECKPOINT = ".guardscope-checkpoint.json"  # its versions, reads and writes: guardscope.checkpoint
 # The topologies' members an interrupted analysis had found, streamed: each checkpoint appends
 # those found since the one before (one JSON line), so a checkpoint's size does not grow with
 # the corpus.
@@ -326,99 +326,6 @@ def stream_size(stream: IO[str] | None) -> int | None:
     return stream.tell()
 
 
-def write_checkpoint(directory: str | Path, state: dict[str, Any]) -> Path:
-    """Progress after a finished shard, written atomically (an interruption keeps the last one)."""
-    return write_text(Path(directory) / CHECKPOINT, json.dumps({"version": CHECKPOINT_VERSION, **state}))
-
-
-def read_checkpoint(directory: str | Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
-    """The checkpoint to resume from, its builder's members read back from :data:`MEMBERS`
-    (as far as the checkpoint says: what an interrupted run appended after it is not kept)."""
-    state = read_json(Path(directory) / CHECKPOINT, "run without --resume")
-    if not isinstance(state, dict) or state.get("version") not in CHECKPOINT_VERSIONS:
-        raise OutputError(f"{Path(directory) / CHECKPOINT} is not a checkpoint this guardscope reads; use --force")
-    if state.get("fingerprint") != fingerprint:
-        raise OutputError(
-            f"the interrupted analysis in {directory} used another corpus, model, torch or options; "
-            "resume with the same command, or pass --force to start over"
-        )
-    if "members_bytes" in state:
-        members = read_members(directory, state["members_bytes"])
-        counts = {key: len(found) for key, found in members.items()}
-        if counts != state["builder"].get("member_counts"):
-            raise OutputError(
-                f"{Path(directory) / MEMBERS} does not hold the members {Path(directory) / CHECKPOINT} counts; "
-                "run again with --force to start over"
-            )
-        state["builder"]["members"] = [[key, found] for key, found in members.items()]
-    return state
-
-
-def append_members(directory: str | Path, found: Mapping[str, Sequence[int]], keep_bytes: int) -> int:
-    """Append the members found since the last checkpoint (topology key -> sample indices) to
-    :data:`MEMBERS`, after cutting it back to ``keep_bytes`` (its size at that checkpoint);
-    returns its size, which the next checkpoint records."""
-    path = Path(directory) / MEMBERS
-    try:
-        with open(path, "ab") as stream:
-            stream.truncate(keep_bytes)
-            if found:
-                stream.write(("{" + ",".join(f"{json.dumps(key)}:{ints_text(values, ',')}"
-                                             for key, values in found.items()) + "}\n").encode())
-            stream.flush()
-            os.fsync(stream.fileno())
-            return stream.seek(0, os.SEEK_END)
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
-
-
-def read_members(directory: str | Path, size: int) -> dict[str, list[int]]:
-    """The members :func:`append_members` wrote, up to ``size`` bytes, merged in order."""
-    path = Path(directory) / MEMBERS
-    try:
-        with open(path, "rb") as stream:
-            data = stream.read(size)
-    except OSError as exc:
-        raise OutputError(f"cannot read {path}: {exc.strerror or exc}; run again with --force to start over") from exc
-    members: dict[str, list[int]] = {}
-    try:
-        if len(data) != size:
-            raise ValueError(f"{len(data)} bytes, not {size}")
-        for line in data.decode().splitlines():
-            for key, found in json.loads(line).items():
-                members.setdefault(key, []).extend(found)
-    except (ValueError, AttributeError) as exc:
-        raise OutputError(f"{path} is damaged ({exc}); run again with --force to start over") from None
-    return members
-
-
-def clear_checkpoint(directory: str | Path) -> None:
-    (Path(directory) / CHECKPOINT).unlink(missing_ok=True)
-    (Path(directory) / MEMBERS).unlink(missing_ok=True)
-
-
-def begin_analysis(directory: Path, fingerprint: dict[str, Any], *, resume: bool) -> dict[str, Any] | None:
-    """The checkpoint to resume from (``resume``), or a clean start: no checkpoint, and no earlier
-    analysis's catalog that an interrupted run could be mistaken for."""
-    if resume:
-        return read_checkpoint(directory, fingerprint)
-    clear_checkpoint(directory)
-    remove_owned(directory, CATALOG)
-    return None
-
-
-def write_analysis(directory: Path, catalog: dict[str, Any], *, corpus: Path, timings: dict[str, Any]) -> tuple[Path, Path]:
-    """An analysis's documents: ``catalog.json``, ``locations.json`` (where the corpus is,
-    absolutely, so a copied or moved folder still finds it; kept out of the catalog, which must
-    not depend on the machine) and ``timings.json``; then the checkpoint goes. Returns the
-    catalog's and the timings' paths."""
-    catalog_path = write_document(directory, CATALOG, catalog)
-    write_document(directory, LOCATIONS, {"corpus": str(corpus)})
-    timings_path = write_document(directory, TIMINGS, timings)
-    clear_checkpoint(directory)
-    return catalog_path, timings_path
-
-
 def bundle_files(artifact: str) -> tuple[str, str]:
     """File names of a plan's bundle and its manifest, beside the plan's module."""
     return artifact + BUNDLE_SUFFIX, artifact + BUNDLE_MANIFEST_SUFFIX
@@ -582,14 +489,6 @@ def read_bundle_manifest_at(path: str | Path) -> Any:
 def read_bundle_at(path: str | Path) -> bytes:
     """A bundle's bytes by its path; OSError as raised."""
     return Path(path).read_bytes()
-
-
-def checkpoint_progress(directory: str | Path) -> int:
-    """How many samples an interrupted analysis in ``directory`` finished (0: none, or none kept)."""
-    try:
-        return int(json.loads((Path(directory) / CHECKPOINT).read_text()).get("next_sample", 0))
-    except (OSError, ValueError, TypeError, AttributeError):
-        return 0
 
 
 def catalog_digest(catalog: dict[str, Any]) -> str:

@@ -269,7 +269,7 @@ class CatalogBuilder:
     def to_state(self, members: bool = True) -> dict[str, Any]:
         """Everything accumulated so far, as JSON values (for checkpoints); with ``members``
         False, the topologies' member counts instead of their members (a checkpoint that
-        streams them, :func:`guardscope.store.append_members`)."""
+        streams them, :func:`guardscope.checkpoint.append_members`)."""
         return {
             "track_shapes": self.track_shapes,
             **self.cudagraph_tally.to_state(),

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from .. import store
+from .. import checkpoint, store
 from ..model import GRAD_MODES
 from ..terminal import ReplayProgress, format_summary
 from ..text import error_line, torch_log_lines
@@ -279,7 +279,7 @@ def report(out_dir: str) -> None:
 def _kept(out_dir: str, corpus: str) -> str:
     """What an interrupted analysis left to resume, as the checkpoint says (never an offer of a
     resume that has nothing to continue from)."""
-    done = store.checkpoint_progress(out_dir)
+    done = checkpoint.checkpoint_progress(out_dir)
     if not done and (Path(out_dir) / store.CATALOG).is_file():
         return (f"the analysis had been written ({Path(out_dir) / store.CATALOG}); re-render its report with "
                 f"'guardscope report {out_dir}' if {store.REPORT} is missing")

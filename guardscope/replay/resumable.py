@@ -2,7 +2,7 @@
 interrupted run keeps its finished samples and resumes to the same result.
 
 Every ``checkpoint_every`` seconds, when interrupted (Ctrl-C, SIGTERM) and once every sample is
-done, the checkpoint (:mod:`guardscope.store`) records where the replay stands: every sample
+done, the checkpoint (:mod:`guardscope.checkpoint`) records where the replay stands: every sample
 before ``next_sample`` is done and in the catalog builder, and the trace files were this long
 after it. A resume cuts the trace files back to that length and replays the finished samples
 again as the interrupted run replayed them, reporting none (:meth:`ReplaySession.warm`). Every
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from .. import store, torch_compat
+from .. import checkpoint, store, torch_compat
 from ..corpus.reader import records_from
 from ..errors import ShardError
 from ..options import ReplayOptions
@@ -245,7 +245,7 @@ def replay_corpus(
     engine: Any = None,
 ) -> CorpusReplay:
     """Replay ``corpus`` into ``builder`` (its ``add_sample`` receives each sample's description),
-    resuming from ``state`` (a checkpoint read by :func:`guardscope.store.read_checkpoint`) when
+    resuming from ``state`` (a checkpoint read by :func:`guardscope.checkpoint.read_checkpoint`) when
     given. ``progress(done, compiles)`` is called after each sample; ``notice(line)`` when Ctrl-C or
     SIGTERM arrives (it stops the replay after the current sample: :class:`HeldSignals`)."""
     resume = state is not None
@@ -312,15 +312,15 @@ class _Checkpoints:
         self.member_counts = builder.member_counts() if state else {}
         self.members_bytes = (state or {}).get("members_bytes", 0)
         if state and "members_bytes" not in state:  # a version 2 checkpoint held them itself
-            self.members_bytes = store.append_members(out, builder.members_after({}), keep_bytes=0)
+            self.members_bytes = checkpoint.append_members(out, builder.members_after({}), keep_bytes=0)
 
     def checkpoint(self) -> None:
         self.time = time.monotonic()
         # Only the members found since the last checkpoint are written: appended.
-        self.members_bytes = store.append_members(self.out, self.builder.members_after(self.member_counts),
-                                                  keep_bytes=self.members_bytes)
+        self.members_bytes = checkpoint.append_members(self.out, self.builder.members_after(self.member_counts),
+                                                       keep_bytes=self.members_bytes)
         self.member_counts = self.builder.member_counts()
-        store.write_checkpoint(self.out, {
+        checkpoint.write_checkpoint(self.out, {
             "fingerprint": self.fingerprint,
             "next_sample": self.next,
             "compile_samples": self.session.compile_samples(before=self.next),

@@ -16,7 +16,7 @@ import torch
 from click.testing import CliRunner
 
 import guardscope
-from guardscope import CorpusWriter, store
+from guardscope import CorpusWriter, checkpoint, store
 from guardscope.catalog.builder import CatalogBuilder
 from guardscope.cli import main
 from guardscope.replay.resumable import _rebuild_warnings
@@ -93,7 +93,7 @@ def test_a_resumed_analysis_equals_the_uninterrupted_one_wherever_it_was_interru
 
         with pytest.raises(KeyboardInterrupt):
             guardscope.analyze(corpus, out, checkpoint_every=0, progress=interrupt)
-        assert store.checkpoint_progress(out) == interrupted_at
+        assert checkpoint.checkpoint_progress(out) == interrupted_at
         resumed = guardscope.analyze(corpus, out, checkpoint_every=0, resume=True)
         assert (out / "catalog.json").read_bytes() == (reference / "catalog.json").read_bytes(), interrupted_at
         assert compiles(out) == compiles(reference) == 4  # the finished part, replayed again, logged nothing
@@ -128,7 +128,7 @@ def test_an_interrupt_while_a_sample_is_recorded_waits_until_it_is_recorded(tmp_
             guardscope.analyze(corpus, out, checkpoint_every=0)
     finally:
         signal.signal(signal.SIGINT, previous)
-    assert store.checkpoint_progress(out) == 4  # sample 3 is done: recorded, and counted
+    assert checkpoint.checkpoint_progress(out) == 4  # sample 3 is done: recorded, and counted
     monkeypatch.setattr(CatalogBuilder, "add_sample", recorded)
     guardscope.analyze(corpus, out, checkpoint_every=0, resume=True)
     assert (out / "catalog.json").read_bytes() == (reference / "catalog.json").read_bytes()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from guardscope import cli, store
+from guardscope import checkpoint, cli, store
 from guardscope.catalog.builder import CatalogBuilder
 from guardscope.catalog.caveats import caveats, small_corpus_warning
 from guardscope.fixes.plan import choose_cover, choose_export_dims
@@ -99,7 +99,7 @@ def one_request_analysis(tmp_path) -> Path:
     """An analysis folder of :func:`one_request_catalog` and its corpus."""
     corpus = write_sized_corpus(tmp_path / "corpus", [5])
     out = store.prepare_output_dir(tmp_path / "out")
-    store.write_analysis(out, one_request_catalog().to_json(), corpus=corpus,
+    checkpoint.write_analysis(out, one_request_catalog().to_json(), corpus=corpus,
                          timings={"replay_seconds": 0.1, "compiles": []})
     return out
 

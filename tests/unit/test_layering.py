@@ -98,9 +98,9 @@ FOLDER_FILES = {value for name, value in vars(store).items()
 RAW_IO = {"write_text", "write_bytes", "read_text", "read_bytes"}
 # The corpus directory has its own reader and writer (manifest: format, shards: shards); the child runners read their
 # children's results (temporary files outside the analysis folder: isolation's, and the background compile process's
-# job folder); files holds the one atomic writer.
-RAW_IO_ALLOWED = {"guardscope.store", "guardscope.files", "guardscope.corpus.format", "guardscope.corpus.requests",
-                  "guardscope.corpus.compile_log",
+# job folder); files holds the one atomic writer; checkpoint, beside store, appends to the checkpoint's members file.
+RAW_IO_ALLOWED = {"guardscope.store", "guardscope.checkpoint", "guardscope.files", "guardscope.corpus.format",
+                  "guardscope.corpus.requests", "guardscope.corpus.compile_log",
                   "guardscope.corpus.shards", "guardscope.proving.isolation", "guardscope.runtime.child_compile"}
 
 

@@ -172,40 +172,40 @@ def test_resume_with_other_options_is_refused(sharded_seed, tmp_path):
 
 
 def test_members_stream_into_a_file_that_a_resume_cuts_back(tmp_path):
-    from guardscope import store
+    from guardscope import checkpoint
     from guardscope.catalog.builder import CatalogBuilder
 
     builder = CatalogBuilder()
     builder.members = {"0/0": [0, 2], "0/1": [1]}
-    first = store.append_members(tmp_path, builder.members_after({}), keep_bytes=0)
+    first = checkpoint.append_members(tmp_path, builder.members_after({}), keep_bytes=0)
     counts = builder.member_counts()
     builder.members["0/0"].append(3)
     builder.members["0/2"] = [4]
     assert {key: list(found) for key, found in builder.members_after(counts).items()} == {"0/0": [3], "0/2": [4]}
-    second = store.append_members(tmp_path, builder.members_after(counts), keep_bytes=first)
-    assert store.read_members(tmp_path, second) == builder.members
-    assert store.read_members(tmp_path, first) == {"0/0": [0, 2], "0/1": [1]}
+    second = checkpoint.append_members(tmp_path, builder.members_after(counts), keep_bytes=first)
+    assert checkpoint.read_members(tmp_path, second) == builder.members
+    assert checkpoint.read_members(tmp_path, first) == {"0/0": [0, 2], "0/1": [1]}
     # An interrupted run appended more after its last checkpoint: the resume cuts it off.
-    store.append_members(tmp_path, {"0/1": [5]}, keep_bytes=second)
-    assert store.append_members(tmp_path, {}, keep_bytes=second) == second
-    assert store.read_members(tmp_path, second) == builder.members
+    checkpoint.append_members(tmp_path, {"0/1": [5]}, keep_bytes=second)
+    assert checkpoint.append_members(tmp_path, {}, keep_bytes=second) == second
+    assert checkpoint.read_members(tmp_path, second) == builder.members
     state = builder.to_state(members=False)
     assert "members" not in state and state["member_counts"] == {"0/0": 3, "0/1": 1, "0/2": 1}
 
 
 def test_a_checkpoint_whose_members_file_disagrees_is_refused(tmp_path):
-    from guardscope import store
+    from guardscope import checkpoint
     from guardscope.errors import OutputError
 
-    size = store.append_members(tmp_path, {"0/0": [0, 1]}, keep_bytes=0)
-    store.write_checkpoint(tmp_path, {"fingerprint": {}, "members_bytes": size,
-                                      "builder": {"member_counts": {"0/0": 3}}})
+    size = checkpoint.append_members(tmp_path, {"0/0": [0, 1]}, keep_bytes=0)
+    checkpoint.write_checkpoint(tmp_path, {"fingerprint": {}, "members_bytes": size,
+                                           "builder": {"member_counts": {"0/0": 3}}})
     with pytest.raises(OutputError, match="does not hold the members"):
-        store.read_checkpoint(tmp_path, {})
-    store.write_checkpoint(tmp_path, {"fingerprint": {}, "members_bytes": size + 5,
-                                      "builder": {"member_counts": {"0/0": 2}}})
+        checkpoint.read_checkpoint(tmp_path, {})
+    checkpoint.write_checkpoint(tmp_path, {"fingerprint": {}, "members_bytes": size + 5,
+                                           "builder": {"member_counts": {"0/0": 2}}})
     with pytest.raises(OutputError, match="damaged"):
-        store.read_checkpoint(tmp_path, {})
+        checkpoint.read_checkpoint(tmp_path, {})
 
 
 # --- 7: an existing output folder ---------------------------------------------------------------
@@ -256,7 +256,7 @@ def test_a_listed_file_is_guardscopes_only_while_its_content_is(tmp_path):
 def test_an_interrupt_between_a_write_and_its_listing_leaves_the_file_replaceable(tmp_path, monkeypatch):
     """Ctrl-C or SIGTERM (raised as KeyboardInterrupt) can land after any step of a write; the
     checkpoint written while unwinding must still be allowed to replace the one just written."""
-    from guardscope import store
+    from guardscope import checkpoint, store
 
     out = store.prepare_output_dir(tmp_path / "out")
     real = store.write_atomic
@@ -271,11 +271,11 @@ def test_an_interrupt_between_a_write_and_its_listing_leaves_the_file_replaceabl
 
         monkeypatch.setattr(store, "write_atomic", interrupted)
         try:
-            store.write_checkpoint(out, {"fingerprint": {}, "step": interrupt_at})
+            checkpoint.write_checkpoint(out, {"fingerprint": {}, "step": interrupt_at})
         except KeyboardInterrupt:
             pass
         monkeypatch.setattr(store, "write_atomic", real)
-        store.write_checkpoint(out, {"fingerprint": {}, "step": "unwinding"})
+        checkpoint.write_checkpoint(out, {"fingerprint": {}, "step": "unwinding"})
         assert json.loads((out / store.CHECKPOINT).read_text())["step"] == "unwinding"
         (out / store.CHECKPOINT).unlink()
         store._write_owned(out, [name for name in store._read_owned(out) if name != store.CHECKPOINT])
