@@ -32,6 +32,7 @@ from .emit.unbacked import render_unbacked
 from .emit.warmup import render_warmup
 from .exporting import plan_export
 from .spec_plan import plan_spec
+from .warmup_plan import plan_warmup
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ def emit(out: Path, catalog: dict[str, Any], corpus: Any, model: Any, *, margin:
 
     ``only``: the plans to make (:func:`planned_set`); the others are ``not planned`` in
     fixes.json, with the option that plans them, and their modules are removed. The warmup alone
-    compiles nothing to look for a smaller cover (:func:`guardscope.fixes.plan.plan_warmup`'s
+    compiles nothing to look for a smaller cover (:func:`guardscope.fixes.warmup_plan.plan_warmup`'s
     ``measure_cover``). ``progress`` hears a line as each plan starts and ends (and the
     warmup's per topology)."""
     files = plans.MODULES
@@ -271,13 +272,13 @@ def _make_plans(inputs: _Inputs, margin: float, steps: _Steps) -> _Made:
     measure_cover = planned != (plans.WARMUP,)
     steps.begin(plans.WARMUP, "the warmup" + (" (compiles each topology's representative once)" if measure_cover else
                                                " from the analysis's compiles"))
-    warmup_plan = planning.plan_warmup(model, catalog["topologies"], inputs.sample_at, options, frames=frames,
-                                       chains=inputs.chains, measure_cover=measure_cover,
-                                       progress=lambda line: steps.say(f"  {line}"))
+    warmup_plan = plan_warmup(model, catalog["topologies"], inputs.sample_at, options, frames=frames,
+                              chains=inputs.chains, measure_cover=measure_cover,
+                              progress=lambda line: steps.say(f"  {line}"))
     # What the probed topologies cost: the warmup planned on the corpus alone, beside it.
-    without = planning.plan_warmup(model, inputs.corpus_catalog["topologies"], inputs.sample_at, options,
-                                   frames=frames, chains=inputs.chains,
-                                   measure_cover=measure_cover) if inputs.probed else warmup_plan
+    without = plan_warmup(model, inputs.corpus_catalog["topologies"], inputs.sample_at, options,
+                          frames=frames, chains=inputs.chains,
+                          measure_cover=measure_cover) if inputs.probed else warmup_plan
     steps.end(plans.WARMUP, f"{len(warmup_plan.steps)} samples, {warmup_plan.graphs} graphs")
     unbacked_plan = export_plan = spec_plan = None
     if plans.UNBACKED in planned:

@@ -12,8 +12,9 @@ import pytest
 
 from guardscope.fixes.emit.unbacked import render_unbacked
 from guardscope.fixes.emit.warmup import render_warmup
-from guardscope.fixes.plan import UnbackedDim, UnbackedPlan, WarmupPlan, WarmupStep
+from guardscope.fixes.plan import UnbackedDim, UnbackedPlan
 from guardscope.fixes.spec_plan import UNSUPPORTED, SpecPlan
+from guardscope.fixes.warmup_plan import WarmupPlan, WarmupStep
 
 from ..paths import REPO
 

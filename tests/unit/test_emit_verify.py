@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from guardscope import checkpoint, cli, store
 from guardscope.catalog.builder import CatalogBuilder
 from guardscope.catalog.caveats import caveats, small_corpus_warning
-from guardscope.fixes.plan import choose_cover, choose_export_dims
+from guardscope.fixes.plan import choose_export_dims
+from guardscope.fixes.warmup_plan import choose_cover
 from guardscope.model import Catalog, CompileEvent, SampleMeta, TensorMeta
 from guardscope.proving import verify
 from guardscope.proving.verify_export import export_result

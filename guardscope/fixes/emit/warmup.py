@@ -1,10 +1,10 @@
-"""Pure: catalog + :class:`~guardscope.fixes.plan.WarmupPlan` -> the text of ``warmup.py``."""
+"""Pure: catalog + :class:`~guardscope.fixes.warmup_plan.WarmupPlan` -> the text of ``warmup.py``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..plan import WarmupPlan
+from ..warmup_plan import WarmupPlan
 from . import render
 from ...store import precompiled_files
 from .common import base_context, bundle_file, topology_words
