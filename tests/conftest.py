@@ -7,10 +7,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-# Before torch is imported (importing Dynamo fixes the inductor cache folder): each test process, a
-# pytest-xdist worker or the one process, gets inductor cache folders of its own, which its child
-# processes inherit, so no worker reads another's half-written kernels and no run reuses kernels an
-# earlier run compiled (/tmp/torchinductor_<user> otherwise). Workers share the machine's cores, so
+# Before torch is imported (importing Dynamo fixes the inductor cache folder): the test run gets
+# inductor cache folders of its own, made by the process that loads this first (pytest-xdist's
+# controller, or the one process) and inherited by the workers it starts and their children, so a
+# kernel one test compiled is a cache hit for the next (inductor writes its cache entries atomically:
+# a reader never sees half a file) and no run reuses kernels an earlier run compiled
+# (/tmp/torchinductor_<user> otherwise). Workers share the machine's cores, so
 # each keeps torch to one intra-op thread (its children too) instead of spinning a thread per core.
 _OWN_CACHE: list[str] = []
 if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
@@ -121,6 +123,7 @@ OPTIONAL_PACKAGES = {"pyarrow", "torch_geometric", "hypothesis", "duckdb", "dask
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
+    _note_budget(item, report)
     if os.environ.get("GUARDSCOPE_SKIP_ABSENT") != "1" or not report.failed:
         return
     # raised in the test, or reported by a command the test ran (CliRunner's output, a child's stderr)
@@ -130,3 +133,42 @@ def pytest_runtest_makereport(item, call):
     if name.split(".")[0] in OPTIONAL_PACKAGES:
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0, f"needs {name}, not installed here")
+
+
+
+# The per-test budget (docs/development.md, "How the suite stays fast"): a test whose set-up and call
+# take over BUDGET_SECONDS says why in its docstring, in a sentence starting "Slow:". The run ends
+# with the list of those that do not (printed, not failed: a loaded machine must not fail a test).
+BUDGET_SECONDS = 60.0
+_OVER_BUDGET: dict[str, float] = {}
+
+
+def slow_reason(function) -> str | None:
+    """The test's "Slow: ..." sentence, where its docstring has one."""
+    found = re.search(r"Slow: [^.]*\.", " ".join((getattr(function, "__doc__", None) or "").split()))
+    return found.group(0) if found else None
+
+
+def _note_budget(item, report) -> None:
+    """In the process that runs the test: its set-up and call seconds, marked on the call's report
+    (which pytest-xdist hands to the controller) when over the budget without a reason."""
+    if report.when == "setup":
+        item.setup_seconds = report.duration
+    elif report.when == "call":
+        seconds = getattr(item, "setup_seconds", 0.0) + report.duration
+        if seconds > BUDGET_SECONDS and slow_reason(getattr(item, "function", None)) is None:
+            report.user_properties.append(("over_budget_seconds", round(seconds, 1)))
+
+
+def pytest_runtest_logreport(report):
+    for name, value in report.user_properties:
+        if name == "over_budget_seconds":
+            _OVER_BUDGET[report.nodeid] = value
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _OVER_BUDGET:
+        return
+    terminalreporter.section(f"over the {BUDGET_SECONDS:.0f} s per-test budget without a 'Slow:' reason")
+    for nodeid, seconds in sorted(_OVER_BUDGET.items(), key=lambda entry: -entry[1]):
+        terminalreporter.write_line(f"{seconds:7.1f} s  {nodeid}")

@@ -89,7 +89,7 @@ def fixed(tmp_path_factory, analyses):
     def make(name: str, root: Path) -> tuple:
         corpus, analysis, _ = analyses(name, None)
         out = copy_analysis(analysis, root / "out")
-        fixes = pipeline.emit_warmup(out)
+        fixes = pipeline.emit_warmup(out, only=("warmup", "unbacked"))  # the plans verified here
         document = pipeline.verify(out, artifacts=("warmup", "unbacked"), bundle=False, backend="eager")
         return corpus, out, fixes, document
 
@@ -108,7 +108,7 @@ def emitted(tmp_path_factory):
 
     def make(name: str, root: Path) -> tuple:
         guardscope.analyze(real_models.write_corpus(name, root / "corpus", EXPORT_SAMPLES, dynamic=True), root / "out")
-        return root / "out", pipeline.emit_warmup(root / "out").export
+        return root / "out", pipeline.emit_warmup(root / "out", only=("export",)).export
 
     def get(name: str):
         if name not in made:

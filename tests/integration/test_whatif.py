@@ -48,6 +48,9 @@ BATCH, SIDES = "pad:images:0:buckets=2,4,8", "pad:images:2,3:multiple=32"
 
 
 def test_image_transforms_merge_graphs_and_padding_the_sides_changes_the_results(tmp_path):
+    """Slow: nine replays of a 14-image CNN corpus (as recorded, each transform alone, the chain
+    of one to four), each with its warmup set up and measured, one test for the whole chain so the
+    rows are compared with each other."""
     out = tmp_path / "out"
     guardscope.analyze(write_image_corpus(tmp_path / "corpus", IMAGES, model="SizeDivisibleCNN"), out)
     document = pipeline.whatif(out, (CAST, LAYOUT, BATCH, SIDES), json_path=tmp_path / "whatif.json")

@@ -79,6 +79,8 @@ def test_a_crash_and_a_timeout_are_failed_rows(tmp_path):
 
 @pytest.mark.slow
 def test_all_five_strategies_with_inductor_on_the_cpu(tmp_path):
+    """Slow: each strategy's row is a fresh child process compiling with inductor (the bench's
+    subject is production's backend), five of them, on a six-request corpus."""
     # x.sin() * 2 over rows of 8: a row count of 1 recompiles (0/1 specialization)
     sizes = (3, 1, 4, 5, 1, 6)
     inputs = [torch.randn(n, 8, generator=torch.Generator().manual_seed(n)) for n in sizes]

@@ -173,7 +173,7 @@ def test_swapped_catalog_unbacked_plan_verifies(tmp_path):
     )
     out = tmp_path / "out"
     guardscope.analyze(corpus, out, strict=True)
-    fixes = pipeline.emit_warmup(out)
+    fixes = pipeline.emit_warmup(out, only=("warmup", "unbacked"))
     assert fixes.unbacked.residual == (0, 1)  # sample 0's zero-stride edges, then strided ones
     assert fixes.unbacked.graphs == 2 and fixes.warmup.graphs == 10
     document = pipeline.verify(out, artifacts=("unbacked", "warmup"), backend="eager")
@@ -195,7 +195,7 @@ def signature_fixes(tmp_path_factory):
                 for _ in range(3):
                     writer.add(*sample.args, **sample.kwargs)
         guardscope.analyze(root / "corpus", root / "out", strict=True)
-        pipeline.emit_warmup(root / "out")
+        pipeline.emit_warmup(root / "out", only=("warmup", "unbacked"))  # the plans verified here
         return root / "out"
 
     return made_once(tmp_path_factory, "signature-fixes", make)

@@ -48,9 +48,13 @@ def _recorded_prompts() -> list[tuple[torch.Tensor, int]]:
     ("llama_forward", None, "static"),
 ])
 def test_generate_plans_pass_verify_and_a_plain_generate_on_new_prompts(tmp_path, factory, dynamic, cache):
+    """The warmup and unbacked plans of a recorded generate() corpus pass verify, and a plain
+    generate() on new prompts compiles nothing after each. Slow: every prefill and decode step is a
+    compiled call, and the plans are proved in two child processes and checked in two more (the
+    static-cache unbacked plan compiles about 70 graphs)."""
     om.record_generation(str(tmp_path / "c"), factory, _recorded_prompts(), dynamic=dynamic, cache=cache)
     analysis = guardscope.analyze(tmp_path / "c", tmp_path / "out")
-    pipeline.emit_warmup(analysis.out_dir)
+    pipeline.emit_warmup(analysis.out_dir, only=("warmup", "unbacked"))  # the plans verified
     document = pipeline.verify(analysis.out_dir, artifacts=("warmup", "unbacked"), bundle=False, backend="eager")
     statuses = {r["name"]: r["status"] for r in document["artifacts"]}
     assert statuses["warmup"] == "passed" and statuses["unbacked"] in ("passed", "infeasible")
@@ -76,7 +80,7 @@ def test_plans_for_object_inputs_pass_verify(tmp_path, factory, requests):
         for args, kwargs in requests(30, seed=2):
             writer.add(*args, **kwargs)
     analysis = guardscope.analyze(tmp_path / "c", tmp_path / "out")
-    pipeline.emit_warmup(analysis.out_dir)
+    pipeline.emit_warmup(analysis.out_dir, only=("warmup", "unbacked"))  # the plans verified
     document = pipeline.verify(analysis.out_dir, artifacts=("warmup", "unbacked"), bundle=False, backend="eager")
     statuses = {r["name"]: r["status"] for r in document["artifacts"]}
     assert statuses["warmup"] == "passed", document
@@ -89,7 +93,9 @@ def test_a_generate_warmup_applied_as_the_report_says_compiles_nothing_under_ind
     cache its request's earlier steps extended through the compiled forward (untagged traffic: read
     in recorded order), so generate() under inductor compiles nothing after it, on the recorded
     prompts and on new ones. verify and check_generate prove it under inductor, check_generate
-    fails where generate() needs a graph, and the report's code is what was run."""
+    fails where generate() needs a graph, and the report's code is what was run. Slow: its subject
+    is inductor, which compiles the same six GPT-2 graphs cold once (verify's child) and from the
+    run's cache four more times (this process, two check_generate children)."""
     import html
     import re
 
@@ -97,7 +103,7 @@ def test_a_generate_warmup_applied_as_the_report_says_compiles_nothing_under_ind
     # generate()'s grad mode, as TrafficRecorder records it (a CorpusWriter is told).
     om.record_generation(str(tmp_path / "c"), "gpt2_forward", recorded, dynamic=None, grad_mode="no_grad")
     analysis = guardscope.analyze(tmp_path / "c", tmp_path / "out")
-    pipeline.emit_warmup(analysis.out_dir)
+    pipeline.emit_warmup(analysis.out_dir, only=("warmup", "unbacked"))  # the plans verified
     assert store.read_catalog(analysis.out_dir)["production"]["backend"] == "inductor"  # not recorded: the default
     assert "on the KV cache the steps before extended" in (analysis.out_dir / "warmup.py").read_text()
 

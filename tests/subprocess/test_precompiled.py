@@ -194,7 +194,8 @@ def vision(tmp_path_factory):
 def test_a_vision_model_under_dynamic_none_is_precompiled_and_proved(vision, tmp_path):
     """Its ``images.float() / 255.0`` makes the AOT trace ask for a restart (traced again), its
     first graph is static; verify's fresh process with empty caches serves every call from the
-    precompiled graphs, outputs equal to eager's."""
+    precompiled graphs, outputs equal to eager's. Slow: the vision fixture precompiles a CNN's
+    graphs with inductor in a child, and verify loads and serves them in another."""
     import shutil
 
     source, manifest = vision

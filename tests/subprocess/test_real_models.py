@@ -70,6 +70,8 @@ def compiles_during(model, plan_module, corpus, *, unbacked: bool, dynamic) -> l
 
 @pytest.mark.parametrize("name", MODELS)
 def test_warmup_and_unbacked_hold_in_every_frame(fixed, name):
+    """Slow: the first test to ask for a model's ``fixed`` analysis pays for it (record, analyze,
+    plan the warmup and unbacked plans, verify both in child processes), up to BERT's 90 s."""
     from guardscope.proving.isolation import import_file
 
     corpus, out, fixes, document = fixed(name)
@@ -100,6 +102,8 @@ def frames_of(out) -> list[dict]:
 
 
 def test_unbacked_plan_marks_inputs_only_and_says_what_it_left_out(fixed, analyses):
+    """Slow: when it runs before the per-model tests, it makes the gated and GCN ``fixed`` analyses
+    they share (record, analyze, plan, verify in child processes)."""
     for name in ("gated", "gcn"):
         _, out, fixes, _ = fixed(name)
         _, _, catalog = analyses(name, None)
@@ -125,7 +129,7 @@ def test_an_unbacked_plan_that_breaks_fullgraph_is_infeasible_not_written(tmp_pa
     manifest["compile"] = {"dynamic": None, "fullgraph": True}
     (tmp_path / "corpus" / "corpus.json").write_text(json.dumps(manifest))
     analysis = guardscope.analyze(corpus, tmp_path / "out")
-    fixes = pipeline.emit_warmup(analysis.out_dir)
+    fixes = pipeline.emit_warmup(analysis.out_dir, only=("warmup", "unbacked"))
     assert fixes.unbacked.status == "infeasible"
     assert "raise once these dims are marked unbacked" in fixes.unbacked.reason
     assert "Error: " in fixes.unbacked.reason  # torch's exception type, whole

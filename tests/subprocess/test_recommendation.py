@@ -53,6 +53,8 @@ def pyg_corpus(folder):
 
 @pytest.mark.parametrize("case", ["seed", "pyg"])
 def test_every_recommended_code_block_does_what_the_box_says(case, tmp_path, monkeypatch):
+    """Slow: the recommendation is chosen among every plan (all are planned), and each block runs
+    under inductor as shown, the GCN's warmup past production's recompile limit."""
     corpus = SEED_CORPUS if case == "seed" else pyg_corpus(tmp_path / "corpus")
     out = tmp_path / "out"
     guardscope.analyze(corpus, out)
