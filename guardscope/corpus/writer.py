@@ -9,7 +9,6 @@ import json
 import os
 import contextlib
 import pathlib
-import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,7 +21,6 @@ from ..files import write_atomic
 from ..text import counted, message_line
 from .format import (
     FORMAT_VERSION,
-    KEEP_CHOICES,
     LOG_NAME,
     MANIFEST_NAME,
     SHARD_NAME,
@@ -31,10 +29,6 @@ from .format import (
     TRAFFIC_FORMAT_VERSION,
     Manifest,
     ShardInfo,
-    check_dynamo_config,
-    check_grad_mode,
-    check_method_name,
-    check_model_spec,
 )
 from .log_files import ROLL_SECONDS, WINDOW_BYTES, LogFiles, roll_bounds
 from .log_window import LogWindow
@@ -43,25 +37,14 @@ from .compile_log import COMPILE_LOG
 from .requests import REQUESTS_NAME, RequestRuns, check_request
 from .shards import encode_shard
 from .signature import holds_objects, signature, signature_digest
-from .spec import anchored
 from .structured import needs_lowering
 from .traffic_log import Layout, signature_text, split_signature, template_digest
 from .values import _copy_call, check_sample, lowered, storage_bytes
-from .weights import as_model_print
+from .writer_options import LOG_CHOICES  # noqa: F401 (the traffic recorder's, as before)
+from .writer_options import DEFAULT_MAX_FULL_BYTES, check_bounds, check_log, default_replica, production
 
-# keep="signatures": the tensor storage bytes of the calls kept in full, at most, unless the
-# writer is given another bound (max_full_bytes=None: none). Traffic where most calls have a new
-# signature would otherwise be kept almost whole: a million seed requests took 5.7 GB unbounded,
-# 95 MB within this bound (docs/benchmarks.md, sections 7 and 9).
-DEFAULT_MAX_FULL_BYTES = 64 * 2**20
 # Distinct signatures add_signature() remembers as checked (then it forgets them all and checks again).
 CHECKED_SIGNATURES = 1 << 16
-LOG_CHOICES = ("shards", "parquet")
-
-
-def default_replica() -> str:
-    """The name a traffic log gives the recording process unless told: ``host:pid``."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class CorpusWriter:
@@ -142,67 +125,51 @@ class CorpusWriter:
         roll_seconds: float | None = ROLL_SECONDS,
     ) -> None:
         self.directory = pathlib.Path(directory)
-        # A relative file spec is stored relative to the corpus folder, where it is resolved first:
-        # the corpus then works from any working directory.
-        self.model = anchored(check_model_spec(model), self.directory)
-        self.compile = dict(compile or {})
-        self.method = None if method is None else check_method_name(method)
-        self.recorded_model = as_model_print(recorded_from)
-        try:
-            self.dynamo_config = None if dynamo_config is None else check_dynamo_config(dynamo_config)
-        except ValueError as exc:
-            raise CorpusError(f"dynamo_config {exc}") from None
-        try:
-            self.grad_mode = None if grad_mode is None else check_grad_mode(grad_mode)
-        except ValueError as exc:
-            raise CorpusError(f"grad_mode {exc}") from None
-        try:
-            json.dumps(self.compile, sort_keys=True, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise CorpusError(
-                f"compile options {self.compile!r} cannot be written to {MANIFEST_NAME}: "
-                f"{exc}; pass a dict of str keys and JSON values (bool, int, float, str, "
-                "None, lists, dicts)"
-            ) from None
-        if type(shard_size) is not int or shard_size < 1:
-            raise CorpusError(f"shard_size must be a positive int, got {shard_size!r}")
-        self.shard_size = shard_size
-        if keep not in KEEP_CHOICES:
-            raise CorpusError(f"keep must be one of {', '.join(map(repr, KEEP_CHOICES))}, got {keep!r}")
-        if type(full_per_signature) is not int or full_per_signature < 0:
-            raise CorpusError(
-                f"full_per_signature must be an int >= 0 (0: no tensor data at all), got {full_per_signature!r}"
-            )
-        if max_signatures is not None and (type(max_signatures) is not int or max_signatures < 0):
-            raise CorpusError(f"max_signatures must be an int >= 0 or None, got {max_signatures!r}")
-        if max_full_bytes is not None and (type(max_full_bytes) is not int or max_full_bytes < 0):
-            raise CorpusError(f"max_full_bytes must be an int >= 0 or None, got {max_full_bytes!r}")
-        if max_full_bytes not in (None, DEFAULT_MAX_FULL_BYTES) and keep != "signatures":
-            raise CorpusError('max_full_bytes bounds the calls kept in full besides signatures: use keep="signatures"')
+        self._set_production(model, compile, method, recorded_from, dynamo_config, grad_mode)
+        self._set_bounds(shard_size, keep, full_per_signature, max_signatures, max_full_bytes)
+        self._set_log(log, aggregate, replica, timestamps, roll_bytes, roll_seconds)
+        self._start_state()
+        self._prepare_directory(overwrite)
+        self._write_manifest()
+
+    def _set_production(self, model: str, compile: dict | None, method: str | None, recorded_from: Any,
+                        dynamo_config: dict[str, Any] | None, grad_mode: str | None) -> None:
+        """What the manifest says of production (the model, its compile options and settings), checked."""
+        settings = production(self.directory, model, compile, method, recorded_from, dynamo_config, grad_mode)
+        self.model, self.compile, self.method = settings["model"], settings["compile"], settings["method"]
+        self.recorded_model, self.dynamo_config = settings["recorded_model"], settings["dynamo_config"]
+        self.grad_mode = settings["grad_mode"]
+        self.torch_version = str(torch.__version__)  # the manifest's; a merge keeps its replicas'
+
+    def _set_bounds(self, shard_size: int, keep: str, full_per_signature: int, max_signatures: int | None,
+                    max_full_bytes: int | None) -> None:
+        """What is kept and how much, checked: the shard size, ``keep`` and its bounds."""
+        check_bounds(shard_size, keep, full_per_signature, max_signatures, max_full_bytes)
+        self.shard_size, self.keep = shard_size, keep
         self.max_full_bytes = max_full_bytes if keep == "signatures" else None
+        self.full_per_signature = full_per_signature
+        self.max_signatures = max_signatures
+
+    def _set_log(self, log: str, aggregate: bool, replica: str | None, timestamps: bool, roll_bytes: int | None,
+                 roll_seconds: float | None) -> None:
+        """The traffic log's options (``log="parquet"``), checked; its window and files."""
+        check_log(log, self.keep, replica)
+        self.log = log
+        self._stamped = timestamps  # False: a log's rows carry no times (a converted corpus's)
+        self.replica = replica if replica is not None else default_replica()
+        # The rows of the traffic log's next shard (log="parquet").
+        self._window = LogWindow(self.replica, aggregate) if log == "parquet" else None
+        self._files = LogFiles(self.directory, _atomic_write, *roll_bounds(roll_bytes, roll_seconds, CorpusError))
+
+    def _start_state(self) -> None:
+        """Nothing recorded yet."""
         self.full_bytes = 0  # tensor storage bytes of the calls kept in full (keep="signatures")
         # Signatures whose calls were all recorded as signatures because max_full_bytes was
         # reached (each call of a signature past max_signatures counts on its own).
         self.bounded_signatures = 0
-        self.keep = keep
-        if log not in LOG_CHOICES:
-            raise CorpusError(f"log must be one of {', '.join(map(repr, LOG_CHOICES))}, got {log!r}")
-        if log == "parquet" and keep != "signatures":
-            raise CorpusError('log="parquet" writes signature records: use it with keep="signatures"')
-        if replica is not None and (type(replica) is not str or not replica):
-            raise CorpusError(f"replica must be a non-empty str (the process's name in the log), got {replica!r}")
-        self.log = log
-        self._stamped = timestamps  # False: a log's rows carry no times (a converted corpus's)
-        self.replica = replica if replica is not None else default_replica()
-        # The rows of the traffic log's next shard (log="parquet"); the template of each signature
-        # layout they use, by digest.
-        self._window = LogWindow(self.replica, aggregate) if log == "parquet" else None
-        self._files = LogFiles(self.directory, _atomic_write, *roll_bounds(roll_bytes, roll_seconds, CorpusError))
         self._templates: dict[str, str] = {}
         self._shapes: dict[tuple, tuple[str, bool]] = {}  # a template's shape -> (its digest, holds objects)
         self._full_rows: list[tuple[list, dict]] = []  # (a signature's _seen entry, its pending full row)
-        self.full_per_signature = full_per_signature
-        self.max_signatures = max_signatures
         # keep="signatures": signature digest -> [first full sample's index, full samples kept,
         # refused a full sample by max_full_bytes], for at most max_signatures signatures (later
         # new ones are not remembered: each of their calls counts as the first of its signature).
@@ -219,9 +186,6 @@ class CorpusWriter:
         self._request: list[Any] | None = None  # [tag, next step] inside request()
         self._count = 0
         self._closed = False
-        self.torch_version = str(torch.__version__)  # the manifest's; a merge keeps its replicas'
-        self._prepare_directory(overwrite)
-        self._write_manifest()
 
     def _prepare_directory(self, overwrite: bool) -> None:
         if self.directory.exists() and not self.directory.is_dir():
