@@ -31,6 +31,7 @@ from .format import (
     ShardInfo,
 )
 from .log_files import ROLL_SECONDS, WINDOW_BYTES, LogFiles, roll_bounds
+from .log_tail import FileTail
 from .log_window import LogWindow
 from .materialising import materialise
 from .compile_log import COMPILE_LOG
@@ -83,7 +84,10 @@ class CorpusWriter:
     indices are given when a shard is written (:meth:`add` and friends return None);
     ``timestamps=False`` leaves the rows' times null (a converted corpus's); ``roll_bytes``
     folds the flushes' window files into one past that many bytes or ``roll_seconds`` and at
-    :meth:`close` (:mod:`guardscope.corpus.log_files`; None, the default: a file per flush). The
+    :meth:`close` (:mod:`guardscope.corpus.log_files`; None, the default: a file per flush);
+    ``background=True`` writes those files on a thread of their own, in flush order, so adding
+    calls does not wait for a window's data shard (:mod:`guardscope.corpus.log_tail`; :meth:`flush`
+    and :meth:`close` wait for them). The
     directory is created if needed; one that already holds a corpus is refused unless
     ``overwrite=True``, which deletes that corpus's manifest, shard, request and compile-log files
     (nothing else).
@@ -123,11 +127,12 @@ class CorpusWriter:
         timestamps: bool = True,
         roll_bytes: int | None = None,
         roll_seconds: float | None = ROLL_SECONDS,
+        background: bool = False,
     ) -> None:
         self.directory = pathlib.Path(directory)
         self._set_production(model, compile, method, recorded_from, dynamo_config, grad_mode)
         self._set_bounds(shard_size, keep, full_per_signature, max_signatures, max_full_bytes)
-        self._set_log(log, aggregate, replica, timestamps, roll_bytes, roll_seconds)
+        self._set_log(log, aggregate, replica, timestamps, roll_bytes, roll_seconds, background)
         self._start_state()
         self._prepare_directory(overwrite)
         self._write_manifest()
@@ -151,8 +156,8 @@ class CorpusWriter:
         self.max_signatures = max_signatures
 
     def _set_log(self, log: str, aggregate: bool, replica: str | None, timestamps: bool, roll_bytes: int | None,
-                 roll_seconds: float | None) -> None:
-        """The traffic log's options (``log="parquet"``), checked; its window and files."""
+                 roll_seconds: float | None, background: bool) -> None:
+        """The traffic log's options (``log="parquet"``), checked; its window, files and their tail."""
         check_log(log, self.keep, replica)
         self.log = log
         self._stamped = timestamps  # False: a log's rows carry no times (a converted corpus's)
@@ -160,6 +165,8 @@ class CorpusWriter:
         # The rows of the traffic log's next shard (log="parquet").
         self._window = LogWindow(self.replica, aggregate) if log == "parquet" else None
         self._files = LogFiles(self.directory, _atomic_write, *roll_bounds(roll_bytes, roll_seconds, CorpusError))
+        # background: the log's files written on a thread of their own (log_tail), in flush order.
+        self._tail = FileTail("guardscope-log-files") if background and self._window is not None else None
 
     def _start_state(self) -> None:
         """Nothing recorded yet."""
@@ -180,6 +187,7 @@ class CorpusWriter:
         self._records = 0  # the signature records written so far
         self._pending: list[dict[str, Any]] = []
         self._shards: list[ShardInfo] = []
+        self._flushed = 0  # the samples handed to the shards (on disk, or on their way there: _tail)
         self._devices: set[str] = set()
         self._structured = False  # some call held an object a codec stores: format 4
         self._requests = RequestRuns()  # the request and step of each tagged call (requests.json)
@@ -468,12 +476,22 @@ class CorpusWriter:
         return (f"{text}; {counted(self.bounded_signatures, 'signature')} got no full sample because of it "
                 "(a larger max_full_bytes, or None, keeps them)")
 
-    def flush(self) -> None:
+    def flush(self, wait: bool = True) -> None:
         """Write the samples added since the last shard as a shard of their own now, so they are
         on disk (and listed in the manifest) before ``shard_size`` samples have been added; a
-        corpus's shards may differ in size. Does nothing when none are pending."""
+        corpus's shards may differ in size. Does nothing when none are pending. ``wait=False``
+        (with ``background``): hand them to the log's file thread without waiting for it."""
         if (self._pending or self._window) and not self._closed:
             self._flush()
+        if wait and self._tail is not None:
+            self._tail.wait()
+
+    def then(self, callback: Any) -> None:
+        """Call ``callback()`` once everything flushed so far is on disk (or failed): at once, or on ``_tail``."""
+        if self._tail is None:
+            callback()
+        else:
+            self._tail.then(callback)
 
     def close(self) -> None:
         """Write the last, partial shard and the final manifest. Calling it again does nothing."""
@@ -481,8 +499,12 @@ class CorpusWriter:
             return
         self._closed = True
         if self._window is not None:  # the last window, the open file folded, the manifest
-            if self._window:
-                self._flush_log()
+            try:
+                if self._window:
+                    self._flush_log()
+            finally:
+                if self._tail is not None:
+                    self._tail.close()  # once the files handed to it are written (raises a failure)
             self._roll(True)
         elif self._pending:
             self._flush()
@@ -513,25 +535,35 @@ class CorpusWriter:
         """Write the window as the log's next window file (and its data shard), fold the open
         file when due (:mod:`guardscope.corpus.log_files`), then write the manifest."""
         window = self._window
-        first = self._shards[-1].first + self._shards[-1].samples if self._shards else 0
+        first = self._flushed
         rows = window.assign(first)  # type: ignore[union-attr]
         for seen, row in self._full_rows:
             seen[0] = row["first"]
         self._full_rows = []
         used = {row["layout"].template for row in rows} - {None}
-        self._files.write(rows, {name: self._templates[name] for name in used}, window.data,  # type: ignore[union-attr]
-                          self._structured, first, window.samples)  # type: ignore[union-attr]
         for row in rows:
             if row["request"] is not None:
                 self._requests.add(row["first"], row["request"][0], row["request"][1])
+        self._flushed = first + window.samples  # type: ignore[union-attr]
         self._window = LogWindow(self.replica, window.aggregate)  # type: ignore[union-attr]
-        self._roll(self._files.due())
+        files = (rows, {name: self._templates[name] for name in used}, window.data,  # type: ignore[union-attr]
+                 self._structured, first, window.samples)  # type: ignore[union-attr]
+        if self._tail is None:
+            self._write_window(files, self._manifest_state())
+        else:  # the files and the manifest written off this thread, in order (log_tail)
+            self._tail.submit(self._write_window, files, self._manifest_state())
 
-    def _roll(self, fold: bool) -> None:
+    def _write_window(self, files: tuple, state: dict[str, Any]) -> None:
+        """A flushed window's files written, the open file folded when due, then the manifest
+        (``state``: :meth:`_manifest_state` as the window was flushed)."""
+        self._files.write(*files)
+        self._roll(self._files.due(), state)
+
+    def _roll(self, fold: bool, state: dict[str, Any] | None = None) -> None:
         """The manifest, after folding the log's open file into one when ``fold``."""
-        folded = self._files.roll(self._templates) if fold else []
+        folded = self._files.roll(dict(self._templates)) if fold else []
         self._shards = self._files.shards
-        self._write_manifest()
+        self._write_manifest(state)
         for path in folded:  # once the manifest lists the file they were folded into
             path.unlink(missing_ok=True)
 
@@ -545,10 +577,10 @@ class CorpusWriter:
         ``structured`` saying whether they hold codec objects); ``templates``: digest -> JSON text
         of the templates its rows use; ``requests``: (sample, tag, step) of its tagged calls."""
         self._check_open()
-        if self._window is None or self._window:
+        if self._window is None or self._window or self._tail is not None:
             raise CorpusError('append_log() writes whole log shards: open the CorpusWriter with log="parquet" '
                               "and add nothing else")
-        first = self._shards[-1].first + self._shards[-1].samples if self._shards else 0
+        first = self._flushed
         counts = table.column("count").to_numpy()
         firsts = table.column("first").to_numpy()
         if len(counts) and (firsts[0] != first or (firsts[1:] != firsts[:-1] + counts[:-1]).any()):
@@ -559,6 +591,7 @@ class CorpusWriter:
             self._requests.add(index, tag, step)
         self._devices |= set(devices)
         self._count += int(counts.sum())
+        self._flushed += int(counts.sum())
         self._records += int(counts.sum()) - len(data)  # the rows not kept in full are signatures
         self._shards = self._files.shards
         self._write_manifest()
@@ -571,25 +604,26 @@ class CorpusWriter:
             return STRUCTURED_FORMAT_VERSION
         return SIGNATURE_FORMAT_VERSION if self.keep == "signatures" else FORMAT_VERSION
 
-    def _write_manifest(self) -> None:
-        manifest = Manifest(
-            format_version=self._version,
-            model=self.model,
-            compile=self.compile,
-            torch_version=self.torch_version,
-            device=",".join(sorted(self._devices)) or "cpu",
-            samples=sum(shard.samples for shard in self._shards),
-            shards=tuple(self._shards),
-            method=self.method,
-            recorded_model=self.recorded_model,
-            dynamo_config=self.dynamo_config,
-            grad_mode=self.grad_mode,
-            recording=not self._closed,
-        )
+    def _manifest_state(self) -> dict[str, Any]:
+        """The manifest's fields but its shards, and the text of ``requests.json`` for the samples
+        flushed so far, as they are now (a flush's, written by the log's file thread: ``_tail``)."""
+        samples = self._flushed if self._window is not None else sum(shard.samples for shard in self._shards)
+        tags = None
+        if self._requests.runs:
+            tags = json.dumps(self._requests.to_json(samples), separators=(",", ":")) + "\n"
+        return {"format_version": self._version, "model": self.model, "compile": self.compile,
+                "torch_version": self.torch_version, "device": ",".join(sorted(self._devices)) or "cpu",
+                "method": self.method, "recorded_model": self.recorded_model, "dynamo_config": self.dynamo_config,
+                "grad_mode": self.grad_mode, "recording": not self._closed, "requests": tags}
+
+    def _write_manifest(self, state: dict[str, Any] | None = None) -> None:
+        fields = dict(self._manifest_state() if state is None else state)
+        tags = fields.pop("requests")
+        shards = self._shards
+        manifest = Manifest(samples=sum(shard.samples for shard in shards), shards=tuple(shards), **fields)
         text = json.dumps(manifest.to_json(), sort_keys=True, indent=2) + "\n"
         _atomic_write(self.directory / MANIFEST_NAME, text.encode())
-        if self._requests.runs:  # after the manifest: until it is written, the new samples are untagged
-            tags = json.dumps(self._requests.to_json(manifest.samples), separators=(",", ":")) + "\n"
+        if tags is not None:  # after the manifest: until it is written, the new samples are untagged
             _atomic_write(self.directory / REQUESTS_NAME, tags.encode())
 
 

@@ -288,14 +288,18 @@ class FallbackRecorder:
             if item is _STOP:
                 break
             if isinstance(item, threading.Event):  # flush(): everything queued before it is added
+                done = item.set
                 if writer is not None:
                     try:
                         self._flushing(writer)
-                        writer.flush()
+                        writer.flush(wait=False)
+                        writer.then(done)  # set once on disk; meanwhile this thread writes on
+                        done = None
                     except Exception as exc:
                         self.error(f"writing the {self._KIND} corpus {self.directory}", exc)
                     last_flush = time.monotonic()
-                item.set()
+                if done is not None:
+                    done()
                 continue
             written = False
             try:
@@ -310,7 +314,7 @@ class FallbackRecorder:
                 if writer is not None and time.monotonic() - last_flush >= self.flush_every:
                     last_flush = time.monotonic()
                     self._flushing(writer)
-                    writer.flush()
+                    writer.flush(wait=False)  # a background writer's files follow (flush() waits)
             except Exception as exc:
                 self.error(f"writing the {self._KIND} corpus {self.directory}", exc)
             if item is not None:
