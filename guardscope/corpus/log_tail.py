@@ -9,8 +9,9 @@ fills meanwhile and calls are dropped (issue 53). Here the thread that adds call
 its sample indices and hands the rest over; it waits only when ``depth`` flushes are already
 outstanding. Files are written as before (each atomically and synced, the manifest after the files
 it lists), so a killed process keeps every window the manifest lists and loses the calls after it:
-the windows handed over and not yet written (``TAIL_DEPTH`` at most) and the one being filled. :meth:`FileTail.wait` (a writer's ``flush()``
-and ``close()``) returns once every flush handed over is on disk.
+the windows handed over and not yet written (``TAIL_DEPTH`` at most) and the one being filled.
+:meth:`FileTail.wait` (a writer's ``flush()`` and ``close()``) returns once every flush handed over
+is on disk.
 
 A job that raises stops the tail: every later :meth:`~FileTail.submit` and :meth:`~FileTail.wait`
 raises that error (the windows after it would not continue the log's sample indices).
