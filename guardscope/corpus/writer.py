@@ -9,7 +9,6 @@ import json
 import os
 import contextlib
 import pathlib
-import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,7 +21,6 @@ from ..files import write_atomic
 from ..text import counted, message_line
 from .format import (
     FORMAT_VERSION,
-    KEEP_CHOICES,
     LOG_NAME,
     MANIFEST_NAME,
     SHARD_NAME,
@@ -31,37 +29,23 @@ from .format import (
     TRAFFIC_FORMAT_VERSION,
     Manifest,
     ShardInfo,
-    check_dynamo_config,
-    check_grad_mode,
-    check_method_name,
-    check_model_spec,
 )
 from .log_files import ROLL_SECONDS, WINDOW_BYTES, LogFiles, roll_bounds
+from .log_tail import FileTail
 from .log_window import LogWindow
 from .materialising import materialise
 from .compile_log import COMPILE_LOG
 from .requests import REQUESTS_NAME, RequestRuns, check_request
 from .shards import encode_shard
 from .signature import holds_objects, signature, signature_digest
-from .spec import anchored
 from .structured import needs_lowering
 from .traffic_log import Layout, signature_text, split_signature, template_digest
 from .values import _copy_call, check_sample, lowered, storage_bytes
-from .weights import as_model_print
+from .writer_options import LOG_CHOICES  # noqa: F401 (the traffic recorder's, as before)
+from .writer_options import DEFAULT_MAX_FULL_BYTES, check_bounds, check_log, default_replica, production
 
-# keep="signatures": the tensor storage bytes of the calls kept in full, at most, unless the
-# writer is given another bound (max_full_bytes=None: none). Traffic where most calls have a new
-# signature would otherwise be kept almost whole: a million seed requests took 5.7 GB unbounded,
-# 95 MB within this bound (docs/benchmarks.md, sections 7 and 9).
-DEFAULT_MAX_FULL_BYTES = 64 * 2**20
 # Distinct signatures add_signature() remembers as checked (then it forgets them all and checks again).
 CHECKED_SIGNATURES = 1 << 16
-LOG_CHOICES = ("shards", "parquet")
-
-
-def default_replica() -> str:
-    """The name a traffic log gives the recording process unless told: ``host:pid``."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class CorpusWriter:
@@ -100,7 +84,10 @@ class CorpusWriter:
     indices are given when a shard is written (:meth:`add` and friends return None);
     ``timestamps=False`` leaves the rows' times null (a converted corpus's); ``roll_bytes``
     folds the flushes' window files into one past that many bytes or ``roll_seconds`` and at
-    :meth:`close` (:mod:`guardscope.corpus.log_files`; None, the default: a file per flush). The
+    :meth:`close` (:mod:`guardscope.corpus.log_files`; None, the default: a file per flush);
+    ``background=True`` writes those files on a thread of their own, in flush order, so adding
+    calls does not wait for a window's data shard (:mod:`guardscope.corpus.log_tail`; :meth:`flush`
+    and :meth:`close` wait for them). The
     directory is created if needed; one that already holds a corpus is refused unless
     ``overwrite=True``, which deletes that corpus's manifest, shard, request and compile-log files
     (nothing else).
@@ -140,69 +127,56 @@ class CorpusWriter:
         timestamps: bool = True,
         roll_bytes: int | None = None,
         roll_seconds: float | None = ROLL_SECONDS,
+        background: bool = False,
     ) -> None:
         self.directory = pathlib.Path(directory)
-        # A relative file spec is stored relative to the corpus folder, where it is resolved first:
-        # the corpus then works from any working directory.
-        self.model = anchored(check_model_spec(model), self.directory)
-        self.compile = dict(compile or {})
-        self.method = None if method is None else check_method_name(method)
-        self.recorded_model = as_model_print(recorded_from)
-        try:
-            self.dynamo_config = None if dynamo_config is None else check_dynamo_config(dynamo_config)
-        except ValueError as exc:
-            raise CorpusError(f"dynamo_config {exc}") from None
-        try:
-            self.grad_mode = None if grad_mode is None else check_grad_mode(grad_mode)
-        except ValueError as exc:
-            raise CorpusError(f"grad_mode {exc}") from None
-        try:
-            json.dumps(self.compile, sort_keys=True, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise CorpusError(
-                f"compile options {self.compile!r} cannot be written to {MANIFEST_NAME}: "
-                f"{exc}; pass a dict of str keys and JSON values (bool, int, float, str, "
-                "None, lists, dicts)"
-            ) from None
-        if type(shard_size) is not int or shard_size < 1:
-            raise CorpusError(f"shard_size must be a positive int, got {shard_size!r}")
-        self.shard_size = shard_size
-        if keep not in KEEP_CHOICES:
-            raise CorpusError(f"keep must be one of {', '.join(map(repr, KEEP_CHOICES))}, got {keep!r}")
-        if type(full_per_signature) is not int or full_per_signature < 0:
-            raise CorpusError(
-                f"full_per_signature must be an int >= 0 (0: no tensor data at all), got {full_per_signature!r}"
-            )
-        if max_signatures is not None and (type(max_signatures) is not int or max_signatures < 0):
-            raise CorpusError(f"max_signatures must be an int >= 0 or None, got {max_signatures!r}")
-        if max_full_bytes is not None and (type(max_full_bytes) is not int or max_full_bytes < 0):
-            raise CorpusError(f"max_full_bytes must be an int >= 0 or None, got {max_full_bytes!r}")
-        if max_full_bytes not in (None, DEFAULT_MAX_FULL_BYTES) and keep != "signatures":
-            raise CorpusError('max_full_bytes bounds the calls kept in full besides signatures: use keep="signatures"')
+        self._set_production(model, compile, method, recorded_from, dynamo_config, grad_mode)
+        self._set_bounds(shard_size, keep, full_per_signature, max_signatures, max_full_bytes)
+        self._set_log(log, aggregate, replica, timestamps, roll_bytes, roll_seconds, background)
+        self._start_state()
+        self._prepare_directory(overwrite)
+        self._write_manifest()
+
+    def _set_production(self, model: str, compile: dict | None, method: str | None, recorded_from: Any,
+                        dynamo_config: dict[str, Any] | None, grad_mode: str | None) -> None:
+        """What the manifest says of production (the model, its compile options and settings), checked."""
+        settings = production(self.directory, model, compile, method, recorded_from, dynamo_config, grad_mode)
+        self.model, self.compile, self.method = settings["model"], settings["compile"], settings["method"]
+        self.recorded_model, self.dynamo_config = settings["recorded_model"], settings["dynamo_config"]
+        self.grad_mode = settings["grad_mode"]
+        self.torch_version = str(torch.__version__)  # the manifest's; a merge keeps its replicas'
+
+    def _set_bounds(self, shard_size: int, keep: str, full_per_signature: int, max_signatures: int | None,
+                    max_full_bytes: int | None) -> None:
+        """What is kept and how much, checked: the shard size, ``keep`` and its bounds."""
+        check_bounds(shard_size, keep, full_per_signature, max_signatures, max_full_bytes)
+        self.shard_size, self.keep = shard_size, keep
         self.max_full_bytes = max_full_bytes if keep == "signatures" else None
+        self.full_per_signature = full_per_signature
+        self.max_signatures = max_signatures
+
+    def _set_log(self, log: str, aggregate: bool, replica: str | None, timestamps: bool, roll_bytes: int | None,
+                 roll_seconds: float | None, background: bool) -> None:
+        """The traffic log's options (``log="parquet"``), checked; its window, files and their tail."""
+        check_log(log, self.keep, replica)
+        self.log = log
+        self._stamped = timestamps  # False: a log's rows carry no times (a converted corpus's)
+        self.replica = replica if replica is not None else default_replica()
+        # The rows of the traffic log's next shard (log="parquet").
+        self._window = LogWindow(self.replica, aggregate) if log == "parquet" else None
+        self._files = LogFiles(self.directory, _atomic_write, *roll_bounds(roll_bytes, roll_seconds, CorpusError))
+        # background: the log's files written on a thread of their own (log_tail), in flush order.
+        self._tail = FileTail("guardscope-log-files") if background and self._window is not None else None
+
+    def _start_state(self) -> None:
+        """Nothing recorded yet."""
         self.full_bytes = 0  # tensor storage bytes of the calls kept in full (keep="signatures")
         # Signatures whose calls were all recorded as signatures because max_full_bytes was
         # reached (each call of a signature past max_signatures counts on its own).
         self.bounded_signatures = 0
-        self.keep = keep
-        if log not in LOG_CHOICES:
-            raise CorpusError(f"log must be one of {', '.join(map(repr, LOG_CHOICES))}, got {log!r}")
-        if log == "parquet" and keep != "signatures":
-            raise CorpusError('log="parquet" writes signature records: use it with keep="signatures"')
-        if replica is not None and (type(replica) is not str or not replica):
-            raise CorpusError(f"replica must be a non-empty str (the process's name in the log), got {replica!r}")
-        self.log = log
-        self._stamped = timestamps  # False: a log's rows carry no times (a converted corpus's)
-        self.replica = replica if replica is not None else default_replica()
-        # The rows of the traffic log's next shard (log="parquet"); the template of each signature
-        # layout they use, by digest.
-        self._window = LogWindow(self.replica, aggregate) if log == "parquet" else None
-        self._files = LogFiles(self.directory, _atomic_write, *roll_bounds(roll_bytes, roll_seconds, CorpusError))
         self._templates: dict[str, str] = {}
         self._shapes: dict[tuple, tuple[str, bool]] = {}  # a template's shape -> (its digest, holds objects)
         self._full_rows: list[tuple[list, dict]] = []  # (a signature's _seen entry, its pending full row)
-        self.full_per_signature = full_per_signature
-        self.max_signatures = max_signatures
         # keep="signatures": signature digest -> [first full sample's index, full samples kept,
         # refused a full sample by max_full_bytes], for at most max_signatures signatures (later
         # new ones are not remembered: each of their calls counts as the first of its signature).
@@ -213,15 +187,13 @@ class CorpusWriter:
         self._records = 0  # the signature records written so far
         self._pending: list[dict[str, Any]] = []
         self._shards: list[ShardInfo] = []
+        self._flushed = 0  # the samples handed to the shards (on disk, or on their way there: _tail)
         self._devices: set[str] = set()
         self._structured = False  # some call held an object a codec stores: format 4
         self._requests = RequestRuns()  # the request and step of each tagged call (requests.json)
         self._request: list[Any] | None = None  # [tag, next step] inside request()
         self._count = 0
         self._closed = False
-        self.torch_version = str(torch.__version__)  # the manifest's; a merge keeps its replicas'
-        self._prepare_directory(overwrite)
-        self._write_manifest()
 
     def _prepare_directory(self, overwrite: bool) -> None:
         if self.directory.exists() and not self.directory.is_dir():
@@ -504,12 +476,22 @@ class CorpusWriter:
         return (f"{text}; {counted(self.bounded_signatures, 'signature')} got no full sample because of it "
                 "(a larger max_full_bytes, or None, keeps them)")
 
-    def flush(self) -> None:
+    def flush(self, wait: bool = True) -> None:
         """Write the samples added since the last shard as a shard of their own now, so they are
         on disk (and listed in the manifest) before ``shard_size`` samples have been added; a
-        corpus's shards may differ in size. Does nothing when none are pending."""
+        corpus's shards may differ in size. Does nothing when none are pending. ``wait=False``
+        (with ``background``): hand them to the log's file thread without waiting for it."""
         if (self._pending or self._window) and not self._closed:
             self._flush()
+        if wait and self._tail is not None:
+            self._tail.wait()
+
+    def then(self, callback: Any) -> None:
+        """Call ``callback()`` once everything flushed so far is on disk (or failed): at once, or on ``_tail``."""
+        if self._tail is None:
+            callback()
+        else:
+            self._tail.then(callback)
 
     def close(self) -> None:
         """Write the last, partial shard and the final manifest. Calling it again does nothing."""
@@ -517,8 +499,12 @@ class CorpusWriter:
             return
         self._closed = True
         if self._window is not None:  # the last window, the open file folded, the manifest
-            if self._window:
-                self._flush_log()
+            try:
+                if self._window:
+                    self._flush_log()
+            finally:
+                if self._tail is not None:
+                    self._tail.close()  # once the files handed to it are written (raises a failure)
             self._roll(True)
         elif self._pending:
             self._flush()
@@ -549,25 +535,35 @@ class CorpusWriter:
         """Write the window as the log's next window file (and its data shard), fold the open
         file when due (:mod:`guardscope.corpus.log_files`), then write the manifest."""
         window = self._window
-        first = self._shards[-1].first + self._shards[-1].samples if self._shards else 0
+        first = self._flushed
         rows = window.assign(first)  # type: ignore[union-attr]
         for seen, row in self._full_rows:
             seen[0] = row["first"]
         self._full_rows = []
         used = {row["layout"].template for row in rows} - {None}
-        self._files.write(rows, {name: self._templates[name] for name in used}, window.data,  # type: ignore[union-attr]
-                          self._structured, first, window.samples)  # type: ignore[union-attr]
         for row in rows:
             if row["request"] is not None:
                 self._requests.add(row["first"], row["request"][0], row["request"][1])
+        self._flushed = first + window.samples  # type: ignore[union-attr]
         self._window = LogWindow(self.replica, window.aggregate)  # type: ignore[union-attr]
-        self._roll(self._files.due())
+        files = (rows, {name: self._templates[name] for name in used}, window.data,  # type: ignore[union-attr]
+                 self._structured, first, window.samples)  # type: ignore[union-attr]
+        if self._tail is None:
+            self._write_window(files, self._manifest_state())
+        else:  # the files and the manifest written off this thread, in order (log_tail)
+            self._tail.submit(self._write_window, files, self._manifest_state())
 
-    def _roll(self, fold: bool) -> None:
+    def _write_window(self, files: tuple, state: dict[str, Any]) -> None:
+        """A flushed window's files written, the open file folded when due, then the manifest
+        (``state``: :meth:`_manifest_state` as the window was flushed)."""
+        self._files.write(*files)
+        self._roll(self._files.due(), state)
+
+    def _roll(self, fold: bool, state: dict[str, Any] | None = None) -> None:
         """The manifest, after folding the log's open file into one when ``fold``."""
-        folded = self._files.roll(self._templates) if fold else []
+        folded = self._files.roll(dict(self._templates)) if fold else []
         self._shards = self._files.shards
-        self._write_manifest()
+        self._write_manifest(state)
         for path in folded:  # once the manifest lists the file they were folded into
             path.unlink(missing_ok=True)
 
@@ -581,10 +577,10 @@ class CorpusWriter:
         ``structured`` saying whether they hold codec objects); ``templates``: digest -> JSON text
         of the templates its rows use; ``requests``: (sample, tag, step) of its tagged calls."""
         self._check_open()
-        if self._window is None or self._window:
+        if self._window is None or self._window or self._tail is not None:
             raise CorpusError('append_log() writes whole log shards: open the CorpusWriter with log="parquet" '
                               "and add nothing else")
-        first = self._shards[-1].first + self._shards[-1].samples if self._shards else 0
+        first = self._flushed
         counts = table.column("count").to_numpy()
         firsts = table.column("first").to_numpy()
         if len(counts) and (firsts[0] != first or (firsts[1:] != firsts[:-1] + counts[:-1]).any()):
@@ -595,6 +591,7 @@ class CorpusWriter:
             self._requests.add(index, tag, step)
         self._devices |= set(devices)
         self._count += int(counts.sum())
+        self._flushed += int(counts.sum())
         self._records += int(counts.sum()) - len(data)  # the rows not kept in full are signatures
         self._shards = self._files.shards
         self._write_manifest()
@@ -607,25 +604,26 @@ class CorpusWriter:
             return STRUCTURED_FORMAT_VERSION
         return SIGNATURE_FORMAT_VERSION if self.keep == "signatures" else FORMAT_VERSION
 
-    def _write_manifest(self) -> None:
-        manifest = Manifest(
-            format_version=self._version,
-            model=self.model,
-            compile=self.compile,
-            torch_version=self.torch_version,
-            device=",".join(sorted(self._devices)) or "cpu",
-            samples=sum(shard.samples for shard in self._shards),
-            shards=tuple(self._shards),
-            method=self.method,
-            recorded_model=self.recorded_model,
-            dynamo_config=self.dynamo_config,
-            grad_mode=self.grad_mode,
-            recording=not self._closed,
-        )
+    def _manifest_state(self) -> dict[str, Any]:
+        """The manifest's fields but its shards, and the text of ``requests.json`` for the samples
+        flushed so far, as they are now (a flush's, written by the log's file thread: ``_tail``)."""
+        samples = self._flushed if self._window is not None else sum(shard.samples for shard in self._shards)
+        tags = None
+        if self._requests.runs:
+            tags = json.dumps(self._requests.to_json(samples), separators=(",", ":")) + "\n"
+        return {"format_version": self._version, "model": self.model, "compile": self.compile,
+                "torch_version": self.torch_version, "device": ",".join(sorted(self._devices)) or "cpu",
+                "method": self.method, "recorded_model": self.recorded_model, "dynamo_config": self.dynamo_config,
+                "grad_mode": self.grad_mode, "recording": not self._closed, "requests": tags}
+
+    def _write_manifest(self, state: dict[str, Any] | None = None) -> None:
+        fields = dict(self._manifest_state() if state is None else state)
+        tags = fields.pop("requests")
+        shards = self._shards
+        manifest = Manifest(samples=sum(shard.samples for shard in shards), shards=tuple(shards), **fields)
         text = json.dumps(manifest.to_json(), sort_keys=True, indent=2) + "\n"
         _atomic_write(self.directory / MANIFEST_NAME, text.encode())
-        if self._requests.runs:  # after the manifest: until it is written, the new samples are untagged
-            tags = json.dumps(self._requests.to_json(manifest.samples), separators=(",", ":")) + "\n"
+        if tags is not None:  # after the manifest: until it is written, the new samples are untagged
             _atomic_write(self.directory / REQUESTS_NAME, tags.encode())
 
 

@@ -289,6 +289,9 @@ class TrafficRecorder(FallbackRecorder):
                             max_signatures=self.max_signatures, log=self.log, replica=self.replica,
                             shard_size=WINDOW_ROWS if self.log == "parquet" else 256,
                             roll_bytes=self.roll_bytes, roll_seconds=self.roll_seconds,
+                            # The log's files written off this thread (corpus.log_tail): a window of
+                            # calls kept in full takes seconds to encode, and the queue fills meanwhile.
+                            background=self.log == "parquet",
                             # The bound this recorder applies before copying, so the writer's
                             # never refuses a call copied for it and its summary states this one.
                             max_full_bytes=self.max_bytes)
