@@ -82,7 +82,7 @@ def test_emit_warmup_plans_the_warmup_first_and_alone_when_asked(classifier_anal
     the warmup says so; '--only warmup' writes warmup.py and fixes.json without planning (or
     compiling) anything else, fixes.json says what was not planned and how to plan it, and verify,
     serve and the report read it."""
-    from guardscope.fixes import document, plan
+    from guardscope.fixes import document, plan, warmup_plan
     from guardscope.proving.verify import deployed_artifacts, run_artifact
     from guardscope.report.recommendation import choose_fix
     from guardscope.runtime.serving import choose_plan
@@ -105,7 +105,7 @@ def test_emit_warmup_plans_the_warmup_first_and_alone_when_asked(classifier_anal
     def refuse(*args, **kwargs):
         raise AssertionError("--only warmup planned something else")
 
-    for module, name in ((plan, "coverage_after_warmup"), (plan, "residual_samples"), (document, "plan_export"),
+    for module, name in ((warmup_plan, "coverage_after_warmup"), (plan, "residual_samples"), (document, "plan_export"),
                          (document, "plan_spec")):
         monkeypatch.setattr(module, name, refuse)
     result = CliRunner().invoke(cli.main, ["emit-warmup", str(out), "--only", "warmup"])
