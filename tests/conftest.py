@@ -135,7 +135,6 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = (str(item.path), item.location[1] or 0, f"needs {name}, not installed here")
 
 
-
 # The per-test budget (docs/development.md, "How the suite stays fast"): a test whose set-up and call
 # take over BUDGET_SECONDS says why in its docstring, in a sentence starting "Slow:". The run ends
 # with the list of those that do not (printed, not failed: a loaded machine must not fail a test).
