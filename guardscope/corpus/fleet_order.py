@@ -172,18 +172,21 @@ def _reordered(rows: _Rows) -> tuple[int, Any, Any]:
     return samples, calls_per_name, listed
 
 
+def _put_in_order(rows: _Rows, fields: tuple[str, ...]) -> None:
+    """Each of ``fields`` of ``rows`` taken in fleet order (``rows.order``), which is then let go:
+    one extra array at a time."""
+    order, rows.order = rows.order, None
+    for field in fields:
+        setattr(rows, field, getattr(rows, field)[order])
+
+
 def _compact_layout(rows: _Rows, listed: Any, runs: Sequence[RequestRuns | None]) -> Layout:
     """A compact merge's rows (:func:`~.fleet_compact.compact_rows`); the request tags it drops
     counted, not kept."""
     import numpy as np
 
     rows.old_first = rows.full_old = rows.source = None
-    order = rows.order
-    rows.digest = rows.digest[order]
-    rows.last = rows.last[order]
-    rows.seen = rows.seen[order]
-    del order
-    rows.order = None
+    _put_in_order(rows, ("digest", "last", "seen"))
     plan = compact_rows(rows.digest, rows.counts, rows.data, rows.seen, rows.last, rows.name_rank, rows.names,
                         listed)
     rows.digest = rows.last = rows.seen = rows.name_rank = None
@@ -202,12 +205,7 @@ def _ordered_layout(rows: _Rows, runs: Sequence[RequestRuns | None]) -> Layout:
     recording's index moved with them, the request tags kept."""
     import numpy as np
 
-    order = rows.order
-    rows.source = rows.source[order]
-    rows.old_first = rows.old_first[order]
-    rows.full_old = rows.full_old[order]
-    del order
-    rows.order = None
+    _put_in_order(rows, ("source", "old_first", "full_old"))
     counts = rows.counts
     new_first = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
     full_new = _full_moved(rows.source, rows.old_first, rows.full_old, rows.data, new_first)
