@@ -121,6 +121,28 @@ def _model_device(model: Any) -> str | None:
     return str(tensor.device) if tensor is not None else None
 
 
+def _recorders(spec_for: Any, recorded: dict[str, Any], fallback_dir: str | Path | None,
+               traffic_dir: str | Path | None, flush_every: float, *, fallback: dict[str, Any],
+               traffic_options: dict[str, Any]) -> tuple[Any, Any]:
+    """serve()'s recorders, each where its folder was given: the fallback recorder, then the
+    traffic recorder, marked as serving calls only from the first call on (the warmup's compiles
+    are start-up, not calls' stalls); the first closed if the second cannot be made."""
+    recorder = traffic = None
+    if fallback_dir is not None:
+        recorder = FallbackRecorder(fallback_dir, model=spec_for(fallback_dir), flush_every=flush_every,
+                                    **fallback, **recorded)
+    try:
+        if traffic_dir is not None:
+            traffic = TrafficRecorder(traffic_dir, model=spec_for(traffic_dir), flush_every=flush_every,
+                                      **traffic_options, **recorded)
+            traffic.marks_calls()
+    except BaseException:
+        if recorder is not None:
+            recorder.close()
+        raise
+    return recorder, traffic
+
+
 def serve(
     model: Any,
     plan_dir: str | Path,
@@ -152,68 +174,14 @@ def serve(
     """Compile ``model`` as analysed in ``plan_dir``, apply a plan, and return a
     :class:`ServedModel` whose calls never compile.
 
-    The warmup plan starts from its precompiled graphs when ``guardscope precompile DIR`` made
-    them for this torch, device, backend and grad mode (``warmup()`` loads them: nothing is traced
-    or compiled at start-up; :attr:`ServedModel.precompiled` is the dispatch, ``stats.precompiled``
-    the calls they served), else from its compile-cache bundle, else by compiling.
-
-    ``plan_dir`` is a ``guardscope analyze`` output after ``guardscope emit-warmup`` (only
-    ``catalog.json``, ``fixes.json``, ``verification.json`` when there is one, and the plan's
-    module with its warmup corpus are read: the analysed corpus need not be deployed).
-    ``plan``: ``"warmup"`` runs ``warmup.py``'s samples, ``"unbacked"`` calls ``unbacked.py``'s
-    ``configure()`` (duck sizing: process-wide before torch 2.13, per thread on 2.13, so it is
-    called on each thread that compiles), its residual ``warmup()`` and ``mark()`` on
-    every call; ``"auto"`` picks one as :func:`choose_plan` says.
-
-    Compile options are the analysed ones (``catalog.json`` ``compile``: dynamic, fullgraph,
-    mode, device, grad_mode) with ``backend`` (``"inductor"`` in production; the analysis
-    used ``"eager"``, whose guards are the same), ``device`` and ``grad_mode`` overridable.
-    Calls run under the analysed grad mode (``torch.inference_mode()``, ``torch.no_grad()`` or
-    grad enabled; ``inference_mode=True``/``False`` is the older spelling of the first two):
-    grad mode is part of every guard. ``device`` is where the warmup
-    samples go: by default the device of the model's parameters (the analysed device for a
-    model without any); requests must be on it too.
-
-    With ``fallback_dir``, fallback calls are recorded there as a corpus (see
-    :class:`FallbackRecorder` for ``max_samples``, ``max_bytes``, ``repeat_rate``,
-    ``flush_every``), named ``model_spec`` (default: the catalog's model, re-expressed relative
-    to ``fallback_dir``) with the analysed production compile options, ready for
-    ``guardscope analyze FALLBACK_DIR``. A directory already holding a corpus is refused unless
-    ``overwrite_fallback``.
-
-    With ``traffic_dir``, every call is recorded there by signature (a
-    :class:`TrafficRecorder` with ``traffic_full_per_signature`` and ``traffic_max_bytes``;
-    ``overwrite_traffic`` replaces a corpus already there): ``guardscope analyze TRAFFIC_DIR``
-    audits the whole traffic, for a few dozen bytes a call on disk.
-
-    ``eager_on_recompile``: hold ``torch.compiler.set_stance("eager_on_recompile")`` during
-    each call (torch 2.6+), so a call the guard check misjudged runs eagerly rather than
-    compiling. The stance is process-wide in torch: while a served call is in flight, other
-    compiled functions in the process do not compile either.
-
-    ``background_compile`` (off by default: serving then never compiles, as before): a fallback
-    topology is compiled off the serving thread (:mod:`guardscope.runtime.background`), at most
-    ``max_background_compiles`` of them, most frequent first, with the GIL switch interval at
-    ``background_switch_interval`` seconds while one runs (None: unchanged); once compiled, its
-    calls are served compiled. Its fallbacks are still recorded. ``stats`` counts the compiles.
-    ``"thread"`` compiles on a worker thread of this process; ``"process"`` has a child process
-    compile it first (:mod:`guardscope.runtime.child_compile`, at most ``background_timeout``
-    seconds; the model rebuilt there from ``model_spec`` or the catalog's) and the worker then
-    compiles from the compile-cache artifacts it hands back; True (or ``"auto"``) is
-    ``"process"`` with the inductor backend, ``"thread"`` with the others (they have no caches
-    to hand back). ``background_gc_freeze``: before each background compile, ``gc.freeze()``
-    the objects so far (process-wide), so that the compile's garbage collections do not walk
-    them all with the GIL held (:func:`guardscope.runtime.background.freeze_before_compile`).
-    ``background_yield``: the compile's thread waits while served calls are in flight (at most
-    20 ms at a time, :mod:`guardscope.runtime.yielding`), so that served calls do not take turns
-    with it for the GIL.
-
-    Raises :class:`~guardscope.errors.ServeError` (or ``CatalogError``) for a plan directory
-    it cannot serve, before anything is compiled.
-
-    Long because its signature and this docstring are the public reference of its keywords, while
-    its body is only the steps: the plan read and chosen, the background compiles' settings checked,
-    the recorders made, the model compiled with the plan applied.
+    ``plan_dir`` is a ``guardscope analyze`` output after ``guardscope emit-warmup`` (the analysed
+    corpus need not be deployed); ``plan="auto"`` picks the plan as :func:`choose_plan` says. The
+    warmup starts from its precompiled graphs where ``guardscope precompile`` made them for this
+    torch, device, backend and grad mode, else from its compile-cache bundle, else by compiling.
+    Every keyword, its default and what it changes: docs/runtime.md's table of ``serve()``'s
+    options (``inference_mode=True``/``False`` is the older spelling of ``grad_mode``'s
+    ``"inference_mode"``/``"grad"``). Raises :class:`~guardscope.errors.ServeError` (or
+    ``CatalogError``) for a plan directory it cannot serve, before anything is compiled.
     """
     started = time.perf_counter()
     plan_dir = Path(plan_dir)
@@ -228,24 +196,16 @@ def serve(
         background_timeout)
     options = _options(catalog, model, backend, device, grad_mode, inference_mode)
     module = _import_plan(plan_dir / plans.MODULES[chosen])
-
     spec_for = _spec_for(catalog, plan_dir, model_spec)
     # What both recorded corpora say of the model and how production compiles it.
     recorded = {"compile": production_fields(catalog["compile"]), "method": catalog.get("method"),
                 "recorded_from": model_print(model), "grad_mode": options.grad_mode}
-    recorder = traffic = None
-    if fallback_dir is not None:
-        recorder = FallbackRecorder(
-            fallback_dir, model=spec_for(fallback_dir), max_samples=max_samples, max_bytes=max_bytes,
-            repeat_rate=repeat_rate, flush_every=flush_every, overwrite=overwrite_fallback, **recorded,
-        )
+    recorder, traffic = _recorders(spec_for, recorded, fallback_dir, traffic_dir, flush_every,
+                                   fallback={"max_samples": max_samples, "max_bytes": max_bytes,
+                                             "repeat_rate": repeat_rate, "overwrite": overwrite_fallback},
+                                   traffic_options={"full_per_signature": traffic_full_per_signature,
+                                                    "max_bytes": traffic_max_bytes, "overwrite": overwrite_traffic})
     try:
-        if traffic_dir is not None:
-            traffic = TrafficRecorder(
-                traffic_dir, model=spec_for(traffic_dir), full_per_signature=traffic_full_per_signature,
-                max_bytes=traffic_max_bytes, flush_every=flush_every, overwrite=overwrite_traffic, **recorded,
-            )
-            traffic.marks_calls()  # the warmup's compiles below are start-up, not calls' stalls
         compiled = _compile_with_plan(model, module, chosen, options)
         child = None if strategy != PROCESS else ChildCompiler(
             plan_dir=plan_dir, plan=chosen, spec_for=spec_for, compile=recorded["compile"],
