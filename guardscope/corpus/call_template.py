@@ -24,7 +24,7 @@ from .materialising import (
     tensor_on_storage,
 )
 from .signature import signature_to_json
-from .structured import codec_named
+from .values.structured import codec_named
 
 # The tensors a CallTemplate keeps built per argument, and their bytes in all, before it starts
 # afresh (a vision model's zero-filled images are large).

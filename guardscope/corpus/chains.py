@@ -22,7 +22,7 @@ lengths): the recorded object says what production passed, the live one only how
 laid it out. A prefill (an empty cache) or a step of another request differs and keeps the
 recorded object (``CarriedState.kept`` counts those that held state).
 
-Model state is what :func:`guardscope.corpus.library_types.is_model_state` recognises: the
+Model state is what :func:`guardscope.corpus.values.library_types.is_model_state` recognises: the
 caches of ``transformers.cache_utils``. A model that returns its state for the caller to pass
 back (legacy tuple caches) is not followed.
 """
@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
-from .library_types import is_model_state, state_tokens
+from .values.library_types import is_model_state, state_tokens
 from .requests import RequestRuns
 
 # A structure compared deeper than this is taken as different (never carried).

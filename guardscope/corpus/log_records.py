@@ -25,7 +25,7 @@ from .format import STRUCTURED_FORMAT_VERSION, ShardInfo
 from .log_columns import RecordColumns, column_runs
 from .shards import read_checked, read_shard
 from .signature import signature_from_json, signature_to_json
-from .structured import rebuild
+from .values.structured import rebuild
 from .traffic_log import Log, read_log, signature_with
 
 _ROW_COLUMNS = ("first", "count", "template", "full", "data", "signature")

@@ -15,7 +15,7 @@ import torch
 
 from ..text import message_line
 from ..torch_compat import DTYPES
-from .structured import codec_named
+from .values.structured import codec_named
 
 
 def materialise(sig: tuple, device: Any = None) -> tuple[tuple, dict[str, Any]]:

@@ -32,7 +32,7 @@ from .compile_log import read_compiles
 from .requests import RequestRuns, read_requests
 from .shards import read_shard
 from .signature import signature_from_json
-from .structured import rebuild
+from .values.structured import rebuild
 
 # Shards Corpus.full_sample keeps decoded.
 FULL_SHARDS_KEPT = 4

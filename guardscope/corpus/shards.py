@@ -22,7 +22,7 @@ from ..text import message_line
 from ..torch_compat import DTYPES, dtype_name
 from .format import FORMAT, FORMAT_VERSION, STRUCTURED_FORMAT_VERSION
 from .signature import signature_to_json
-from .structured import Structured
+from .values.structured import Structured
 
 # The largest shard index (format 3: inflated) a reader accepts.
 MAX_INDEX_BYTES = 1 << 30

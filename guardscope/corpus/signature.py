@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ..torch_compat import dtype_name
-from .structured import Structured, codec_for
+from .values.structured import Structured, codec_for
 
 SIGNATURE_VERSION = 1  # bump when what a signature holds changes: digests of older versions differ
 

@@ -38,9 +38,9 @@ from .compile_log import COMPILE_LOG
 from .requests import REQUESTS_NAME, RequestRuns, check_request
 from .shards import encode_shard
 from .signature import holds_objects, signature, signature_digest
-from .structured import needs_lowering
+from .values.structured import needs_lowering
 from .traffic_log import Layout, signature_text, split_signature, template_digest
-from .values import _copy_call, check_sample, lowered, storage_bytes
+from .values.sample import _copy_call, check_sample, lowered, storage_bytes
 from .writer_options import LOG_CHOICES  # noqa: F401 (the traffic recorder's, as before)
 from .writer_options import DEFAULT_MAX_FULL_BYTES, check_bounds, check_log, default_replica, production
 

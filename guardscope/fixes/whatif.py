@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ..corpus.structured import parts
+from ..corpus.values.structured import parts
 from ..model import Sample
 from ..options import analysis_options
 from ..replay.runner import Runner

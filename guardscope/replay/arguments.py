@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from .. import torch_compat
-from ..corpus.structured import parts, type_label
+from ..corpus.values.structured import parts, type_label
 from ..model import SampleMeta, TensorMeta
 from ..sources import FrameArguments
 

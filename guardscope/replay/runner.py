@@ -18,7 +18,7 @@ import torch
 
 from .. import torch_compat
 from ..corpus.reader import SignatureRecord
-from ..corpus.structured import needs_lowering, to_device_structured
+from ..corpus.values.structured import needs_lowering, to_device_structured
 from ..errors import CallMismatchError, CompileOptionsError
 from ..model import Sample
 from ..options import ReplayOptions

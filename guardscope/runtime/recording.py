@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import torch_compat
 from ..corpus.format import MANIFEST_NAME, check_grad_mode, check_method_name, check_model_spec
-from ..corpus.values import snapshot, storage_bytes
+from ..corpus.values.sample import snapshot, storage_bytes
 from ..corpus.weights import as_model_print
 from ..corpus.writer import CorpusWriter
 from ..errors import CorpusError, ModelSpecError, SampleError, ServeError

@@ -23,7 +23,7 @@ from ..corpus.compile_log import append_compiles, compile_record
 from ..corpus.log_files import ROLL_BYTES, ROLL_SECONDS, WINDOW_ROWS, roll_bounds
 from ..corpus.requests import check_request
 from ..corpus.signature import call_key, signature
-from ..corpus.values import check_sample, snapshot, storage_bytes
+from ..corpus.values.sample import check_sample, snapshot, storage_bytes
 from ..corpus.weights import model_print
 from ..corpus.writer import LOG_CHOICES, CorpusWriter, default_replica
 from ..errors import SampleError, ServeError

@@ -150,7 +150,7 @@ def test_add_snapshots_the_arguments(tmp_path):
 
 
 def test_snapshot_copies_as_add_does_and_flush_writes_a_partial_shard(tmp_path):
-    from guardscope.corpus.values import snapshot
+    from guardscope.corpus.values.sample import snapshot
 
     base = torch.arange(6.0)
     args, kwargs = snapshot((base, base[2:]), {"n": 3})

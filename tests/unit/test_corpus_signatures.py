@@ -18,7 +18,7 @@ from guardscope.corpus.format import FORMAT, read_manifest
 from guardscope.corpus.materialising import materialise
 from guardscope.corpus.reader import load_corpus
 from guardscope.corpus.signature import signature, signature_from_json, signature_to_json
-from guardscope.corpus.values import snapshot
+from guardscope.corpus.values.sample import snapshot
 from guardscope.corpus.writer import CorpusWriter
 from guardscope.errors import CorpusError, SampleError, ShardError
 from guardscope.model import Catalog, SampleMeta

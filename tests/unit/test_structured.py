@@ -1,4 +1,4 @@
-"""Objects in the corpus (guardscope.corpus.structured): stored as a registered type name and a
+"""Objects in the corpus (guardscope.corpus.values.structured): stored as a registered type name and a
 state, rebuilt through the registry only; transformers caches, PyG batches, named tuples,
 dataclasses and the user's own classes."""
 
@@ -15,7 +15,7 @@ import torch
 import guardscope
 from guardscope.corpus.reader import load_corpus
 from guardscope.corpus.signature import signature
-from guardscope.corpus.structured import Structured
+from guardscope.corpus.values.structured import Structured
 from guardscope.corpus.writer import CorpusWriter
 from guardscope.errors import SampleError, ShardError
 

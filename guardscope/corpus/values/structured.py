@@ -17,7 +17,7 @@ Names are resolved only through the registry, never by importing what a shard sa
   so that Dynamo sees the same object structure and guards.
 * transformers caches and cache layers (``transformers.DynamicCache``, ``transformers.StaticLayer``
   ...) and torch_geometric ``Data``, ``HeteroData`` and ``Batch``: built in, in
-  :mod:`guardscope.corpus.library_types`, registered the first time a value or name of that
+  :mod:`guardscope.corpus.values.library_types`, registered the first time a value or name of that
   library is met, and only when the library is installed.
 * named tuples (``namedtuple:label.QualName``), dataclasses (``dataclass:...``) and classes
   registered with ``torch.utils._pytree`` (``pytree:...``: transformers' ``ModelOutput`` s):
@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from ..errors import SampleError
+from ...errors import SampleError
 from . import library_types
 from .codecs import BY_NAME, BY_TYPE, Codec, add_codec, attributes_codec, module_label, type_name
 
@@ -177,7 +177,7 @@ def codec_named(name: str) -> Codec:
 
 
 def imported_classes(path: str) -> Iterator[type]:
-    """The classes ``label.QualName`` (:func:`~guardscope.corpus.codecs.module_label`) among the
+    """The classes ``label.QualName`` (:func:`~guardscope.corpus.values.codecs.module_label`) among the
     modules imported now, found through their namespaces only: nothing is imported and no module
     ``__getattr__`` runs."""
     label, _, qualname = path.partition(".")

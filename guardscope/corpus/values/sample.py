@@ -1,9 +1,9 @@
 """What a sample may hold: the check that refuses anything else (naming where it is) and the
 private copy a writer keeps of one call (see :mod:`guardscope.corpus.format` for the list).
 
-Objects a codec stores (:mod:`guardscope.corpus.structured`: a transformers cache, a PyG batch,
+Objects a codec stores (:mod:`guardscope.corpus.values.structured`: a transformers cache, a PyG batch,
 a named tuple, a registered class) are accepted everywhere here; :func:`snapshot` gives them
-lowered, as the :class:`~guardscope.corpus.structured.Structured` s a shard stores."""
+lowered, as the :class:`~guardscope.corpus.values.structured.Structured` s a shard stores."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..errors import SampleError
+from ...errors import SampleError
 from .structured import PLAIN_TYPES as _SCALAR_TYPES
 from .structured import Structured, codec_for, lower, needs_lowering
 

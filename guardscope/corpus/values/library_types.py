@@ -1,4 +1,4 @@
-"""Built-in codecs (see :mod:`guardscope.corpus.structured`) for the objects libraries pass to a
+"""Built-in codecs (see :mod:`guardscope.corpus.values.structured`) for the objects libraries pass to a
 compiled forward: transformers caches and cache layers, torch_geometric ``Data``, ``HeteroData``
 and ``Batch``. Each library's codecs are registered the first time one of its values or names is
 met, and only when the library is installed: guardscope does not import either otherwise.

@@ -1,4 +1,4 @@
-"""The codec registry behind :mod:`guardscope.corpus.structured`: a :class:`Codec` per stored type,
+"""The codec registry behind :mod:`guardscope.corpus.values.structured`: a :class:`Codec` per stored type,
 found by the name a corpus stores and by the live type, and the attributes codec (an object's
 ``__dict__`` in, ``cls.__new__`` with those attributes out) that user classes and library caches
 use."""
