@@ -92,7 +92,7 @@ def check_calls_match_generate() -> None:
     """The calls written here have the signatures of a real generate()'s (three requests)."""
     import torch
 
-    from guardscope.corpus.signature import signature
+    from guardscope.corpus.signatures.signature import signature
 
     model = gpt2()
     real = []

@@ -34,7 +34,7 @@ if __package__ in (None, ""):
 import torch
 
 from bench import common
-from guardscope.corpus.signature import signature
+from guardscope.corpus.signatures.signature import signature
 from guardscope.runtime import TrafficRecorder
 from samples.gnn.generate import _request
 

@@ -94,7 +94,7 @@ def check_sample_corpus(corpus: pathlib.Path) -> str:
     import torch
 
     from guardscope.corpus.reader import load_corpus
-    from guardscope.corpus.signature import signature
+    from guardscope.corpus.signatures.signature import signature
 
     committed = list(load_corpus(common.REPO / "samples" / "gnn" / "corpus"))
     made = load_corpus(corpus)

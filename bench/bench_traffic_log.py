@@ -85,7 +85,7 @@ def signatures(samples: int):
 
 def check_seed(count: int = 300) -> None:
     from guardscope.corpus.reader import load_corpus
-    from guardscope.corpus.signature import signature
+    from guardscope.corpus.signatures.signature import signature
 
     for sample, sig in zip(load_corpus(common.REPO / "samples" / "gnn" / "corpus"), signatures(count)):
         if signature(sample.args, sample.kwargs, inference=False) != sig:

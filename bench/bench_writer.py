@@ -57,7 +57,7 @@ def run_case(case: str, samples: int, out: pathlib.Path) -> dict:
     import torch
 
     from bench.scale_corpus import iter_scale_samples
-    from guardscope.corpus.signature import signature, signature_digest
+    from guardscope.corpus.signatures.signature import signature, signature_digest
     from guardscope.corpus.writer import CorpusWriter
     from guardscope.files import write_atomic
     from samples.gnn.generate import COMPILE_OPTIONS, model_spec

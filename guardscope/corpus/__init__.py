@@ -6,7 +6,7 @@ a sample may hold), ``structured`` (values stored as a registered type name and 
 ``shards`` (a shard's bytes), ``weights`` (the shape of the model a corpus was recorded from, and
 the warning when an analysis builds another), ``writer``, ``reader`` (all but ``format`` import torch), ``spec``
 (resolving a model spec; no torch), ``signature`` (what a frame-0 guard can read of a call, without its
-data; import it from ``guardscope.corpus.signature``: the package attribute ``signature`` is
+data; import it from ``guardscope.corpus.signatures.signature``: the package attribute ``signature`` is
 that module once it is loaded), ``materialising`` (arguments built back from a signature),
 ``call_template`` (many signatures of one call structure: a replay's fast path), ``chains`` (calls
 that carry model state: a decode step run on the KV cache its request's earlier steps extended). Names are

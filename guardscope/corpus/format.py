@@ -89,7 +89,7 @@ either full samples, the ``[args, kwargs]`` pairs above, or records such as::
 
 which stand for ``repeat`` consecutive samples (the manifest's counts are of samples, not
 records) that were recorded as their signature only: no tensor data. ``signature`` is the
-call's signature (:func:`guardscope.corpus.signature.signature`, taken with ``inference=False``)
+call's signature (:func:`guardscope.corpus.signatures.signature.signature`, taken with ``inference=False``)
 with tuples written as arrays: ``["call", args, kwargs]``, where a value is ``["none"]``,
 ``["bool", v]``, ``["int", v]``, ``["str", v]``, ``["float", repr]``, ``["complex", repr]``,
 ``["dtype", name]``, ``["device", name]``, ``["list"|"tuple", length, item, ...]``,
@@ -105,7 +105,7 @@ frame-0 guards, so an analysis is exact for them; the replay runs a signature sa
 run on the data of its ``full`` sample when there is one. :meth:`Corpus.load_records` gives a
 shard as recorded instead, each signature record one :class:`SignatureRecord` whose arguments
 are built only when asked: an analysis checks a million of them against the guards on
-arguments shared per call template (:class:`guardscope.corpus.call_template.CallTemplate`).
+arguments shared per call template (:class:`guardscope.corpus.signatures.call_template.CallTemplate`).
 
 Format 1 shards (still read) pickled every tensor: ``torch.save({"format": ...,
 "samples": [{"args": (...), "kwargs": {...}}, ...]})``; rebuilding each one through torch's

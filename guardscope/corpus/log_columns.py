@@ -1,7 +1,7 @@
 """A traffic log's records as columns: the rows of one flat call template kept as numpy arrays.
 
 :meth:`~guardscope.corpus.reader.Corpus.load_records` turns every row of a traffic log (format 5,
-:mod:`guardscope.corpus.traffic_log`) into a :class:`~guardscope.corpus.records.SignatureRecord`, a
+:mod:`guardscope.corpus.traffic_log`) into a :class:`~guardscope.corpus.signatures.records.SignatureRecord`, a
 Python object with a tuple key per row: a few microseconds a row before anything is checked. A
 guard-only replay that checks records over columns (:mod:`guardscope.replay.column_check`) needs
 none of that for the rows of a *flat, tensors-only* call template (every argument a tensor or a
@@ -17,8 +17,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .call_template import CallTemplate
-from .records import SignatureRecord
+from .signatures.call_template import CallTemplate
+from .signatures.records import SignatureRecord
 
 
 class RecordColumns:
@@ -68,7 +68,7 @@ class RecordColumns:
         return tuple(key)
 
     def record(self, row: int) -> Any:
-        """Row ``row`` as a :class:`~guardscope.corpus.records.SignatureRecord`."""
+        """Row ``row`` as a :class:`~guardscope.corpus.signatures.records.SignatureRecord`."""
         full = int(self.full[row])
         return SignatureRecord(int(self.first[row]), int(self.count[row]), None, None if full < 0 else full,
                                self.call, self.key(row), None, self._placement)

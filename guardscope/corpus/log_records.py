@@ -1,7 +1,7 @@
 """A traffic log shard read as records (format 5, :mod:`guardscope.corpus.traffic_log`): its rows in
 order, those kept in full from its data shard, every row checked as a shard's are.
 
-:func:`log_records` gives each row as a :class:`~guardscope.corpus.records.SignatureRecord` (or a
+:func:`log_records` gives each row as a :class:`~guardscope.corpus.signatures.records.SignatureRecord` (or a
 :class:`~guardscope.model.Sample` for a row kept in full); with ``columns``, runs of rows of one
 flat, tensors-only call template come as :class:`~guardscope.corpus.log_columns.RecordColumns`
 instead, checked a column at a time (a log that fails a check is read again row by row, which
@@ -19,12 +19,12 @@ import numpy as np
 from ..errors import ShardError
 from ..model import Sample
 from ..text import message_line
-from .call_template import CallTemplate
-from .records import SignatureRecord
+from .signatures.call_template import CallTemplate
+from .signatures.records import SignatureRecord
 from .format import STRUCTURED_FORMAT_VERSION, ShardInfo
 from .log_columns import RecordColumns, column_runs
 from .shards import read_checked, read_shard
-from .signature import signature_from_json, signature_to_json
+from .signatures.signature import signature_from_json, signature_to_json
 from .values.structured import rebuild
 from .traffic_log import Log, read_log, signature_with
 

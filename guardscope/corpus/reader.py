@@ -22,16 +22,16 @@ import torch
 from ..errors import ShardError
 from ..model import Sample
 from ..text import message_line
-from .call_template import CallTemplate, NoTemplate
+from .signatures.call_template import CallTemplate, NoTemplate
 from .log_columns import RecordColumns
 from .log_records import log_records
-from .records import SignatureRecord
+from .signatures.records import SignatureRecord
 from .format import FORMAT, Manifest, ShardInfo, corpus_directory, read_manifest
-from .materialising import check_devices, materialise
+from .signatures.materialising import check_devices, materialise
 from .compile_log import read_compiles
 from .requests import RequestRuns, read_requests
 from .shards import read_shard
-from .signature import signature_from_json
+from .signatures.signature import signature_from_json
 from .values.structured import rebuild
 
 # Shards Corpus.full_sample keeps decoded.

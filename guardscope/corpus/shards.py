@@ -21,7 +21,7 @@ from ..errors import ShardError
 from ..text import message_line
 from ..torch_compat import DTYPES, dtype_name
 from .format import FORMAT, FORMAT_VERSION, STRUCTURED_FORMAT_VERSION
-from .signature import signature_to_json
+from .signatures.signature import signature_to_json
 from .values.structured import Structured
 
 # The largest shard index (format 3: inflated) a reader accepts.

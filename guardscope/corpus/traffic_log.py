@@ -41,7 +41,7 @@ lists them in ``positions``; :func:`read_log` puts each call back in its place, 
 is the ``i``-th call. A version 1 log gathered repeats without saying where they came: its
 indices are the rows' order (:attr:`Log.call_indices` false where a row holds several calls).
 
-A *call template* (:class:`~guardscope.corpus.call_template.CallTemplate`) is a call structure
+A *call template* (:class:`~guardscope.corpus.signatures.call_template.CallTemplate`) is a call structure
 whose signatures differ only in tensor sizes, strides and offsets and in int values; the file's
 key-value metadata ``guardscope.templates`` maps each template digest to one signature of it (JSON),
 so a row of a template is that signature with the row's ``sizes``, ``strides``, ``offsets`` and
@@ -64,7 +64,7 @@ from typing import Any
 
 from ..errors import ShardError
 from ..text import message_line
-from .signature import signature_to_json
+from .signatures.signature import signature_to_json
 
 LOG_FORMAT = "guardscope-traffic-log"
 LOG_VERSION = 2

@@ -33,11 +33,11 @@ from .format import (
 from .log_files import ROLL_SECONDS, WINDOW_BYTES, LogFiles, roll_bounds
 from .log_tail import FileTail
 from .log_window import LogWindow
-from .materialising import materialise
+from .signatures.materialising import materialise
 from .compile_log import COMPILE_LOG
 from .requests import REQUESTS_NAME, RequestRuns, check_request
 from .shards import encode_shard
-from .signature import holds_objects, signature, signature_digest
+from .signatures.signature import holds_objects, signature, signature_digest
 from .values.structured import needs_lowering
 from .traffic_log import Layout, signature_text, split_signature, template_digest
 from .values.sample import _copy_call, check_sample, lowered, storage_bytes

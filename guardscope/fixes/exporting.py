@@ -29,7 +29,7 @@ import torch
 
 from .. import torch_compat
 from ..corpus.reader import SignatureRecord
-from ..corpus.signature import signature
+from ..corpus.signatures.signature import signature
 from ..model import Sample
 from ..replay.arguments import CallBinder, tensors_of
 from ..text import first_line

@@ -2,7 +2,7 @@
 
 A guard-only replay of signature records asks, record after record, which compiled graph accepts
 it (``guard_manager.check`` on its frame locals, 5-15 us each). For the records of one flat call
-template (:class:`~guardscope.corpus.call_template.CallTemplate`), which differ only in their
+template (:class:`~guardscope.corpus.signatures.call_template.CallTemplate`), which differ only in their
 tensors' sizes, strides and offsets, each graph's guards are a predicate over those numbers
 (:func:`guardscope.torch_compat.column_guards`): one graph's acceptance of a batch of records is a
 few numpy comparisons. :class:`ColumnBatch` holds a batch's columns and the graph found for each

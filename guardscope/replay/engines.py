@@ -72,7 +72,7 @@ def _decoded(directory: str, shard: dict[str, Any],
     columns (read by the driver). ``ShardError`` as the reader raises it."""
     from ..corpus.format import ShardInfo
     from ..corpus.reader import load_corpus
-    from ..corpus.signature import signature_to_json
+    from ..corpus.signatures.signature import signature_to_json
 
     data = shard.get("data")
     info = ShardInfo(shard["file"], shard["first"], shard["samples"], shard["sha256"],

@@ -2,7 +2,7 @@
 first frame's locals laid out, without walking their arguments record after record.
 
 A guard-only replay of a corpus's signature records (:class:`~guardscope.replay.session.ReplaySession`)
-makes one :class:`RecordPlan` per call template (:class:`~guardscope.corpus.call_template.CallTemplate`);
+makes one :class:`RecordPlan` per call template (:class:`~guardscope.corpus.signatures.call_template.CallTemplate`);
 :func:`frame_layout` finds where each of the template's tensors sits among Dynamo's first-frame
 locals.
 """
@@ -17,7 +17,7 @@ from .runner import Runner
 
 
 class RecordPlan:
-    """How the records of one call template (:class:`~guardscope.corpus.call_template.CallTemplate`) are
+    """How the records of one call template (:class:`~guardscope.corpus.signatures.call_template.CallTemplate`) are
     described without walking their arguments: each tensor's path among forward's arguments
     and, since nothing but tensor sizes varies, the constant lengths and scalars.
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ..corpus.records import SignatureRecord
+from ..corpus.signatures.records import SignatureRecord
 from ..options import ReplayOptions
 from .session import SIGNATURE_CACHE, ReplaySession
 

@@ -22,7 +22,7 @@ from .. import torch_compat
 from ..corpus.compile_log import append_compiles, compile_record
 from ..corpus.log_files import ROLL_BYTES, ROLL_SECONDS, WINDOW_ROWS, roll_bounds
 from ..corpus.requests import check_request
-from ..corpus.signature import call_key, signature
+from ..corpus.signatures.signature import call_key, signature
 from ..corpus.values.sample import check_sample, snapshot, storage_bytes
 from ..corpus.weights import model_print
 from ..corpus.writer import LOG_CHOICES, CorpusWriter, default_replica
@@ -44,7 +44,7 @@ class TrafficRecorder(FallbackRecorder):
     as it is (:mod:`guardscope.corpus.traffic_log`).
 
     On the serving thread a call of a layout seen before costs its cheap key
-    (:func:`~guardscope.corpus.signature.call_key`: the seed's six tensors, about 11 us at the
+    (:func:`~guardscope.corpus.signatures.signature.call_key`: the seed's six tensors, about 11 us at the
     median; ``bench/bench_recorder.py``), a new one its signature and check, and a call recorded
     in full a copy of its arguments; the background thread writes.
     Bounded: at most ``max_bytes`` bytes of tensor storage are recorded in full (after that,

@@ -25,7 +25,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from guardscope.corpus.reader import load_corpus
-from guardscope.corpus.signature import signature
+from guardscope.corpus.signatures.signature import signature
 from guardscope.corpus.writer import CorpusWriter
 
 SEED = Path(__file__).resolve().parents[1] / "gnn" / "corpus"

@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 
 import guardscope
 from bench.bench_traffic_log import signatures
-from guardscope.corpus.materialising import materialise
+from guardscope.corpus.signatures.materialising import materialise
 from guardscope.corpus.reader import load_corpus
-from guardscope.corpus.signature import signature
+from guardscope.corpus.signatures.signature import signature
 from guardscope.corpus.writer import CorpusWriter
 from guardscope.runtime import TrafficRecorder
 from samples.gnn.generate import COMPILE_OPTIONS, model_spec

@@ -16,7 +16,7 @@ import guardscope
 from guardscope.corpus import load_model
 from guardscope.corpus.reader import SignatureRecord, load_corpus
 from guardscope.corpus.writer import CorpusWriter
-from guardscope.corpus.signature import signature
+from guardscope.corpus.signatures.signature import signature
 from guardscope.options import ReplayOptions
 from guardscope.replay.session import SIGNATURE_CACHE, ReplaySession
 

@@ -30,7 +30,7 @@ WINDOW = 400  # the child flushes after every WINDOW calls (and every flush_ever
 CHILD = """
 import mmap, struct, sys
 from bench.bench_traffic_log import signatures
-from guardscope.corpus.materialising import materialise
+from guardscope.corpus.signatures.materialising import materialise
 from guardscope.runtime import TrafficRecorder
 from samples.gnn.generate import COMPILE_OPTIONS, model_spec
 

@@ -11,9 +11,9 @@ import zlib
 import pytest
 import torch
 
-from guardscope.corpus.call_template import CallTemplate, NoTemplate
+from guardscope.corpus.signatures.call_template import CallTemplate, NoTemplate
 from guardscope.corpus.reader import SignatureRecord, load_corpus, records_from
-from guardscope.corpus.signature import signature, signature_to_json
+from guardscope.corpus.signatures.signature import signature, signature_to_json
 from guardscope.corpus.writer import CorpusWriter
 from guardscope.errors import ShardError
 from guardscope.model import Sample
@@ -252,7 +252,7 @@ def test_a_nested_record_on_a_device_this_machine_lacks_is_refused_when_read(tmp
 def test_built_tensors_are_bounded_in_bytes(monkeypatch):
     """Tensors of one argument are views of one zero-filled storage, grown by half again when a
     size needs more; past the byte bound the template starts afresh."""
-    from guardscope.corpus import call_template
+    from guardscope.corpus.signatures import call_template
 
     monkeypatch.setattr(call_template, "TEMPLATE_BYTES_KEPT", 120)
     template = CallTemplate(signature((torch.ones(5, 4),), {}))

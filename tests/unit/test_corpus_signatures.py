@@ -15,9 +15,9 @@ import torch
 from guardscope.catalog.builder import CatalogBuilder
 from guardscope.catalog.caveats import signature_warnings
 from guardscope.corpus.format import FORMAT, read_manifest
-from guardscope.corpus.materialising import materialise
+from guardscope.corpus.signatures.materialising import materialise
 from guardscope.corpus.reader import load_corpus
-from guardscope.corpus.signature import signature, signature_from_json, signature_to_json
+from guardscope.corpus.signatures.signature import signature, signature_from_json, signature_to_json
 from guardscope.corpus.values.sample import snapshot
 from guardscope.corpus.writer import CorpusWriter
 from guardscope.errors import CorpusError, SampleError, ShardError

@@ -16,7 +16,7 @@ from guardscope.corpus.fleet import find_corpora, merge_fleet, open_fleet
 from guardscope.corpus.fleet_samples import group_tally, replica_of_samples
 from guardscope.corpus.format import read_manifest
 from guardscope.corpus.reader import load_corpus
-from guardscope.corpus.signature import signature
+from guardscope.corpus.signatures.signature import signature
 from guardscope.corpus.writer import CorpusWriter
 from guardscope.errors import CorpusError, ShardError
 from guardscope.model import Catalog, Topology

@@ -85,8 +85,8 @@ def test_columns_hold_the_records_the_rows_give(tmp_path, full_per_signature):
 
 
 def test_a_cut_before_a_stop_ends_inside_a_row():
-    from guardscope.corpus.call_template import CallTemplate
-    from guardscope.corpus.signature import signature
+    from guardscope.corpus.signatures.call_template import CallTemplate
+    from guardscope.corpus.signatures.signature import signature
 
     call = CallTemplate(signature((torch.zeros(2, 3),), {}, inference=False))
     numbers = [np.array([[2, 3, 3, 1, 0], [4, 3, 3, 1, 0], [5, 3, 3, 1, 0]], dtype=np.int64)]

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from guardscope.catalog.builder import CatalogBuilder
-from guardscope.corpus import call_template
-from guardscope.corpus.call_template import CallTemplate
-from guardscope.corpus.signature import signature, signature_to_json
+from guardscope.corpus.signatures import call_template
+from guardscope.corpus.signatures.call_template import CallTemplate
+from guardscope.corpus.signatures.signature import signature, signature_to_json
 from guardscope.model import SampleMeta, TensorMeta
 from guardscope.replay.arguments import CallBinder, describe
 from guardscope.replay.record_plan import RecordPlan, frame_layout

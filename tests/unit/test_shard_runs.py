@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from guardscope.corpus.reader import SignatureRecord, load_corpus
-from guardscope.corpus.signature import signature
+from guardscope.corpus.signatures.signature import signature
 from guardscope.corpus.writer import CorpusWriter
 from guardscope.errors import ShardError
 from guardscope.replay.resumable import ShardCollector
@@ -119,7 +119,7 @@ def test_records_read_by_runs_equal_those_parsed_whole(tmp_path, monkeypatch, fu
 def test_templates_too_large_for_a_pattern_are_parsed_record_by_record(tmp_path, monkeypatch):
     directory = tmp_path / "c"
     write(directory, full_per_signature=0)
-    monkeypatch.setattr("guardscope.corpus.call_template._MAX_TEXT_GROUPS", 1)  # no template gets a pattern
+    monkeypatch.setattr("guardscope.corpus.signatures.call_template._MAX_TEXT_GROUPS", 1)  # no template gets a pattern
     fast = read_all(directory)
     parsed_whole(monkeypatch)
     assert fast == read_all(directory)

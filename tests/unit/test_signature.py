@@ -1,4 +1,4 @@
-"""A call's signature (guardscope.corpus.signature): equal for calls that differ only in tensor
+"""A call's signature (guardscope.corpus.signatures.signature): equal for calls that differ only in tensor
 data, different wherever a frame-0 guard could tell them apart."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from guardscope.corpus.signature import signature, signature_digest
+from guardscope.corpus.signatures.signature import signature, signature_digest
 
 
 def sig(*args, **kwargs):
@@ -106,7 +106,7 @@ def test_the_cheap_key_determines_the_signature_and_tells_apart_what_it_tells_ap
     """Issue 37: a TrafficRecorder finds a call's signature by its call_key: equal keys must mean
     equal signatures (else a wrong signature is recorded), and calls whose signatures differ must
     get different keys."""
-    from guardscope.corpus.signature import call_key
+    from guardscope.corpus.signatures.signature import call_key
 
     calls = [(args, {}) for args in FLAT_CALLS] + [((torch.ones(2),), {"y": torch.ones(3), "z": 1}),
                                                    ((torch.ones(2),), {"z": 1, "y": torch.ones(3)})]
@@ -126,6 +126,6 @@ def test_the_cheap_key_determines_the_signature_and_tells_apart_what_it_tells_ap
                                   (torch.nn.Parameter(torch.ones(2)),), (torch.ones(2, device="meta"),),
                                   (torch.float32,)])
 def test_a_call_that_is_not_flat_has_no_cheap_key(call):
-    from guardscope.corpus.signature import call_key
+    from guardscope.corpus.signatures.signature import call_key
 
     assert call_key(call, {}) is None

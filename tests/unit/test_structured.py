@@ -14,7 +14,7 @@ import torch
 
 import guardscope
 from guardscope.corpus.reader import load_corpus
-from guardscope.corpus.signature import signature
+from guardscope.corpus.signatures.signature import signature
 from guardscope.corpus.values.structured import Structured
 from guardscope.corpus.writer import CorpusWriter
 from guardscope.errors import SampleError, ShardError

@@ -8,7 +8,7 @@ import torch
 
 from guardscope.corpus.format import read_manifest
 from guardscope.corpus.reader import load_corpus
-from guardscope.corpus.signature import signature
+from guardscope.corpus.signatures.signature import signature
 from guardscope.errors import ServeError
 from guardscope.runtime import TrafficRecorder
 

@@ -17,7 +17,7 @@ import torch
 from guardscope.corpus.converting import convert_corpus
 from guardscope.corpus.format import read_manifest
 from guardscope.corpus.reader import SignatureRecord, load_corpus
-from guardscope.corpus.signature import signature
+from guardscope.corpus.signatures.signature import signature
 from guardscope.corpus.traffic_log import layout_of, signature_with
 from guardscope.corpus.writer import CorpusWriter
 from guardscope.errors import CorpusError, ShardError

@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from ..text import message_line
-from ..torch_compat import DTYPES
-from .values.structured import codec_named
+from ...text import message_line
+from ...torch_compat import DTYPES
+from ..values.structured import codec_named
 
 
 def materialise(sig: tuple, device: Any = None) -> tuple[tuple, dict[str, Any]]:

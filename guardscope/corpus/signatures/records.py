@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ..model import Sample
+from ...model import Sample
 from .call_template import CallTemplate
 from .materialising import materialise
 from .signature import signature_from_json, signature_to_json
@@ -19,7 +19,7 @@ class SignatureRecord:
     recorded as their signature only (``array``, its JSON form), ``full`` the index of the
     sample of that signature recorded in full (or None).
 
-    ``call`` and ``key`` (:class:`~guardscope.corpus.call_template.CallTemplate`) when the signature is
+    ``call`` and ``key`` (:class:`~guardscope.corpus.signatures.call_template.CallTemplate`) when the signature is
     a call template's, else None; :meth:`arguments` then gives shared read-only arguments, built
     once per argument and size. :meth:`sample` builds one sample afresh, as loading does.
     """

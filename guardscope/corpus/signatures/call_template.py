@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
-from ..torch_compat import DTYPES
+from ...torch_compat import DTYPES
 from .materialising import (
     build_node,
     checked_tensor,
@@ -24,7 +24,7 @@ from .materialising import (
     tensor_on_storage,
 )
 from .signature import signature_to_json
-from .values.structured import codec_named
+from ..values.structured import codec_named
 
 # The tensors a CallTemplate keeps built per argument, and their bytes in all, before it starts
 # afresh (a vision model's zero-filled images are large).

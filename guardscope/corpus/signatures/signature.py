@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from ..torch_compat import dtype_name
-from .values.structured import Structured, codec_for
+from ...torch_compat import dtype_name
+from ..values.structured import Structured, codec_for
 
 SIGNATURE_VERSION = 1  # bump when what a signature holds changes: digests of older versions differ
 
