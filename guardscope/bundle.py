@@ -48,8 +48,8 @@ def plan_hash(plan: dict[str, Any], warmup_dir: str | Path) -> str:
     warmup corpus's shard checksums and request tags (which decode steps run on the KV cache an
     earlier one extended: :mod:`guardscope.corpus.chains`): it changes whenever the plan would
     compile other graphs."""
-    from .corpus.format import read_manifest
-    from .corpus.requests import read_requests
+    from .corpus.storage.format import read_manifest
+    from .corpus.storage.requests import read_requests
     from .errors import GuardscopeError
 
     requests = None

@@ -23,7 +23,7 @@ from .catalog.requests import request_summary
 from .catalog.stalls import production_stalls
 from .corpus import load_corpus, load_model
 from .corpus.fleet_samples import group_tally, replica_of_samples
-from .corpus.weights import recorded_model_warning
+from .corpus.storage.weights import recorded_model_warning
 from .errors import CompileOptionsError, CorpusError, TraceParseError
 from .json_text import as_read
 from .model import Catalog
@@ -373,7 +373,7 @@ def fleet_corpus(paths: tuple[str, ...] | list[str], out_dir: str | Path, *, for
     then replays; the replicas are checked to be one fleet before the output folder is touched.
     A resumed analysis keeps the merged corpus it was reading."""
     from .corpus.fleet import merge_fleet, open_fleet
-    from .corpus.format import MANIFEST_NAME
+    from .corpus.storage.format import MANIFEST_NAME
 
     replicas = open_fleet(paths)
     out = store.prepare_output_dir(out_dir, force=force, resume=resume)

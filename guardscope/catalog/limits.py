@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..corpus.requests import RequestRuns
+from ..corpus.storage.requests import RequestRuns
 from ..model import Catalog
 
 TORCH_DEFAULT = "torch default"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..corpus.requests import RequestRuns
+from ..corpus.storage.requests import RequestRuns
 from ..model import Catalog
 
 

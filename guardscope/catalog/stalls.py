@@ -1,5 +1,5 @@
 """Pure: production's compile stalls, as its recorder observed them (``compiles.jsonl``,
-:mod:`guardscope.corpus.compile_log`), matched to the analysis's compiles.
+:mod:`guardscope.corpus.storage.compile_log`), matched to the analysis's compiles.
 
 The analysis compiles with its own backend (eager by default: fast, but its seconds say nothing of
 production's), so the seconds production stalled are the ones its own process recorded. A recorded

@@ -14,7 +14,7 @@ instead: a call whose model state continues the state the previous step of its r
 given gets that live object, as extended by the compiled forward.
 
 Which calls continue which: a corpus whose calls are tagged with their request
-(``requests.json``, :mod:`guardscope.corpus.requests`) says so; an untagged one is read in
+(``requests.json``, :mod:`guardscope.corpus.storage.requests`) says so; an untagged one is read in
 recorded order (one thread of ``generate()`` calls: each step follows the one before).
 Either way a live object replaces the recorded one only where both have the same structure —
 the same types, tensor shapes and dtypes and the same plain attributes (``is_initialized``,
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 from .values.library_types import is_model_state, state_tokens
-from .requests import RequestRuns
+from .storage.requests import RequestRuns
 
 # A structure compared deeper than this is taken as different (never carried).
 _DEPTH = 8

@@ -34,12 +34,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CorpusError, ShardError
-from .compile_log import merge_compile_logs
+from .storage.compile_log import merge_compile_logs
 from .fleet_compact import digest_codes
 from .fleet_order import Layout, ReadRows, fleet_layout
-from .format import MANIFEST_NAME, TRAFFIC_FORMAT_VERSION, ShardInfo
+from .storage.format import MANIFEST_NAME, TRAFFIC_FORMAT_VERSION, ShardInfo
 from .reader import Corpus, load_corpus
-from .shards import read_checked, read_shard
+from .storage.shards import read_checked, read_shard
 from .spec import respec
 from .traffic_log import read_log
 from .writer import CorpusWriter
@@ -477,7 +477,7 @@ def _reread_shard(corpus: Corpus, shard: ShardInfo) -> tuple[Any, list[dict[str,
 def _data_of(corpus: Corpus, shard: ShardInfo) -> tuple[list[dict[str, Any]], bool]:
     if shard.data is None:
         return [], False
-    from .format import STRUCTURED_FORMAT_VERSION
+    from .storage.format import STRUCTURED_FORMAT_VERSION
 
     content = read_shard(corpus.path / shard.data[0], shard.data[1], STRUCTURED_FORMAT_VERSION, "cpu")
     return content["samples"], content.get("structured", False)

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .fleet_compact import compact_rows
-from .format import ShardInfo
-from .requests import RequestRuns
+from .storage.format import ShardInfo
+from .storage.requests import RequestRuns
 
 
 @dataclass

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .format import TRAFFIC_FORMAT_VERSION
+from .storage.format import TRAFFIC_FORMAT_VERSION
 from .reader import Corpus
 
 

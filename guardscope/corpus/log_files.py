@@ -28,8 +28,8 @@ from typing import Any, Callable
 
 import torch
 
-from .format import FORMAT_VERSION, STRUCTURED_FORMAT_VERSION, ShardInfo
-from .shards import encode_shard
+from .storage.format import FORMAT_VERSION, STRUCTURED_FORMAT_VERSION, ShardInfo
+from .storage.shards import encode_shard
 from .traffic_log import COLUMNS, WRITE_OPTIONS, encode_log, encode_table, log_schema
 
 # A traffic log's file is folded past this many bytes (its windows' Parquet and data shards) or

@@ -21,9 +21,9 @@ from ..model import Sample
 from ..text import message_line
 from .signatures.call_template import CallTemplate
 from .signatures.records import SignatureRecord
-from .format import STRUCTURED_FORMAT_VERSION, ShardInfo
+from .storage.format import STRUCTURED_FORMAT_VERSION, ShardInfo
 from .log_columns import RecordColumns, column_runs
-from .shards import read_checked, read_shard
+from .storage.shards import read_checked, read_shard
 from .signatures.signature import signature_from_json, signature_to_json
 from .values.structured import rebuild
 from .traffic_log import Log, read_log, signature_with

@@ -1,6 +1,6 @@
 """Reading: :func:`load_corpus` opens a corpus directory; :class:`Corpus` streams its samples
 (or its records, signature records unbuilt) shard by shard, every shard checked against the
-manifest and loaded safely; see :mod:`guardscope.corpus.format`."""
+manifest and loaded safely; see :mod:`guardscope.corpus.storage.format`."""
 
 from __future__ import annotations
 
@@ -26,11 +26,11 @@ from .signatures.call_template import CallTemplate, NoTemplate
 from .log_columns import RecordColumns
 from .log_records import log_records
 from .signatures.records import SignatureRecord
-from .format import FORMAT, Manifest, ShardInfo, corpus_directory, read_manifest
+from .storage.format import FORMAT, Manifest, ShardInfo, corpus_directory, read_manifest
 from .signatures.materialising import check_devices, materialise
-from .compile_log import read_compiles
-from .requests import RequestRuns, read_requests
-from .shards import read_shard
+from .storage.compile_log import read_compiles
+from .storage.requests import RequestRuns, read_requests
+from .storage.shards import read_shard
 from .signatures.signature import signature_from_json
 from .values.structured import rebuild
 
@@ -85,7 +85,7 @@ class Corpus:
     @functools.cached_property
     def production_compiles(self) -> list[dict[str, Any]] | None:
         """What the recording process compiled, as its recorder observed it (``compiles.jsonl``:
-        :mod:`.compile_log`); None for a corpus recorded without it."""
+        :mod:`.storage.compile_log`); None for a corpus recorded without it."""
         return read_compiles(self.path)
 
     def __repr__(self) -> str:
@@ -193,7 +193,7 @@ class Corpus:
         signatures its call templates match in their text (:meth:`CallTemplate.text_pattern`:
         the record as the corpus writer spells it, its signature, repeat and full) replaced by
         one placeholder in the samples list: the text, the placeholders and the runs, in order
-        (:func:`guardscope.corpus.shards.decode_shard`).
+        (:func:`guardscope.corpus.storage.shards.decode_shard`).
 
         The most recently matched template's records are found by one ``split`` of the whole
         text (each column of the runs' numbers then converted at once); the text between them

@@ -1,5 +1,5 @@
 """Recording: :class:`CorpusWriter` writes forward calls into a corpus directory (format 2, or
-format 3 with signature records); see :mod:`guardscope.corpus.format`."""
+format 3 with signature records); see :mod:`guardscope.corpus.storage.format`."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from .. import torch_compat
 from ..errors import CorpusError, SampleError
 from ..files import write_atomic
 from ..text import counted, message_line
-from .format import (
+from .storage.format import (
     FORMAT_VERSION,
     LOG_NAME,
     MANIFEST_NAME,
@@ -34,9 +34,9 @@ from .log_files import ROLL_SECONDS, WINDOW_BYTES, LogFiles, roll_bounds
 from .log_tail import FileTail
 from .log_window import LogWindow
 from .signatures.materialising import materialise
-from .compile_log import COMPILE_LOG
-from .requests import REQUESTS_NAME, RequestRuns, check_request
-from .shards import encode_shard
+from .storage.compile_log import COMPILE_LOG
+from .storage.requests import REQUESTS_NAME, RequestRuns, check_request
+from .storage.shards import encode_shard
 from .signatures.signature import holds_objects, signature, signature_digest
 from .values.structured import needs_lowering
 from .traffic_log import Layout, signature_text, split_signature, template_digest
@@ -57,7 +57,7 @@ class CorpusWriter:
     as ``generate()`` users compile; None: the model itself), which the replay then compiles;
     ``recorded_from`` the model the calls are recorded from (the module, its compiled form or a
     bound method of it), whose weights' shape the manifest keeps so an analysis that builds
-    another model says so (:mod:`guardscope.corpus.weights`); ``dynamo_config`` production's
+    another model says so (:mod:`guardscope.corpus.storage.weights`); ``dynamo_config`` production's
     Dynamo settings that differ from torch's defaults (:func:`guardscope.torch_compat.dynamo_settings`
     on the thread that serves; None, the default: read at the first call recorded, on the thread
     that records it), which the analysis models (the recompile limits) and replays under (the

@@ -11,10 +11,10 @@ import socket
 from typing import Any
 
 from ..errors import CorpusError
-from .format import KEEP_CHOICES, MANIFEST_NAME, check_dynamo_config, check_grad_mode, check_method_name, \
+from .storage.format import KEEP_CHOICES, MANIFEST_NAME, check_dynamo_config, check_grad_mode, check_method_name, \
     check_model_spec
 from .spec import anchored
-from .weights import as_model_print
+from .storage.weights import as_model_print
 
 # keep="signatures": the tensor storage bytes of the calls kept in full, at most, unless the
 # writer is given another bound (max_full_bytes=None: none). Traffic where most calls have a new

@@ -29,7 +29,7 @@ import os
 from collections import OrderedDict
 from typing import Any, Callable
 
-from ..corpus.format import ShardInfo
+from ..corpus.storage.format import ShardInfo
 from ..corpus.log_columns import RecordColumns
 from ..errors import EngineError
 from .column_check import ScanPlan, scan
@@ -70,7 +70,7 @@ def _decoded(directory: str, shard: dict[str, Any],
     kept in full that the columns check (the driver takes them off the signature count, as the
     reader does for a shard it decodes itself), or None when the shard has rows that are not
     columns (read by the driver). ``ShardError`` as the reader raises it."""
-    from ..corpus.format import ShardInfo
+    from ..corpus.storage.format import ShardInfo
     from ..corpus.reader import load_corpus
     from ..corpus.signatures.signature import signature_to_json
 

@@ -361,8 +361,8 @@ class ReplaySession:
         return list(self.runner.lookup.order)
 
     def replay(self, samples: Iterable[Sample | SignatureRecord]) -> None:
-        """Replay samples in order; a :class:`~guardscope.corpus.format.SignatureRecord`
-        (:meth:`guardscope.corpus.format.Corpus.load_records`) stands for its samples."""
+        """Replay samples in order; a :class:`~guardscope.corpus.storage.format.SignatureRecord`
+        (:meth:`guardscope.corpus.storage.format.Corpus.load_records`) stands for its samples."""
         started = time.perf_counter()
         try:
             for meta in self._replayed(samples):

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import torch_compat
-from ..corpus.format import MANIFEST_NAME, check_grad_mode, check_method_name, check_model_spec
+from ..corpus.storage.format import MANIFEST_NAME, check_grad_mode, check_method_name, check_model_spec
 from ..corpus.values.sample import snapshot, storage_bytes
-from ..corpus.weights import as_model_print
+from ..corpus.storage.weights import as_model_print
 from ..corpus.writer import CorpusWriter
 from ..errors import CorpusError, ModelSpecError, SampleError, ServeError
 from ..replay.arguments import describe

@@ -34,7 +34,7 @@ import torch
 
 from .. import plans, store, torch_compat
 from ..corpus.spec import respec
-from ..corpus.weights import model_print
+from ..corpus.storage.weights import model_print
 from ..errors import ServeError
 from ..model import INFERENCE_MODE, NO_GRAD
 from ..options import production_fields, production_options

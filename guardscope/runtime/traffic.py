@@ -19,12 +19,12 @@ from typing import Any
 import torch
 
 from .. import torch_compat
-from ..corpus.compile_log import append_compiles, compile_record
+from ..corpus.storage.compile_log import append_compiles, compile_record
 from ..corpus.log_files import ROLL_BYTES, ROLL_SECONDS, WINDOW_ROWS, roll_bounds
-from ..corpus.requests import check_request
+from ..corpus.storage.requests import check_request
 from ..corpus.signatures.signature import call_key, signature
 from ..corpus.values.sample import check_sample, snapshot, storage_bytes
-from ..corpus.weights import model_print
+from ..corpus.storage.weights import model_print
 from ..corpus.writer import LOG_CHOICES, CorpusWriter, default_replica
 from ..errors import SampleError, ServeError
 from .recording import CLOSED, QUEUE_FULL, UNSTORABLE, FallbackRecorder, logger
@@ -55,7 +55,7 @@ class TrafficRecorder(FallbackRecorder):
     no tensor data at all. With ``compiles`` (the default) it also records each compile this
     process makes while it is open (torch's compile callbacks: compile id, frame, seconds, what
     triggered it, and whether a call was being served: :meth:`serving`, which :meth:`wrap` enters
-    for you) into ``compiles.jsonl`` as it flushes (:mod:`guardscope.corpus.compile_log`), so the
+    for you) into ``compiles.jsonl`` as it flushes (:mod:`guardscope.corpus.storage.compile_log`), so the
     analysis reports production's own compile stalls, not only its replay's.
     Never raises into the call; see :class:`FallbackRecorder` for
     ``flush_every``, ``overwrite``, :meth:`flush` and :meth:`close`.

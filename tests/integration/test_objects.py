@@ -13,7 +13,7 @@ import torch
 import guardscope
 from guardscope import torch_compat
 from guardscope.corpus.reader import load_corpus
-from guardscope.corpus.weights import model_print
+from guardscope.corpus.storage.weights import model_print
 from tests import object_models as om
 
 

@@ -17,7 +17,7 @@ import guardscope
 from guardscope import CorpusWriter
 from guardscope import pipeline, torch_compat
 from guardscope.cli import main
-from guardscope.corpus.format import read_manifest
+from guardscope.corpus.storage.format import read_manifest
 from guardscope.errors import CorpusError
 from guardscope.proving.isolation import import_file
 from guardscope.runtime import TrafficRecorder

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import guardscope
-from guardscope.corpus.compile_log import COMPILE_LOG
+from guardscope.corpus.storage.compile_log import COMPILE_LOG
 from guardscope.corpus.writer import default_replica
 from guardscope.text import format_seconds
 from guardscope.runtime import TrafficRecorder

@@ -8,7 +8,7 @@ import torch
 import guardscope
 from guardscope import pipeline
 from guardscope.corpus.reader import load_corpus
-from guardscope.corpus.weights import model_print
+from guardscope.corpus.storage.weights import model_print
 
 from ..conftest import REPO, SEED_CORPUS
 

@@ -16,8 +16,8 @@ import torch.fx.experimental._config as fx_config
 
 import guardscope
 from guardscope import CorpusWriter, load_corpus, pipeline, runtime, torch_compat
-from guardscope.corpus.compile_log import read_compiles
-from guardscope.corpus.weights import model_print
+from guardscope.corpus.storage.compile_log import read_compiles
+from guardscope.corpus.storage.weights import model_print
 from guardscope.errors import ServeError
 from guardscope.model import Catalog
 from samples.gnn.model import small

@@ -7,7 +7,7 @@ import torch
 from transformers import DynamicCache
 
 from guardscope.corpus.chains import CarriedState, chain_of, chained_order, state_arguments, state_tokens_of, structure
-from guardscope.corpus.requests import RequestRuns
+from guardscope.corpus.storage.requests import RequestRuns
 
 
 def _cache(tokens: int, *, transposed: bool = False) -> DynamicCache:

@@ -12,10 +12,10 @@ import pathlib
 import pytest
 import torch
 
-from guardscope.corpus.format import FORMAT, FORMAT_VERSION, Manifest, ShardInfo
+from guardscope.corpus.storage.format import FORMAT, FORMAT_VERSION, Manifest, ShardInfo
 from guardscope.corpus.writer import CorpusWriter
-from guardscope.corpus.shards import encode_shard as encode_shard
-from guardscope.corpus.format import read_manifest
+from guardscope.corpus.storage.shards import encode_shard as encode_shard
+from guardscope.corpus.storage.format import read_manifest
 from guardscope.corpus.reader import load_corpus
 from guardscope.errors import CorpusError, ManifestError, ModelSpecError, SampleError, ShardError
 

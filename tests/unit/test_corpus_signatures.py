@@ -14,7 +14,7 @@ import torch
 
 from guardscope.catalog.builder import CatalogBuilder
 from guardscope.catalog.caveats import signature_warnings
-from guardscope.corpus.format import FORMAT, read_manifest
+from guardscope.corpus.storage.format import FORMAT, read_manifest
 from guardscope.corpus.signatures.materialising import materialise
 from guardscope.corpus.reader import load_corpus
 from guardscope.corpus.signatures.signature import signature, signature_from_json, signature_to_json

@@ -61,7 +61,7 @@ def test_a_live_recorder_s_folder_says_nothing_was_flushed_yet(tmp_path):
     import pytest
     import torch
 
-    from guardscope.corpus.format import read_manifest
+    from guardscope.corpus.storage.format import read_manifest
     from guardscope.errors import CorpusError
     from guardscope.pipeline import analyze
     from guardscope.runtime import TrafficRecorder

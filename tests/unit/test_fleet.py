@@ -14,7 +14,7 @@ from guardscope.catalog.fleet import sample_groups, single_replica_topologies, w
 from guardscope.cli import main
 from guardscope.corpus.fleet import find_corpora, merge_fleet, open_fleet
 from guardscope.corpus.fleet_samples import group_tally, replica_of_samples
-from guardscope.corpus.format import read_manifest
+from guardscope.corpus.storage.format import read_manifest
 from guardscope.corpus.reader import load_corpus
 from guardscope.corpus.signatures.signature import signature
 from guardscope.corpus.writer import CorpusWriter

@@ -99,9 +99,9 @@ RAW_IO = {"write_text", "write_bytes", "read_text", "read_bytes"}
 # The corpus directory has its own reader and writer (manifest: format, shards: shards); the child runners read their
 # children's results (temporary files outside the analysis folder: isolation's, and the background compile process's
 # job folder); files holds the one atomic writer; checkpoint, beside store, appends to the checkpoint's members file.
-RAW_IO_ALLOWED = {"guardscope.store", "guardscope.checkpoint", "guardscope.files", "guardscope.corpus.format",
-                  "guardscope.corpus.requests", "guardscope.corpus.compile_log",
-                  "guardscope.corpus.shards", "guardscope.proving.isolation", "guardscope.runtime.child_compile"}
+RAW_IO_ALLOWED = {"guardscope.store", "guardscope.checkpoint", "guardscope.files", "guardscope.corpus.storage.format",
+                  "guardscope.corpus.storage.requests", "guardscope.corpus.storage.compile_log",
+                  "guardscope.corpus.storage.shards", "guardscope.proving.isolation", "guardscope.runtime.child_compile"}
 
 
 def test_store_names_the_analysis_folder_files():

@@ -6,7 +6,7 @@ torch.compile."""
 from __future__ import annotations
 
 from guardscope.catalog.limits import ProductionLimits, production_limits, production_section
-from guardscope.corpus.requests import RequestRuns
+from guardscope.corpus.storage.requests import RequestRuns
 from guardscope.model import Catalog, ClassifiedCompile, CompileEvent, Topology
 from guardscope.text import production_lines
 

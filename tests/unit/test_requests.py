@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from guardscope.corpus.reader import load_corpus
-from guardscope.corpus.requests import REQUESTS_NAME, RequestRuns
+from guardscope.corpus.storage.requests import REQUESTS_NAME, RequestRuns
 from guardscope.corpus.writer import CorpusWriter
 from guardscope.errors import ManifestError
 

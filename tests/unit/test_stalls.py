@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from guardscope.catalog.stalls import production_stalls, stall_seconds
-from guardscope.corpus.compile_log import append_compiles, compile_record, merge_compile_logs, read_compiles
+from guardscope.corpus.storage.compile_log import append_compiles, compile_record, merge_compile_logs, read_compiles
 from guardscope.model import CompileEvent
 from guardscope.terminal import stall_lines
 

@@ -134,7 +134,7 @@ def test_an_unregistered_type_is_refused_naming_register_type(tmp_path):
 def _forged_corpus(path, name):
     """A corpus whose one sample names the type ``name``, written as a shard would be."""
     _record(path, [((Box(torch.ones(1), "x"),), {})])
-    from guardscope.corpus.shards import encode_shard
+    from guardscope.corpus.storage.shards import encode_shard
 
     replace_shard(path, encode_shard([{"args": (Structured(name, [{"t": torch.ones(1), "label": "x"}]),),
                                        "kwargs": {}}], 4))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from guardscope.corpus.format import read_manifest
+from guardscope.corpus.storage.format import read_manifest
 from guardscope.corpus.reader import load_corpus
 from guardscope.corpus.signatures.signature import signature
 from guardscope.errors import ServeError

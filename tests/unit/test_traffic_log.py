@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from guardscope.corpus.converting import convert_corpus
-from guardscope.corpus.format import read_manifest
+from guardscope.corpus.storage.format import read_manifest
 from guardscope.corpus.reader import SignatureRecord, load_corpus
 from guardscope.corpus.signatures.signature import signature
 from guardscope.corpus.traffic_log import layout_of, signature_with

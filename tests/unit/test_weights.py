@@ -1,5 +1,5 @@
 """The shape of the recorded model's weights in the manifest, and the warning when an analysis
-builds another model (guardscope.corpus.weights). No compile runs here."""
+builds another model (guardscope.corpus.storage.weights). No compile runs here."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import guardscope
-from guardscope.corpus.format import ModelPrint, read_manifest
-from guardscope.corpus.weights import model_print, module_of, recorded_model_warning
+from guardscope.corpus.storage.format import ModelPrint, read_manifest
+from guardscope.corpus.storage.weights import model_print, module_of, recorded_model_warning
 from guardscope.errors import CorpusError, ManifestError, ServeError
 
 

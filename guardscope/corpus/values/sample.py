@@ -1,5 +1,5 @@
 """What a sample may hold: the check that refuses anything else (naming where it is) and the
-private copy a writer keeps of one call (see :mod:`guardscope.corpus.format` for the list).
+private copy a writer keeps of one call (see :mod:`guardscope.corpus.storage.format` for the list).
 
 Objects a codec stores (:mod:`guardscope.corpus.values.structured`: a transformers cache, a PyG batch,
 a named tuple, a registered class) are accepted everywhere here; :func:`snapshot` gives them

@@ -1,6 +1,6 @@
 """A shard's bytes: one ``torch.save`` archive, encoded from samples and decoded safely (every
 record validated before a tensor is built on it). The format is specified in
-:mod:`guardscope.corpus.format`."""
+:mod:`guardscope.corpus.storage.format`."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from typing import Any
 
 import torch
 
-from ..errors import ShardError
-from ..text import message_line
-from ..torch_compat import DTYPES, dtype_name
+from ...errors import ShardError
+from ...text import message_line
+from ...torch_compat import DTYPES, dtype_name
 from .format import FORMAT, FORMAT_VERSION, STRUCTURED_FORMAT_VERSION
-from .signatures.signature import signature_to_json
-from .values.structured import Structured
+from ..signatures.signature import signature_to_json
+from ..values.structured import Structured
 
 # The largest shard index (format 3: inflated) a reader accepts.
 MAX_INDEX_BYTES = 1 << 30

@@ -5,7 +5,7 @@ gives on the day it runs. Dynamo guards on the weights too (their sizes and dtyp
 the graph or as constants), and the model's config decides the code path, so a replay against
 another configuration (a smaller test config, float32 instead of the bfloat16 that served)
 catalogs another model's compiles without saying so. A recorder wrapped around the served model
-keeps a :class:`~guardscope.corpus.format.ModelPrint` of it in the manifest (``"recorded_model"``): the module's class,
+keeps a :class:`~guardscope.corpus.storage.format.ModelPrint` of it in the manifest (``"recorded_model"``): the module's class,
 how many parameter and buffer tensors it holds, how many elements, their dtypes, and a digest of
 every tensor's name, size and dtype. The device is left out: a corpus recorded on a GPU replays
 on the CPU. :func:`recorded_model_warning` compares it with the model an analysis builds.
@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from .. import torch_compat
-from ..errors import CorpusError
+from ... import torch_compat
+from ...errors import CorpusError
 from .format import ModelPrint
 
 

@@ -21,7 +21,7 @@ import json
 import pathlib
 from typing import Any
 
-from ..errors import ManifestError
+from ...errors import ManifestError
 
 REQUESTS_NAME = "requests.json"
 REQUESTS_FORMAT = "guardscope-requests"

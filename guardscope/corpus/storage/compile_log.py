@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..text import short_location
+from ...text import short_location
 
 COMPILE_LOG = "compiles.jsonl"
 

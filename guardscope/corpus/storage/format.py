@@ -37,7 +37,7 @@ weights, never their values::
                        "dtypes": ["float32"], "sha256": "5be1..."}
 
 (``sha256`` digests each parameter's and buffer's name, size and dtype); an analysis that
-builds a model of other weights says so (:mod:`guardscope.corpus.weights`). An optional
+builds a model of other weights says so (:mod:`guardscope.corpus.storage.weights`). An optional
 ``dynamo_config`` holds the Dynamo settings production ran with that differ from torch's defaults
 (read where the calls were recorded; written only when some differ)::
 
@@ -175,9 +175,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import CorpusError, ManifestError, ModelSpecError
-from ..model import GRAD_MODES
-from .spec import split_spec
+from ...errors import CorpusError, ManifestError, ModelSpecError
+from ...model import GRAD_MODES
+from ..spec import split_spec
 
 FORMAT = "guardscope-corpus"
 FORMAT_VERSION = 2
@@ -285,7 +285,7 @@ class Manifest:
     # The model's method production compiles (``torch.compile(model.forward)``); None: the model
     # spec's result itself. Written only when set.
     method: str | None = None
-    # The shape of the served model's weights (guardscope.corpus.weights), when the recorder
+    # The shape of the served model's weights (guardscope.corpus.storage.weights), when the recorder
     # was given the model; written only when set.
     recorded_model: ModelPrint | None = None
     # The Dynamo settings production ran with that differ from torch's defaults (recorded where
