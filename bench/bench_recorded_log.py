@@ -105,7 +105,7 @@ def files(directory: Path, count: int) -> dict:
     """``count`` seed calls written as a recorder's writer thread writes them (no tensor data)."""
     from bench.bench_traffic_log import signatures
     from bench.scale_corpus import COMPILE_OPTIONS, model_spec
-    from guardscope.corpus.log_files import ROLL_BYTES, WINDOW_ROWS
+    from guardscope.corpus.traffic_log.files import ROLL_BYTES, WINDOW_ROWS
     from guardscope.corpus.writer import CorpusWriter
 
     shutil.rmtree(directory, ignore_errors=True)

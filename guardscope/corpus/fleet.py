@@ -41,7 +41,7 @@ from .storage.format import MANIFEST_NAME, TRAFFIC_FORMAT_VERSION, ShardInfo
 from .reader import Corpus, load_corpus
 from .storage.shards import read_checked, read_shard
 from .spec import respec
-from .traffic_log import read_log
+from .traffic_log.parquet import read_log
 from .writer import CorpusWriter
 
 SHARD_ROWS = 65536  # rows per merged log shard (a recorder's flush writes fewer)

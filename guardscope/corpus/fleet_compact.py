@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .traffic_log import replicas_type
+from .traffic_log.parquet import replicas_type
 
 # Hex digit -> value, for digests read as bytes.
 _HEX = bytes(range(256)).translate(bytes.maketrans(b"0123456789abcdef", bytes(range(16))))
@@ -61,7 +61,7 @@ class CompactRows:
     """The rows a compact merge writes, in order: ``rows`` their positions among the fleet-ordered
     rows (whose table row each takes), then what it writes instead of that row's own values:
     ``first`` (its first sample), ``count``, ``first_seen``/``last_seen`` (ns), ``full`` (the
-    sample kept in full, -1: none) and ``replicas`` (:func:`~.traffic_log.replicas_type`, null where the row's
+    sample kept in full, -1: none) and ``replicas`` (:func:`~.traffic_log.parquet.replicas_type`, null where the row's
     calls are all its replica's)."""
 
     rows: Any

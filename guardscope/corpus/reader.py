@@ -23,8 +23,8 @@ from ..errors import ShardError
 from ..model import Sample
 from ..text import message_line
 from .signatures.call_template import CallTemplate, NoTemplate
-from .log_columns import RecordColumns
-from .log_records import log_records
+from .traffic_log.columns import RecordColumns
+from .traffic_log.records import log_records
 from .signatures.records import SignatureRecord
 from .storage.format import FORMAT, Manifest, ShardInfo, corpus_directory, read_manifest
 from .signatures.materialising import check_devices, materialise
@@ -179,7 +179,7 @@ class Corpus:
 
     def load_columns(self, shard: ShardInfo) -> list[Any]:
         """:meth:`load_records`, but a traffic log's runs of rows of one flat, tensors-only call
-        template come as :class:`~guardscope.corpus.log_columns.RecordColumns` (no object per
+        template come as :class:`~guardscope.corpus.traffic_log.columns.RecordColumns` (no object per
         row), for a replay that checks records over columns; checked alike."""
         if shard.file.endswith(".parquet"):
             return self._log_records(self.path / shard.file, shard, columns=True)

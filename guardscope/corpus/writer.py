@@ -30,16 +30,16 @@ from .storage.format import (
     Manifest,
     ShardInfo,
 )
-from .log_files import ROLL_SECONDS, WINDOW_BYTES, LogFiles, roll_bounds
-from .log_tail import FileTail
-from .log_window import LogWindow
+from .traffic_log.files import ROLL_SECONDS, WINDOW_BYTES, LogFiles, roll_bounds
+from .traffic_log.tail import FileTail
+from .traffic_log.window import LogWindow
 from .signatures.materialising import materialise
 from .storage.compile_log import COMPILE_LOG
 from .storage.requests import REQUESTS_NAME, RequestRuns, check_request
 from .storage.shards import encode_shard
 from .signatures.signature import holds_objects, signature, signature_digest
 from .values.structured import needs_lowering
-from .traffic_log import Layout, signature_text, split_signature, template_digest
+from .traffic_log.parquet import Layout, signature_text, split_signature, template_digest
 from .values.sample import _copy_call, check_sample, lowered, storage_bytes
 from .writer_options import LOG_CHOICES  # noqa: F401 (the traffic recorder's, as before)
 from .writer_options import DEFAULT_MAX_FULL_BYTES, check_bounds, check_log, default_replica, production
@@ -75,18 +75,18 @@ class CorpusWriter:
     signatures stays small. :meth:`summary` says what was kept, the bound, and how many
     signatures got no full sample because of it.
 
-    ``log="parquet"`` (with ``keep="signatures"``; format 5, :mod:`guardscope.corpus.traffic_log`)
+    ``log="parquet"`` (with ``keep="signatures"``; format 5, :mod:`guardscope.corpus.traffic_log.parquet`)
     writes each shard as a Parquet traffic log that DuckDB, pandas or pyarrow read as it is, one
     row per record with its count, ``first_seen``/``last_seen`` timestamps and ``replica`` (default
     ``host:pid``), the tensors of the calls kept in full in a data shard beside it; with
     ``aggregate`` (the default there) the repeats of a signature between two flushes are one row
-    (:mod:`guardscope.corpus.log_window`), so ``shard_size`` counts rows, not calls, and sample
+    (:mod:`guardscope.corpus.traffic_log.window`), so ``shard_size`` counts rows, not calls, and sample
     indices are given when a shard is written (:meth:`add` and friends return None);
     ``timestamps=False`` leaves the rows' times null (a converted corpus's); ``roll_bytes``
     folds the flushes' window files into one past that many bytes or ``roll_seconds`` and at
-    :meth:`close` (:mod:`guardscope.corpus.log_files`; None, the default: a file per flush);
+    :meth:`close` (:mod:`guardscope.corpus.traffic_log.files`; None, the default: a file per flush);
     ``background=True`` writes those files on a thread of their own, in flush order, so adding
-    calls does not wait for a window's data shard (:mod:`guardscope.corpus.log_tail`; :meth:`flush`
+    calls does not wait for a window's data shard (:mod:`guardscope.corpus.traffic_log.tail`; :meth:`flush`
     and :meth:`close` wait for them). The
     directory is created if needed; one that already holds a corpus is refused unless
     ``overwrite=True``, which deletes that corpus's manifest, shard, request and compile-log files
@@ -533,7 +533,7 @@ class CorpusWriter:
 
     def _flush_log(self) -> None:
         """Write the window as the log's next window file (and its data shard), fold the open
-        file when due (:mod:`guardscope.corpus.log_files`), then write the manifest."""
+        file when due (:mod:`guardscope.corpus.traffic_log.files`), then write the manifest."""
         window = self._window
         first = self._flushed
         rows = window.assign(first)  # type: ignore[union-attr]

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import torch_compat
-from ..corpus.log_columns import RecordColumns
+from ..corpus.traffic_log.columns import RecordColumns
 from ..model import ServedRows, compile_order
 from .record_plan import RecordPlan
 from .runner import Runner

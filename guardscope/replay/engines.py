@@ -30,7 +30,7 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from ..corpus.storage.format import ShardInfo
-from ..corpus.log_columns import RecordColumns
+from ..corpus.traffic_log.columns import RecordColumns
 from ..errors import EngineError
 from .column_check import ScanPlan, scan
 from ..text import message_line
@@ -187,7 +187,7 @@ class DaskEngine:
             return EmbeddedEngine().records(corpus, shard, columns)
         self.on_cluster += 1
         runs, kept_in_columns = decoded
-        if kept_in_columns:  # as the reader counts a shard it decodes (corpus/log_records.py)
+        if kept_in_columns:  # as the reader counts a shard it decodes (corpus/traffic_log/records.py)
             corpus.full_in_columns[shard.file] = kept_in_columns
         return self._tasks.columns(corpus, runs)
 

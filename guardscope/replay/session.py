@@ -22,7 +22,7 @@ import torch
 
 from .. import torch_compat
 from ..corpus.reader import SignatureRecord
-from ..corpus.log_columns import RecordColumns
+from ..corpus.traffic_log.columns import RecordColumns
 from ..model import CompileEvent, Sample, SampleMeta, ServedRows, compile_order
 from ..options import ReplayOptions
 from ..sources import FrameArguments
@@ -168,7 +168,7 @@ class ReplaySession:
     @property
     def takes_columns(self) -> bool:
         """Whether signature records are checked over columns: a traffic log may then be read
-        as :class:`~guardscope.corpus.log_columns.RecordColumns` (``Corpus.load_columns``)."""
+        as :class:`~guardscope.corpus.traffic_log.columns.RecordColumns` (``Corpus.load_columns``)."""
         return self._columns is not None
 
     def scan_plans(self) -> dict[Any, Any]:

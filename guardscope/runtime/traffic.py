@@ -20,7 +20,7 @@ import torch
 
 from .. import torch_compat
 from ..corpus.storage.compile_log import append_compiles, compile_record
-from ..corpus.log_files import ROLL_BYTES, ROLL_SECONDS, WINDOW_ROWS, roll_bounds
+from ..corpus.traffic_log.files import ROLL_BYTES, ROLL_SECONDS, WINDOW_ROWS, roll_bounds
 from ..corpus.storage.requests import check_request
 from ..corpus.signatures.signature import call_key, signature
 from ..corpus.values.sample import check_sample, snapshot, storage_bytes
@@ -41,7 +41,7 @@ class TrafficRecorder(FallbackRecorder):
     signature between two flushes (``flush_every`` seconds) are one row of the log, with their
     count, the times of the first and last of them and ``replica`` (default ``host:pid``), so the
     logs of several processes merge in a defined order; DuckDB, pandas or pyarrow read the log
-    as it is (:mod:`guardscope.corpus.traffic_log`).
+    as it is (:mod:`guardscope.corpus.traffic_log.parquet`).
 
     On the serving thread a call of a layout seen before costs its cheap key
     (:func:`~guardscope.corpus.signatures.signature.call_key`: the seed's six tensors, about 11 us at the
@@ -61,7 +61,7 @@ class TrafficRecorder(FallbackRecorder):
     ``flush_every``, ``overwrite``, :meth:`flush` and :meth:`close`.
 
     A flush (``flush_every`` s or ``WINDOW_ROWS`` rows) writes its window as a file, folded into one
-    past ``roll_bytes`` or ``roll_seconds`` and at :meth:`close` (:mod:`guardscope.corpus.log_files`;
+    past ``roll_bytes`` or ``roll_seconds`` and at :meth:`close` (:mod:`guardscope.corpus.traffic_log.files`;
     None: a file per flush): a killed process loses at most its last window.
 
     Example::

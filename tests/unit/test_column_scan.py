@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from guardscope.corpus.log_columns import RecordColumns
+from guardscope.corpus.traffic_log.columns import RecordColumns
 from guardscope.replay.column_check import ScanPlan, columns_of, scan
 
 

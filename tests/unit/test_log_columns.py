@@ -1,5 +1,5 @@
 """Issue 37: a traffic log's rows of flat, tensors-only call templates read as columns
-(``Corpus.load_columns``, :class:`~guardscope.corpus.log_columns.RecordColumns`) and a catalog
+(``Corpus.load_columns``, :class:`~guardscope.corpus.traffic_log.columns.RecordColumns`) and a catalog
 builder fed whole columns (``CatalogBuilder.add_rows``) give exactly what the row-by-row path
 gives: the same records, cut the same way, and the same builder state. No compile."""
 
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from guardscope.catalog.builder import CatalogBuilder
-from guardscope.corpus.log_columns import RecordColumns
+from guardscope.corpus.traffic_log.columns import RecordColumns
 from guardscope.corpus.reader import SignatureRecord, load_corpus, records_from
 from guardscope.corpus.writer import CorpusWriter
 from guardscope.errors import ShardError

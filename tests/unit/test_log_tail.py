@@ -10,8 +10,8 @@ import time
 import pytest
 import torch
 
-from guardscope.corpus import log_files
-from guardscope.corpus.log_tail import FileTail
+from guardscope.corpus.traffic_log import files as log_files
+from guardscope.corpus.traffic_log.tail import FileTail
 from guardscope.corpus.reader import load_corpus
 from guardscope.runtime import TrafficRecorder
 

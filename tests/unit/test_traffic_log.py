@@ -18,7 +18,7 @@ from guardscope.corpus.converting import convert_corpus
 from guardscope.corpus.storage.format import read_manifest
 from guardscope.corpus.reader import SignatureRecord, load_corpus
 from guardscope.corpus.signatures.signature import signature
-from guardscope.corpus.traffic_log import layout_of, signature_with
+from guardscope.corpus.traffic_log.parquet import layout_of, signature_with
 from guardscope.corpus.writer import CorpusWriter
 from guardscope.errors import CorpusError, ShardError
 from guardscope.model import Sample

@@ -170,7 +170,7 @@ class CallTemplate:
     def column_key(self, sizes: list, strides: list, offsets: list, ints: list) -> tuple:
         """The key of the signature whose tensors have these sizes, strides and offsets and whose
         int arguments these values, in walk order (a traffic log's columns,
-        :mod:`guardscope.corpus.traffic_log`); ``ValueError`` when they do not fit this template."""
+        :mod:`guardscope.corpus.traffic_log.parquet`); ``ValueError`` when they do not fit this template."""
         tensors = iter(zip(sizes, strides, offsets))
         values = iter(ints)
         key: list[Any] = []

@@ -1,5 +1,5 @@
 """A signature record: consecutive samples recorded as their signature only, as a corpus reader
-gives them (:mod:`guardscope.corpus.reader`, :mod:`guardscope.corpus.log_records`)."""
+gives them (:mod:`guardscope.corpus.reader`, :mod:`guardscope.corpus.traffic_log.records`)."""
 
 from __future__ import annotations
 

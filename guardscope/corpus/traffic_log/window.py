@@ -1,4 +1,4 @@
-"""One flush of a traffic log being recorded (format 5, :mod:`guardscope.corpus.traffic_log`): the
+"""One flush of a traffic log being recorded (format 5, :mod:`guardscope.corpus.traffic_log.parquet`): the
 rows of the calls added since the last flush, repeats of a signature counted on one row.
 
 A busy replica repeats a few call layouts: with ``aggregate`` (the traffic recorder's way) every
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .traffic_log import Layout
+from .parquet import Layout
 
 
 class LogWindow:

@@ -1,9 +1,9 @@
-"""A traffic log shard read as records (format 5, :mod:`guardscope.corpus.traffic_log`): its rows in
+"""A traffic log shard read as records (format 5, :mod:`guardscope.corpus.traffic_log.parquet`): its rows in
 order, those kept in full from its data shard, every row checked as a shard's are.
 
 :func:`log_records` gives each row as a :class:`~guardscope.corpus.signatures.records.SignatureRecord` (or a
 :class:`~guardscope.model.Sample` for a row kept in full); with ``columns``, runs of rows of one
-flat, tensors-only call template come as :class:`~guardscope.corpus.log_columns.RecordColumns`
+flat, tensors-only call template come as :class:`~guardscope.corpus.traffic_log.columns.RecordColumns`
 instead, checked a column at a time (a log that fails a check is read again row by row, which
 names the first bad row).
 """
@@ -16,17 +16,17 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ShardError
-from ..model import Sample
-from ..text import message_line
-from .signatures.call_template import CallTemplate
-from .signatures.records import SignatureRecord
-from .storage.format import STRUCTURED_FORMAT_VERSION, ShardInfo
-from .log_columns import RecordColumns, column_runs
-from .storage.shards import read_checked, read_shard
-from .signatures.signature import signature_from_json, signature_to_json
-from .values.structured import rebuild
-from .traffic_log import Log, read_log, signature_with
+from ...errors import ShardError
+from ...model import Sample
+from ...text import message_line
+from ..signatures.call_template import CallTemplate
+from ..signatures.records import SignatureRecord
+from ..storage.format import STRUCTURED_FORMAT_VERSION, ShardInfo
+from .columns import RecordColumns, column_runs
+from ..storage.shards import read_checked, read_shard
+from ..signatures.signature import signature_from_json, signature_to_json
+from ..values.structured import rebuild
+from .parquet import Log, read_log, signature_with
 
 _ROW_COLUMNS = ("first", "count", "template", "full", "data", "signature")
 
@@ -101,7 +101,7 @@ class _Rows:
                              f"{self.shard.samples}; the corpus is inconsistent: re-record it")
 
     def column_runs(self, arrays: tuple) -> list | None:
-        """The log's runs (:func:`~guardscope.corpus.log_columns.column_runs`), every row's
+        """The log's runs (:func:`~guardscope.corpus.traffic_log.columns.column_runs`), every row's
         ``first``, ``count`` and ``full`` checked a column at a time; None when one fails."""
         import pyarrow.compute as pc
 

@@ -1,4 +1,4 @@
-"""The files of a traffic log being written (format 5, :mod:`guardscope.corpus.traffic_log`): each
+"""The files of a traffic log being written (format 5, :mod:`guardscope.corpus.traffic_log.parquet`): each
 flush's window of rows a small Parquet file of its own, folded into one file past a size or an age.
 
 Log shippers (Kafka Connect's S3 sink, Fluent Bit, Vector) roll their files by size and time and lose
@@ -28,9 +28,9 @@ from typing import Any, Callable
 
 import torch
 
-from .storage.format import FORMAT_VERSION, STRUCTURED_FORMAT_VERSION, ShardInfo
-from .storage.shards import encode_shard
-from .traffic_log import COLUMNS, WRITE_OPTIONS, encode_log, encode_table, log_schema
+from ..storage.format import FORMAT_VERSION, STRUCTURED_FORMAT_VERSION, ShardInfo
+from ..storage.shards import encode_shard
+from .parquet import COLUMNS, WRITE_OPTIONS, encode_log, encode_table, log_schema
 
 # A traffic log's file is folded past this many bytes (its windows' Parquet and data shards) or
 # this age, unless the writer is told otherwise (None: one file per flush, as before issue 53).

@@ -36,7 +36,7 @@ column          type                     meaning
 ==============  =======================  ====================================================
 
 Version 2 keeps every call's index: a row's ``first`` is its first call's and a row whose calls
-are not consecutive (a signature's repeats gathered in one row, :mod:`guardscope.corpus.log_window`)
+are not consecutive (a signature's repeats gathered in one row, :mod:`guardscope.corpus.traffic_log.window`)
 lists them in ``positions``; :func:`read_log` puts each call back in its place, so sample ``i``
 is the ``i``-th call. A version 1 log gathered repeats without saying where they came: its
 indices are the rows' order (:attr:`Log.call_indices` false where a row holds several calls).
@@ -62,9 +62,9 @@ import pathlib
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ShardError
-from ..text import message_line
-from .signatures.signature import signature_to_json
+from ...errors import ShardError
+from ...text import message_line
+from ..signatures.signature import signature_to_json
 
 LOG_FORMAT = "guardscope-traffic-log"
 LOG_VERSION = 2

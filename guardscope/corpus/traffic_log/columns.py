@@ -1,7 +1,7 @@
 """A traffic log's records as columns: the rows of one flat call template kept as numpy arrays.
 
 :meth:`~guardscope.corpus.reader.Corpus.load_records` turns every row of a traffic log (format 5,
-:mod:`guardscope.corpus.traffic_log`) into a :class:`~guardscope.corpus.signatures.records.SignatureRecord`, a
+:mod:`guardscope.corpus.traffic_log.parquet`) into a :class:`~guardscope.corpus.signatures.records.SignatureRecord`, a
 Python object with a tuple key per row: a few microseconds a row before anything is checked. A
 guard-only replay that checks records over columns (:mod:`guardscope.replay.column_check`) needs
 none of that for the rows of a *flat, tensors-only* call template (every argument a tensor or a
@@ -17,8 +17,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .signatures.call_template import CallTemplate
-from .signatures.records import SignatureRecord
+from ..signatures.call_template import CallTemplate
+from ..signatures.records import SignatureRecord
 
 
 class RecordColumns:
@@ -130,7 +130,7 @@ def column_runs(arrays: tuple, templates: np.ndarray, eligible: np.ndarray, call
     """A traffic log's rows split into runs, in order: ``(start, stop, call, numbers)`` for rows
     ``start`` to ``stop - 1``; ``call`` and ``numbers`` (:class:`RecordColumns`'s) for a run of
     one flat, tensors-only call template whose every row fits it, None for rows to be read one by
-    one. ``arrays``: :meth:`~guardscope.corpus.traffic_log.Log.arrays`; ``templates``: each row's
+    one. ``arrays``: :meth:`~guardscope.corpus.traffic_log.parquet.Log.arrays`; ``templates``: each row's
     template number (-1: none); ``eligible``: rows that may go in columns at all (no data, no ints,
     a template); ``call_of(number)``: that template's call, when it is flat and tensors-only."""
     tensors, size_starts, sizes, stride_starts, strides, offsets = arrays[:6]

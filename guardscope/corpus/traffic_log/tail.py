@@ -1,5 +1,5 @@
 """A traffic log's files written off the thread that adds calls (format 5,
-:mod:`guardscope.corpus.log_files`): :class:`FileTail` runs each flush's file work — the window's
+:mod:`guardscope.corpus.traffic_log.files`): :class:`FileTail` runs each flush's file work — the window's
 data shard (``torch.save`` of the calls kept in full), its Parquet file, a fold when due, the
 manifest — on one background thread, in the order the flushes came.
 
