@@ -2,7 +2,7 @@
 merged, against one compact merge of them all.
 
 Given a folder of replica traffic logs (``bench.bench_fleet``'s), this times in one process
-(``guardscope.corpus.fleet.merge_fleet``, as ``guardscope merge`` runs it): the compact merge of
+(``guardscope.corpus.fleet.merge.merge_fleet``, as ``guardscope merge`` runs it): the compact merge of
 every replica at once; each replica compacted alone (what each replica's own machine would run,
 here one after the other); and the merge of those compacts. The two results must hold the same
 rows (every column, times included). Usage::
@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None)
     arguments = parser.parse_args(argv)
 
-    from guardscope.corpus.fleet import find_corpora, merge_fleet, open_fleet
+    from guardscope.corpus.fleet.merge import merge_fleet
+    from guardscope.corpus.fleet.replicas import find_corpora, open_fleet
 
     print(f"machine     {common.describe_machine(common.machine())}")
     shutil.rmtree(arguments.work, ignore_errors=True)

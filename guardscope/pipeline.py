@@ -22,7 +22,7 @@ from .catalog.cudagraphs import CudagraphSettings
 from .catalog.requests import request_summary
 from .catalog.stalls import production_stalls
 from .corpus import load_corpus, load_model
-from .corpus.fleet_samples import group_tally, replica_of_samples
+from .corpus.fleet.samples import group_tally, replica_of_samples
 from .corpus.storage.weights import recorded_model_warning
 from .errors import CompileOptionsError, CorpusError, TraceParseError
 from .json_text import as_read
@@ -346,22 +346,24 @@ FLEET_CORPUS = "fleet-corpus"  # where analyze merges several replicas' traffic,
 def corpus_to_replay(paths: tuple[str, ...] | list[str], out_dir: str | Path, *, force: bool = False,
                      resume: bool = False, skip_bad_shards: bool = False,
                      notice: Callable[[str], None] | None = None) -> Path:
-    """The one corpus ``analyze`` replays for its corpus arguments, and the one place that asks
-    whether they are a fleet (:func:`guardscope.corpus.fleet.names_several`: more than one path, a
-    glob pattern, or a folder of corpus folders): a single corpus folder as it is, several
-    replicas' traffic merged by :func:`fleet_corpus`."""
-    from .corpus.fleet import names_several
+    """The one corpus ``analyze`` replays for its corpus arguments: a single corpus folder as it
+    is, several replicas' traffic merged into ``OUT/fleet-corpus``. Whether they are a fleet is
+    answered in one place, :func:`guardscope.corpus.fleet.replicas.fleet_of`, which also opens and
+    checks the replicas it finds."""
+    from .corpus.fleet.replicas import fleet_of
 
-    if not names_several(paths):
+    replicas = fleet_of(paths)
+    if replicas is None:
         return Path(paths[0])
-    return fleet_corpus(paths, out_dir, force=force, resume=resume, skip_bad_shards=skip_bad_shards, notice=notice)
+    return _merged_fleet(replicas, out_dir, force=force, resume=resume, skip_bad_shards=skip_bad_shards,
+                         notice=notice)
 
 
 def fleet_groups(paths: tuple[str, ...] | list[str]) -> list[tuple[str, list[str], dict[str, Any]]]:
     """The replicas ``paths`` name in groups recorded alike (``analyze --split-by model``): each
     group's name, replica folders and the settings that tell it from the others
-    (:func:`guardscope.corpus.fleet.split_fleet`)."""
-    from .corpus.fleet import split_fleet
+    (:func:`guardscope.corpus.fleet.replicas.split_fleet`)."""
+    from .corpus.fleet.replicas import split_fleet
 
     return split_fleet(paths)
 
@@ -369,13 +371,22 @@ def fleet_groups(paths: tuple[str, ...] | list[str]) -> list[tuple[str, list[str
 def fleet_corpus(paths: tuple[str, ...] | list[str], out_dir: str | Path, *, force: bool = False, resume: bool = False,
                  skip_bad_shards: bool = False, notice: Callable[[str], None] | None = None) -> Path:
     """Several replicas' traffic logs (corpus folders, folders of them, glob patterns) merged in
-    fleet order (:mod:`guardscope.corpus.fleet`) into ``OUT/fleet-corpus``, the corpus ``analyze``
-    then replays; the replicas are checked to be one fleet before the output folder is touched.
-    A resumed analysis keeps the merged corpus it was reading."""
-    from .corpus.fleet import merge_fleet, open_fleet
+    fleet order (:mod:`guardscope.corpus.fleet.merge`) into ``OUT/fleet-corpus``, the corpus
+    ``analyze`` then replays; the replicas are checked to be one fleet
+    (:func:`guardscope.corpus.fleet.replicas.open_fleet`) before the output folder is touched."""
+    from .corpus.fleet.replicas import open_fleet
+
+    return _merged_fleet(open_fleet(paths), out_dir, force=force, resume=resume, skip_bad_shards=skip_bad_shards,
+                         notice=notice)
+
+
+def _merged_fleet(replicas: list[Any], out_dir: str | Path, *, force: bool, resume: bool, skip_bad_shards: bool,
+                  notice: Callable[[str], None] | None) -> Path:
+    """The replicas (opened and checked to be one fleet) merged into ``OUT/fleet-corpus``. A
+    resumed analysis keeps the merged corpus it was reading."""
+    from .corpus.fleet.merge import merge_fleet
     from .corpus.storage.format import MANIFEST_NAME
 
-    replicas = open_fleet(paths)
     out = store.prepare_output_dir(out_dir, force=force, resume=resume)
     target = out / FLEET_CORPUS
     if resume and (target / MANIFEST_NAME).is_file():

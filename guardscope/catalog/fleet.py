@@ -1,9 +1,9 @@
 """A fleet's catalog: each topology's calls per replica, and when it was first and last seen
 (issue 38).
 
-The samples of a merged fleet corpus (:mod:`guardscope.corpus.fleet`) each come from one replica;
+The samples of a merged fleet corpus (:mod:`guardscope.corpus.fleet.merge`) each come from one replica;
 its rows, tallied by topology (:func:`sample_groups`, then
-:func:`guardscope.corpus.fleet_samples.group_tally`), give each topology's calls per replica, so
+:func:`guardscope.corpus.fleet.samples.group_tally`), give each topology's calls per replica, so
 the catalog says which replica meets which topology, and a topology one replica meets once a day
 is not lost in the fleet's total."""
 
@@ -18,7 +18,7 @@ from ..model import Catalog
 def sample_groups(catalog: Catalog, samples: int = 0) -> Any:
     """Each of the corpus's ``samples`` samples' topology (at least the catalog's), by position in
     ``catalog.topologies`` (-1: in none, as a failed sample or one of a skipped shard), as an int32
-    numpy array: what :func:`guardscope.corpus.fleet_samples.group_tally` tallies a traffic log's
+    numpy array: what :func:`guardscope.corpus.fleet.samples.group_tally` tallies a traffic log's
     rows by."""
     import numpy as np
 

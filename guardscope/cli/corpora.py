@@ -77,7 +77,8 @@ def merge(replicas: tuple[str, ...], destination: str, overwrite: bool, skip_bad
       guardscope analyze fleet/ --out out/
       duckdb -c "SELECT digest, sum(count) FROM 'fleet/shard-*.parquet' GROUP BY digest"
     """
-    from ..corpus.fleet import merge_fleet, open_fleet
+    from ..corpus.fleet.merge import merge_fleet
+    from ..corpus.fleet.replicas import open_fleet
 
     fleet = open_fleet(replicas)
     merged = merge_fleet(fleet, destination, overwrite=overwrite, skip_bad_shards=skip_bad_shards,

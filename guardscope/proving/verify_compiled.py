@@ -182,7 +182,7 @@ def _replay_split(corpus: Any, holdout: float | None, probed: list[Any] = (), re
         yield from corpus.iter_records(start)
         yield from probed
         return
-    from ..corpus.fleet_samples import replica_of_samples
+    from ..corpus.fleet.samples import replica_of_samples
 
     found = replica_of_samples(corpus)
     if found is None or replica not in found[0]:

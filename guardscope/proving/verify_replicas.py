@@ -25,7 +25,7 @@ def replica_calls(corpus_dir: Path, holdout: float | None) -> dict[str, int] | N
     None for a corpus that is not a fleet's."""
     import numpy as np
 
-    from ..corpus.fleet_samples import replica_of_samples
+    from ..corpus.fleet.samples import replica_of_samples
     from ..corpus.reader import load_corpus
 
     corpus = load_corpus(corpus_dir)

@@ -211,7 +211,8 @@ def test_split_by_model_analyses_each_group_of_replicas_recorded_alike(tmp_path)
 def test_a_compact_merge_keeps_every_topology_count_replica_and_time_of_the_fleet(tmp_path, name):
     import pyarrow.parquet as pq
 
-    from guardscope.corpus.fleet import merge_fleet, open_fleet
+    from guardscope.corpus.fleet.merge import merge_fleet
+    from guardscope.corpus.fleet.replicas import open_fleet
 
     spec, compile_options, calls = _calls(name)
     rng = random.Random(3)

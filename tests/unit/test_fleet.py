@@ -1,4 +1,4 @@
-"""Many replicas' traffic logs as one corpus in fleet order (guardscope.corpus.fleet, ``guardscope
+"""Many replicas' traffic logs as one corpus in fleet order (guardscope.corpus.fleet.merge, ``guardscope
 merge``) and a fleet catalog's calls per replica (guardscope.catalog.fleet); no compile."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from click.testing import CliRunner
 
 from guardscope.catalog.fleet import sample_groups, single_replica_topologies, with_fleet
 from guardscope.cli import main
-from guardscope.corpus.fleet import find_corpora, merge_fleet, open_fleet
-from guardscope.corpus.fleet_samples import group_tally, replica_of_samples
+from guardscope.corpus.fleet.merge import merge_fleet
+from guardscope.corpus.fleet.replicas import find_corpora, fleet_of, open_fleet
+from guardscope.corpus.fleet.samples import group_tally, replica_of_samples
 from guardscope.corpus.storage.format import read_manifest
 from guardscope.corpus.reader import load_corpus
 from guardscope.corpus.signatures.signature import signature
@@ -168,6 +169,19 @@ def test_replica_folders_are_found_by_folder_glob_or_name_and_a_stray_path_is_na
         find_corpora([tmp_path / "traffic", tmp_path / "traffic" / "r1"])
     with pytest.raises(CorpusError, match="is the replica"):
         merge_fleet(open_fleet([tmp_path / "traffic"]), tmp_path / "traffic" / "r1", overwrite=True)
+
+
+def test_one_place_answers_whether_the_corpus_arguments_are_a_fleet(tmp_path):
+    """fleet_of: one corpus folder is replayed as it is (None); several paths, a glob or a folder
+    of corpus folders are a fleet, its replicas opened and checked once."""
+    for name in ("r2", "r1"):
+        write_replica(tmp_path / "traffic" / name, name, [(1, EPOCH)])
+    assert fleet_of([tmp_path / "traffic" / "r1"]) is None
+    for named in ([tmp_path / "traffic"], [str(tmp_path / "traffic" / "r*")],
+                  [tmp_path / "traffic" / "r1", tmp_path / "traffic" / "r2"]):
+        assert [replica.label for replica in fleet_of(named)] == [str(tmp_path / "traffic" / n) for n in ("r1", "r2")]
+    assert [replica.label for replica in fleet_of([str(tmp_path / "traffic" / "r1*")])] == [
+        str(tmp_path / "traffic" / "r1")]  # a glob is a fleet, even of one replica
 
 
 def test_the_merge_command_says_what_it_wrote_and_refuses_in_one_line(tmp_path):

@@ -1,7 +1,7 @@
 """A fleet's merged rows made compact (``guardscope merge``'s default): one row per distinct
 signature, with its calls counted per replica, and one call of it kept in full.
 
-:func:`~guardscope.corpus.fleet.merge_fleet` orders every replica's rows in fleet order; a compact
+:func:`~guardscope.corpus.fleet.merge.merge_fleet` orders every replica's rows in fleet order; a compact
 merge then keeps, for each signature (its digest),
 
 * the first call of it kept in full, in fleet order, as its own row (its tensors in the merged
@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .traffic_log.parquet import replicas_type
+from ..traffic_log.parquet import replicas_type
 
 # Hex digit -> value, for digests read as bytes.
 _HEX = bytes(range(256)).translate(bytes.maketrans(b"0123456789abcdef", bytes(range(16))))

@@ -13,8 +13,8 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .storage.format import TRAFFIC_FORMAT_VERSION
-from .reader import Corpus
+from ..storage.format import TRAFFIC_FORMAT_VERSION
+from ..reader import Corpus
 
 
 def _shard_tables(corpus: Corpus, columns: list[str], skip: Collection[str] = ()) -> Iterator[Any]:

@@ -17,15 +17,13 @@ compile is reported at), never which topologies exist or how many calls each has
 The merged corpus is an ordinary format 5 corpus: its rows keep their replica names, the calls
 kept in full keep their tensors (in new data shards), a signature's full recording keeps
 pointing at it, and request tags become ``"replica/tag"`` (two replicas' request 7 are two
-requests). A compact merge (:mod:`.fleet_compact`) keeps a row per signature instead, and takes
-compact merges as replicas too. Replicas must have been recorded from one model, with one set
-of compile options, Dynamo settings, grad mode and torch version: anything else is refused
-naming the replicas that differ, before anything is written.
+requests). A compact merge (:mod:`.compact`) keeps a row per signature instead, and takes
+compact merges as replicas too. The replicas come found, opened and checked to be one fleet
+(:mod:`.replicas`) before anything is written.
 """
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import pathlib
@@ -33,27 +31,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import CorpusError, ShardError
-from .storage.compile_log import merge_compile_logs
-from .fleet_compact import digest_codes
-from .fleet_order import Layout, ReadRows, fleet_layout
-from .storage.format import MANIFEST_NAME, TRAFFIC_FORMAT_VERSION, ShardInfo
-from .reader import Corpus, load_corpus
-from .storage.shards import read_checked, read_shard
-from .spec import respec
-from .traffic_log.parquet import read_log
-from .writer import CorpusWriter
+from ...errors import CorpusError, ShardError
+from ..reader import Corpus
+from ..spec import respec
+from ..storage.compile_log import merge_compile_logs
+from ..storage.format import ShardInfo
+from ..storage.shards import read_checked, read_shard
+from ..traffic_log.parquet import read_log
+from ..writer import CorpusWriter
+from .compact import digest_codes
+from .order import Layout, ReadRows, fleet_layout
+from .replicas import Replica
 
 SHARD_ROWS = 65536  # rows per merged log shard (a recorder's flush writes fewer)
-
-
-@dataclass(frozen=True)
-class Replica:
-    """One replica's corpus: where it is, as the user named it (``label``), and the replica
-    names its rows carry (one for a recorder's corpus)."""
-
-    label: str
-    corpus: Corpus
 
 
 @dataclass
@@ -79,129 +69,6 @@ class Merged:
         return text
 
 
-def _folder_of_corpora(path: pathlib.Path) -> bool:
-    """A folder that is no corpus itself but holds corpus folders (a fleet's replicas)."""
-    return (not (path / MANIFEST_NAME).is_file() and path.is_dir()
-            and any((child / MANIFEST_NAME).is_file() for child in path.iterdir()))
-
-
-def names_several(paths: Sequence[str | os.PathLike[str]]) -> bool:
-    """Whether ``paths`` name several replicas' traffic (what :func:`find_corpora` reads as
-    more than one folder may): more than one path, a glob pattern, or one folder of corpus
-    folders (not a corpus itself)."""
-    if len(paths) != 1 or glob.has_magic(os.fspath(paths[0])):
-        return True
-    return _folder_of_corpora(pathlib.Path(paths[0]))
-
-
-def find_corpora(paths: Sequence[str | os.PathLike[str]]) -> list[pathlib.Path]:
-    """The corpus folders ``paths`` name: each a corpus folder (it holds ``corpus.json``), a
-    folder of corpus folders (its subfolders holding one, by name), or a glob pattern of
-    either. ``CorpusError`` for a path that is none of these, or a folder named twice."""
-    found: list[pathlib.Path] = []
-    for given in paths:
-        text = os.fspath(given)
-        matches = sorted(glob.glob(text)) if glob.has_magic(text) else [text]
-        if not matches:
-            raise CorpusError(f"{text} matches no folder")
-        for match in matches:
-            path = pathlib.Path(match)
-            if (path / MANIFEST_NAME).is_file():
-                found.append(path)
-            elif _folder_of_corpora(path):
-                found.extend(sorted(child for child in path.iterdir() if (child / MANIFEST_NAME).is_file()))
-            elif glob.has_magic(text) and not path.is_dir():
-                continue  # a pattern's file matches (a README beside the replica folders)
-            else:
-                raise CorpusError(f"{match} is neither a corpus folder (no {MANIFEST_NAME}) nor a folder of them")
-    seen: dict[pathlib.Path, pathlib.Path] = {}
-    for path in found:
-        earlier = seen.setdefault(path.resolve(), path)
-        if earlier is not path:
-            raise CorpusError(f"{path} is named twice ({earlier} and {path}): give each replica once")
-    if not found:
-        raise CorpusError("no corpus folder given")
-    return found
-
-
-def open_fleet(paths: Sequence[str | os.PathLike[str]]) -> list[Replica]:
-    """The replicas ``paths`` name (:func:`find_corpora`), opened and checked to be one fleet:
-    traffic logs (format 5) recorded from one model with one set of settings. ``CorpusError``
-    naming the replicas that differ, and from which."""
-    replicas = [Replica(str(path), load_corpus(path)) for path in find_corpora(paths)]
-    for replica in replicas:
-        _check_format(replica)
-    check_fleet(replicas)
-    return replicas
-
-
-def _check_format(replica: Replica) -> None:
-    version = replica.corpus.manifest.format_version
-    if version != TRAFFIC_FORMAT_VERSION:
-        raise CorpusError(
-            f"replica {replica.label} is a format {version} corpus: its calls carry no timestamps, so they "
-            "have no place in the fleet's order; record replicas with guardscope.TrafficRecorder "
-            "(a traffic log, format 5)")
-
-
-def _settings(replica: Replica) -> dict[str, Any]:
-    manifest = replica.corpus.manifest
-    anchor = pathlib.Path("/")  # the model spec as an absolute path: equal when it names one file
-    return {
-        "model": f"{respec(manifest.model, replica.corpus.path, anchor)}"
-                 + (f" .{manifest.method}" if manifest.method else ""),
-        "recorded model": manifest.recorded_model.to_json() if manifest.recorded_model is not None else None,
-        "compile options": manifest.compile,
-        "Dynamo settings": manifest.dynamo_config or {},
-        "grad mode": manifest.grad_mode,
-        "torch version": manifest.torch_version,
-    }
-
-
-def check_fleet(replicas: Sequence[Replica]) -> None:
-    """``CorpusError`` when the replicas were not recorded alike (model, recorded model print,
-    compile options, Dynamo settings, grad mode, torch version), naming which replicas differ
-    from which."""
-    settings = [_settings(replica) for replica in replicas]
-    for what in settings[0]:
-        groups: dict[str, list[str]] = {}
-        for replica, values in zip(replicas, settings):
-            groups.setdefault(json.dumps(values[what], sort_keys=True), []).append(replica.label)
-        if len(groups) > 1:
-            parts = []
-            for text, labels in groups.items():
-                shown = text if len(text) <= 80 else text[:77] + "..."
-                parts.append(f"{_listed(labels)} {'has' if len(labels) == 1 else 'have'} {shown}")
-            raise CorpusError(f"the replicas were recorded with different {what}: {'; '.join(parts)}; "
-                              "analyse each group on its own (analyze --split-by model)")
-
-
-def split_fleet(paths: Sequence[str | os.PathLike[str]]) -> list[tuple[str, list[str], dict[str, Any]]]:
-    """The replicas ``paths`` name (:func:`find_corpora`) in groups recorded alike (what
-    :func:`check_fleet` requires of one fleet), in order of each group's first replica: per group
-    its name (``group-1``, ...), its replicas' folders and the settings that tell it from the
-    other groups. ``CorpusError`` as :func:`open_fleet` raises it for a replica that cannot be
-    in any fleet (not a traffic log)."""
-    replicas = [Replica(str(path), load_corpus(path)) for path in find_corpora(paths)]
-    for replica in replicas:
-        _check_format(replica)
-    settings = [_settings(replica) for replica in replicas]
-    groups: dict[str, list[int]] = {}
-    for position, values in enumerate(settings):
-        groups.setdefault(json.dumps(values, sort_keys=True), []).append(position)
-    differing = [what for what in settings[0] if len({json.dumps(values[what], sort_keys=True)
-                                                      for values in settings}) > 1]
-    return [(f"group-{number}", [replicas[k].label for k in members],
-             {what: settings[members[0]][what] for what in differing})
-            for number, members in enumerate(groups.values(), start=1)]
-
-
-def _listed(labels: list[str], shown: int = 3) -> str:
-    if len(labels) <= shown:
-        return ", ".join(labels)
-    return f"{', '.join(labels[:shown])} and {len(labels) - shown} more"
-
-
 def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str], *, overwrite: bool = False,
                 skip_bad_shards: bool = False, shard_rows: int = SHARD_ROWS, compact: bool = False,
                 progress: Callable[[str], None] | None = None) -> Merged:
@@ -210,7 +77,7 @@ def merge_fleet(replicas: Sequence[Replica], destination: str | os.PathLike[str]
     calls lost, counted in :attr:`Merged.skipped`) and the rest merged; without, its
     ``ShardError``. ``progress(line)`` is told of each replica read. ``compact``: one row per
     distinct signature with its calls per replica, and one call of it kept in full
-    (:mod:`.fleet_compact`); request tags are not kept.
+    (:mod:`.compact`); request tags are not kept.
 
     Two passes, so memory holds a few numbers per row and a shard per replica, never the fleet's
     rows: the first reads and checks every shard, keeping only what places a row (its time,
@@ -477,11 +344,10 @@ def _reread_shard(corpus: Corpus, shard: ShardInfo) -> tuple[Any, list[dict[str,
 def _data_of(corpus: Corpus, shard: ShardInfo) -> tuple[list[dict[str, Any]], bool]:
     if shard.data is None:
         return [], False
-    from .storage.format import STRUCTURED_FORMAT_VERSION
+    from ..storage.format import STRUCTURED_FORMAT_VERSION
 
     content = read_shard(corpus.path / shard.data[0], shard.data[1], STRUCTURED_FORMAT_VERSION, "cpu")
     return content["samples"], content.get("structured", False)
 
 
-__all__ = ["Merged", "Replica", "check_fleet", "find_corpora", "merge_fleet", "names_several", "open_fleet",
-           "split_fleet"]
+__all__ = ["Merged", "merge_fleet"]

@@ -1,7 +1,7 @@
-"""A fleet's rows placed in fleet order, between :func:`~guardscope.corpus.fleet.merge_fleet`'s two
+"""A fleet's rows placed in fleet order, between :func:`~guardscope.corpus.fleet.merge.merge_fleet`'s two
 passes: what the first pass kept of every replica's rows, concatenated, ordered (the order
-:mod:`.fleet` defines), and laid out as the merged corpus holds them, one row per row read or
-(compact) one per signature (:mod:`.fleet_compact`). Memory holds a few numbers per row: each
+:mod:`.merge` defines), and laid out as the merged corpus holds them, one row per row read or
+(compact) one per signature (:mod:`.compact`). Memory holds a few numbers per row: each
 column is reordered in turn and dropped once no step needs it."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .fleet_compact import compact_rows
-from .storage.format import ShardInfo
-from .storage.requests import RequestRuns
+from .compact import compact_rows
+from ..storage.format import ShardInfo
+from ..storage.requests import RequestRuns
 
 
 @dataclass
@@ -126,7 +126,7 @@ def _concatenated(read: ReadRows, compact: bool) -> _Rows:
 
 
 def _order(rows: _Rows, compact: bool) -> None:
-    """``rows.order``: the fleet order (:mod:`.fleet`'s docstring)."""
+    """``rows.order``: the fleet order (:mod:`.merge`'s docstring)."""
     import numpy as np
 
     # Each replica's clock made monotone, so its own order stays.
@@ -181,7 +181,7 @@ def _put_in_order(rows: _Rows, fields: tuple[str, ...]) -> None:
 
 
 def _compact_layout(rows: _Rows, listed: Any, runs: Sequence[RequestRuns | None]) -> Layout:
-    """A compact merge's rows (:func:`~.fleet_compact.compact_rows`); the request tags it drops
+    """A compact merge's rows (:func:`~.compact.compact_rows`); the request tags it drops
     counted, not kept."""
     import numpy as np
 
