@@ -36,7 +36,7 @@ from .values.structured import rebuild
 
 # Shards Corpus.full_sample keeps decoded.
 FULL_SHARDS_KEPT = 4
-# Call templates (signature structures, corpus.call_template.CallTemplate) a Corpus keeps.
+# Call templates (signature structures, corpus.signatures.call_template.CallTemplate) a Corpus keeps.
 TEMPLATES_KEPT = 64
 
 
@@ -67,7 +67,7 @@ class Corpus:
         self._placement = _placement(map_location)
         self._templates: list[CallTemplate] = []  # those of the signature records read, last matched first
         # A version 1 traffic log read so far gathered a signature's repeats without their places:
-        # its sample indices are its rows' order, not the calls' (corpus.traffic_log).
+        # its sample indices are its rows' order, not the calls' (corpus.traffic_log.parquet).
         self.row_indices = False
         # Calls kept in full that load_columns gave among a template's rows (checked by their
         # layout like the signature rows around them): the analysis does not count them as signatures.

@@ -153,7 +153,7 @@ class TrafficRecorder(FallbackRecorder):
         if current is not None:  # a dropped call is a step of its request all the same
             tag = (current[0], current[1])
             current[1] += 1
-        # A flat call's cheap key finds its signature, checked once (corpus.signature.call_key).
+        # A flat call's cheap key finds its signature, checked once (corpus.signatures.signature.call_key).
         cheap = call_key(args, kwargs)
         known = self._known.get(cheap) if cheap is not None else None
         if known is None:
@@ -289,7 +289,7 @@ class TrafficRecorder(FallbackRecorder):
                             max_signatures=self.max_signatures, log=self.log, replica=self.replica,
                             shard_size=WINDOW_ROWS if self.log == "parquet" else 256,
                             roll_bytes=self.roll_bytes, roll_seconds=self.roll_seconds,
-                            # The log's files written off this thread (corpus.log_tail): a window of
+                            # The log's files written off this thread (corpus.traffic_log.tail): a window of
                             # calls kept in full takes seconds to encode, and the queue fills meanwhile.
                             background=self.log == "parquet",
                             # The bound this recorder applies before copying, so the writer's

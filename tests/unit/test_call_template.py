@@ -1,4 +1,4 @@
-"""Call templates (``corpus.call_template.CallTemplate``): the signatures a replay checks without rebuilding
+"""Call templates (``corpus.signatures.call_template.CallTemplate``): the signatures a replay checks without rebuilding
 each call, and the signature records a corpus reads for it (``Corpus.load_records``)."""
 
 from __future__ import annotations

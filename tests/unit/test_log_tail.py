@@ -1,5 +1,5 @@
 """Issue 53: a traffic recorder's writer keeps draining its queue while a window's data shard is
-written (``corpus.log_tail``), so calls offered meanwhile are not dropped at the default bounds; the
+written (``corpus.traffic_log.tail``), so calls offered meanwhile are not dropped at the default bounds; the
 files still follow in order, flush() still waits for them, and a failed write is raised. No compile."""
 
 from __future__ import annotations

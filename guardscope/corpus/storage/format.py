@@ -184,11 +184,11 @@ FORMAT_VERSION = 2
 # Written when a corpus keeps signature records (CorpusWriter(keep="signatures")); a corpus of
 # full samples stays format 2, so that older guardscope versions read it.
 SIGNATURE_FORMAT_VERSION = 3
-# Written when a call held an object a codec stores (corpus.structured): format 3 plus the "o"
+# Written when a call held an object a codec stores (corpus.values.structured): format 3 plus the "o"
 # tag, so that an older guardscope refuses the corpus by its version instead of a shard's tag.
 STRUCTURED_FORMAT_VERSION = 4
 # Written when signature records go to Parquet traffic logs (CorpusWriter(log="parquet"), the
-# TrafficRecorder's default; corpus.traffic_log): format 4's values, each flush a shard-NNNNN.parquet
+# TrafficRecorder's default; corpus.traffic_log.parquet): format 4's values, each flush a shard-NNNNN.parquet
 # of every call it holds and, for the calls kept in full, a shard-NNNNN.pt data shard beside it.
 TRAFFIC_FORMAT_VERSION = 5
 # The versions this guardscope reads.

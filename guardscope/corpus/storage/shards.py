@@ -436,7 +436,7 @@ def _value_decoder(path: pathlib.Path,
                 raise _malformed(path, value, "not a device") from None
         if tag == "o":
             # An object stored by its codec: kept lowered here; the reader rebuilds it through
-            # the registry (corpus.structured), which resolves the name without importing it.
+            # the registry (corpus.values.structured), which resolves the name without importing it.
             if len(value) != 3 or type(value[1]) is not str:
                 raise _malformed(path, value, "a stored object is a type name and a state")
             stored[0] = True

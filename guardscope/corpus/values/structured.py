@@ -43,7 +43,7 @@ from ...errors import SampleError
 from . import library_types
 from .codecs import BY_NAME, BY_TYPE, Codec, add_codec, attributes_codec, module_label, type_name
 
-# The values a sample holds as they are (see corpus.format).
+# The values a sample holds as they are (see corpus.storage.format).
 PLAIN_TYPES = (type(None), bool, int, float, complex, str, torch.dtype, torch.device)
 # Name prefixes of the codecs resolved from the modules already imported.
 NAMEDTUPLE, DATACLASS, PYTREE, CLASS = "namedtuple:", "dataclass:", "pytree:", "class:"
