@@ -95,7 +95,7 @@ def test_a_generate_warmup_applied_as_the_report_says_compiles_nothing_under_ind
     prompts and on new ones. verify and check_generate prove it under inductor, check_generate
     fails where generate() needs a graph, and the report's code is what was run. Slow: its subject
     is inductor, which compiles the same six GPT-2 graphs cold once (verify's child) and from the
-    run's cache four more times (this process, two check_generate children)."""
+    run's cache twice more (this process, and check_generate's set-up)."""
     import html
     import re
 
@@ -142,9 +142,12 @@ def test_a_generate_warmup_applied_as_the_report_says_compiles_nothing_under_ind
             om.generate_all(model, [(torch.randint(2, om.VOCAB, (1, 1)), 2)])  # a 1-token prompt: no graph has it
     torch._dynamo.reset()
 
-    checked = check_generate(analysis.out_dir, [(ids, {"max_new_tokens": new, "min_new_tokens": new,
-                                                        "do_sample": False}) for ids, new in held_out[:3]])
-    assert (checked.backend, checked.compiles, checked.limit_hits) == ("inductor", (), ()) and checked.calls > 3
-    one_token = check_generate(analysis.out_dir, [(torch.randint(2, om.VOCAB, (1, 1)), {"max_new_tokens": 2})])
-    # Its prefill needs a graph: a compile, or (the warmup used the frame's limit up) a call past it.
-    assert not one_token.passed and (one_token.compiles + one_token.limit_hits)[0]["call"] == 0
+    # One check (one set-up): three new prompts the warmup covers, then a 1-token prompt it does not.
+    checked = check_generate(analysis.out_dir, [*((ids, {"max_new_tokens": new, "min_new_tokens": new,
+                                                          "do_sample": False}) for ids, new in held_out[:3]),
+                                                (torch.randint(2, om.VOCAB, (1, 1)), {"max_new_tokens": 2})])
+    assert checked.backend == "inductor" and checked.requests == 4 and checked.calls > 4 and not checked.passed
+    # Only the 1-token prompt needed graphs, from its prefill on: compiles, or (the warmup used the
+    # frame's limit up) calls past it; the three covered prompts none.
+    needed = checked.compiles + checked.limit_hits
+    assert {hit["request"] for hit in needed} == {3} and min(hit["call"] for hit in needed) == 0, needed
