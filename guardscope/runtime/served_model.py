@@ -153,6 +153,10 @@ class ServedModel:
         self._binder = CallBinder(model)
         self._code = self._binder.code
         self._grad = functools.partial(torch_compat.grad_context, options.grad_mode)
+        # The settings torch.compile(dynamic=True/False) makes around each call, held while any call
+        # is in flight: on torch 2.11 threads' calls otherwise leave them changed for the process.
+        dynamic = None if options.shapes_spec else options.dynamic  # compile_model passes no dynamic= with a spec
+        self._dynamic = functools.partial(torch_compat.held_call_settings, dynamic)
         self._lock = threading.Lock()
         self._calls = 0
         self._compiled_calls = 0
@@ -209,7 +213,7 @@ class ServedModel:
             self.traffic.offer(args, kwargs)
         # A compile while serving is this call's stall; the warmup's, before, are not (compiles.jsonl).
         with self.traffic.serving() if self.traffic is not None else contextlib.nullcontext(), \
-                self._stance(), self._grad():
+                self._stance(), self._dynamic(), self._grad():
             arguments = self._binder.arguments(args, kwargs)
             frame = self._binder.frame_locals(args, kwargs) if arguments is not None else {}
             if not frame:  # they do not fit forward: the call raises its TypeError
@@ -311,7 +315,7 @@ class ServedModel:
 
             # Room for one more graph of this frame: the plan's graphs may fill Dynamo's limit.
             with torch_compat.compile_start_callback(started), torch_compat.raised_recompile_limit(entries + 1), \
-                    self._grad():
+                    self._dynamic(), self._grad():
                 self.compiled(*args, **kwargs)
         details["compile_seconds"] = round(time.perf_counter() - begun, 6)
         after = torch_compat.compile_cache_counters()

@@ -7,7 +7,7 @@ docstring names the private APIs it uses, and why):
 * ``versions``: which torch this is, and which features it has (the tested range, ``supports_*``);
 * ``dtypes``: a dtype's one spelling in guardscope's files;
 * ``dynamo_config``: Dynamo's settings for a block: recompile limits, patched config (duck
-  sizing), the guard-latency profile; a reset;
+  sizing), the guard-latency profile, a compiled callable's per-call settings held across threads; a reset;
 * ``grad_modes``: autograd's mode around a call: the one a thread is in, a block in a given one;
 * ``logs``: what torch logs: the structured trace, torch's own log lines and warnings;
 * ``guards``: a code object's cache entries, their guards, Dynamo's lookup order, and what a
@@ -30,10 +30,10 @@ docstring names the private APIs it uses, and why):
 """
 
 from .versions import (check_supported_version, supports_eager_on_recompile, supports_per_call_recompile_limit,
-                       supports_unbacked_sources, torch_version)
+                       supports_per_thread_config, supports_unbacked_sources, torch_version)
 from .dtypes import DTYPES, dtype_name
 from .dynamo_config import (DUCK_SHAPE_SETTING, DYNAMO_SETTINGS, LIMIT_SETTINGS, allow_graphs, applied_settings,
-                            dynamo_defaults,
+                            dynamic_call_settings, dynamo_defaults, held_call_settings,
                             dynamo_settings, is_recompile_limit_error, patched_config, raised_recompile_limit,
                             recompile_limits, reset_dynamo, warn_once, without_guard_latency_profile)
 from .grad_modes import backpropagate, current_grad_mode, grad_context
@@ -57,9 +57,10 @@ from .guard_columns import ColumnGuards, ScalarColumn, TensorColumn, column_guar
 
 __all__ = [
     "check_supported_version", "supports_eager_on_recompile", "supports_per_call_recompile_limit",
-    "supports_unbacked_sources", "torch_version",
+    "supports_per_thread_config", "supports_unbacked_sources", "torch_version",
     "DTYPES", "dtype_name",
-    "DUCK_SHAPE_SETTING", "DYNAMO_SETTINGS", "LIMIT_SETTINGS", "allow_graphs", "applied_settings", "dynamo_defaults",
+    "DUCK_SHAPE_SETTING", "DYNAMO_SETTINGS", "LIMIT_SETTINGS", "allow_graphs", "applied_settings",
+    "dynamic_call_settings", "dynamo_defaults", "held_call_settings",
     "dynamo_settings", "is_recompile_limit_error", "patched_config", "raised_recompile_limit", "recompile_limits",
     "reset_dynamo",
     "warn_once", "without_guard_latency_profile",

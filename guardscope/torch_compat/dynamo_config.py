@@ -14,6 +14,12 @@ profile of a background compile, and a clean slate (:func:`reset_dynamo`).
 differ from torch's defaults: ``ConfigModule._config[name].default``), :func:`dynamo_defaults`
 torch's own values, and :func:`applied_settings` puts the guard-changing ones in place for a
 replay. :func:`warn_once` warns about compile options a manifest names that are not applied.
+
+:func:`held_call_settings`: the settings a ``torch.compile(dynamic=True/False)`` callable makes
+around each of its calls (``torch._dynamo.eval_frame.make_set_enable_dynamic``, a closure patcher
+that saves them on entry and puts them back on exit), held from the first of several threads'
+calls in flight to the last, where torch keeps a setting for the whole process (2.11): there the
+threads' saves and restores interleave and can leave a setting changed for good.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import warnings
 from typing import Any, Iterator
 
 import torch
+
+from .versions import supports_per_thread_config
 
 
 def reset_dynamo() -> None:
@@ -185,6 +193,61 @@ def applied_settings(settings: dict[str, Any]) -> Iterator[list[str]]:
 
 
 DUCK_SHAPE_SETTING = "torch.fx.experimental._config.use_duck_shape"
+
+
+def dynamic_call_settings(dynamic: bool | None) -> dict[str, Any]:
+    """The Dynamo settings a ``torch.compile(..., dynamic=dynamic)`` callable puts in place around
+    each of its calls, as ``torch._dynamo.eval_frame.make_set_enable_dynamic`` makes them (versions
+    read: the same in 2.11.0, 2.13.0 and 2.14.1; tests/unit/test_torch_internals.py checks them
+    against the installed torch): True assumes every dim dynamic, False none and no automatic
+    dynamic either; None (torch's default) changes nothing."""
+    if dynamic is None:
+        return {}
+    if dynamic:
+        return {"assume_static_by_default": False}
+    return {"automatic_dynamic_shapes": False, "assume_static_by_default": True}
+
+
+_held_lock = threading.Lock()
+_held: dict[tuple[tuple[str, Any], ...], list[Any]] = {}  # settings -> [calls in flight, the values before]
+
+
+@contextlib.contextmanager
+def held_call_settings(dynamic: bool | None) -> Iterator[None]:
+    """The block is one call of a ``torch.compile(dynamic=dynamic)`` callable that other threads may
+    call at the same time: its settings (:func:`dynamic_call_settings`) are held from the first
+    call in to the last out, and the values before are put back after the last.
+
+    Where torch keeps a setting made in code for the whole process (not
+    :func:`~guardscope.torch_compat.versions.supports_per_thread_config`: 2.11.0), each call saves
+    the settings on entry and restores them on exit, and threads interleave: A saves the default
+    and sets True's ``assume_static_by_default=False``, B saves A's value, A restores the default, B
+    restores A's value, which stays. Seen on torch 2.11.0 (6 threads calling a ``dynamic=True``
+    module): every later ``torch.compile(dynamic=None)`` in the process then compiled its first
+    graph with dynamic dims and floats. Held here, every call saves and restores the held value.
+    Elsewhere (per-thread settings, or ``dynamic=None``), nothing."""
+    settings = dynamic_call_settings(dynamic)
+    if not settings or supports_per_thread_config():
+        yield
+        return
+    config = torch._dynamo.config
+    key = tuple(sorted(settings.items()))
+    with _held_lock:
+        held = _held.setdefault(key, [0, None])
+        if held[0] == 0:
+            held[1] = {name: getattr(config, name) for name in settings}
+            for name, value in settings.items():
+                setattr(config, name, value)
+        held[0] += 1
+    try:
+        yield
+    finally:
+        with _held_lock:
+            held[0] -= 1
+            if held[0] == 0:
+                for name, value in held[1].items():
+                    setattr(config, name, value)
+                del _held[key]
 
 
 def warn_once(message: str) -> None:

@@ -4,7 +4,8 @@ guardscope is tested on torch 2.11 to 2.14 (:data:`TESTED_RANGE`, docs/compat.md
 and says so (:func:`check_supported_version`). A feature is detected, not inferred from the
 version: ``torch.compiler.set_stance`` (:func:`supports_eager_on_recompile`),
 ``torch.compiler.config.unbacked_sources`` (:func:`supports_unbacked_sources`), a per-call
-``recompile_limit`` (:func:`supports_per_call_recompile_limit`); the declarative spec's keyword is
+``recompile_limit`` (:func:`supports_per_call_recompile_limit`), Dynamo settings kept per thread
+(:func:`supports_per_thread_config`); the declarative spec's keyword is
 ``shapes_specs.spec_support``'s. Each gate's docstring names the releases whose sources were read
 for it; tests/unit/test_torch_internals.py checks every gate against the installed torch.
 """
@@ -67,3 +68,17 @@ def supports_eager_on_recompile() -> bool:
     (versions read: present in 2.9.1, 2.10.0, 2.11.0, 2.12.1, 2.13.0 and 2.14.1). Under it a call
     that no cached graph accepts runs eagerly instead of compiling; a graph that accepts still runs."""
     return callable(getattr(torch.compiler, "set_stance", None))
+
+
+def supports_per_thread_config() -> bool:
+    """Whether a Dynamo setting made in code holds for the thread that made it only: torch keeps each
+    ``torch._dynamo.config`` entry's ``user_override`` in a ``contextvars.ContextVar`` ("user overrides
+    are thread-local", ``torch/utils/_config_module.py``). Versions read: 2.13.0 and 2.14.1 do; 2.11.0
+    keeps a plain attribute, one value for the whole process (2.12.1 not read: the gate reads the
+    installed torch). Where False, the settings a ``torch.compile(dynamic=...)`` callable saves and
+    restores around each call race between threads
+    (:func:`guardscope.torch_compat.dynamo_config.held_call_settings`)."""
+    import contextvars
+
+    entry = getattr(torch._dynamo.config, "_config", {}).get("assume_static_by_default")
+    return isinstance(getattr(entry, "user_override", None), contextvars.ContextVar)

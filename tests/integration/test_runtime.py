@@ -271,6 +271,7 @@ def test_concurrent_calls_from_several_threads(tiny_plan, tmp_path):
     threads, rounds = 6, 20
     errors: list[BaseException] = []
     fallbacks = tmp_path / "fb"
+    settings = {name: getattr(torch._dynamo.config, name) for name in torch_compat.DYNAMO_SETTINGS}
     with runtime.serve(model, tiny_plan, backend="eager", plan="warmup", fallback_dir=fallbacks,
                        repeat_rate=0.0, max_samples=3) as served:
         before = graphs_compiled()
@@ -301,6 +302,10 @@ def test_concurrent_calls_from_several_threads(tiny_plan, tmp_path):
     assert stats.recorded == 3 and stats.signatures == 3 and stats.pending == 0
     assert stats.fallbacks == stats.recorded + stats.dropped
     assert len({tuple(s.args[0].shape) + (s.args[0].dtype,) for s in load_corpus(fallbacks)}) == 3
+    # The plan compiles with dynamic=True, whose calls set assume_static_by_default=False and put the
+    # value before back: on torch 2.11 (one value for the process) six threads' calls interleaved
+    # left it False for good, and every later dynamic=None compile in the process went dynamic.
+    assert {name: getattr(torch._dynamo.config, name) for name in torch_compat.DYNAMO_SETTINGS} == settings
 
 
 def test_traffic_dir_records_every_call_by_signature_for_an_audit(seed_plan, seed_samples, tmp_path):

@@ -277,3 +277,59 @@ def test_the_dynamo_settings_guardscope_records_are_torchs():
                          "guardscope.torch_compat.dynamo_config.DYNAMO_SETTINGS names settings it no longer declares")
     assert all(hasattr(entries[name], "default") for name in DYNAMO_SETTINGS), \
         "torch._dynamo.config._config's entries have no .default (read by torch_compat.dynamo_config.dynamo_defaults)"
+
+
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_a_compiled_callables_per_call_settings_are_torchs(dynamic):
+    """held_call_settings holds what torch.compile(dynamic=...) sets around each call
+    (torch._dynamo.eval_frame.make_set_enable_dynamic; the same in 2.11.0, 2.13.0 and 2.14.1)."""
+    from torch._dynamo import eval_frame
+
+    config = torch._dynamo.config
+    names = ("assume_static_by_default", "automatic_dynamic_shapes")
+    revert = eval_frame.make_set_enable_dynamic(dynamic)()
+    try:
+        made = {name: getattr(config, name) for name in names}
+    finally:
+        revert()
+    expected = torch_compat.dynamic_call_settings(dynamic)
+    assert {name: made[name] for name in expected} == expected, (
+        f"torch {torch.__version__}: torch.compile(dynamic={dynamic}) sets {made} around each call, not "
+        f"torch_compat.dynamic_call_settings' {expected} (guardscope.torch_compat.dynamo_config)")
+
+
+def test_calls_of_a_dynamic_module_on_two_threads_leave_the_settings_as_they_were():
+    """Two threads' calls of a torch.compile(dynamic=True) callable, in the order that leaked on
+    torch 2.11.0 (A in, B in, A out, B out: torch's per-call save and restore, one value for the
+    process there), each call inside held_call_settings as the served model makes it: the setting
+    before is the setting after. Per-thread settings (2.13 on) cannot leak this way; the gate says
+    which this torch is."""
+    import contextvars
+    import threading
+
+    from torch._dynamo import eval_frame
+
+    entry = torch._dynamo.config._config["assume_static_by_default"]
+    assert torch_compat.supports_per_thread_config() == isinstance(entry.user_override, contextvars.ContextVar)
+    before = torch._dynamo.config.assume_static_by_default
+    steps = [threading.Event() for _ in range(4)]
+
+    def call(first: bool) -> None:
+        wait_in, done_in, wait_out, done_out = (steps[0], steps[1], steps[2], steps[3]) if not first else (
+            None, steps[0], steps[1], steps[2])
+        with torch_compat.held_call_settings(True):
+            if wait_in:
+                wait_in.wait(10)
+            revert = eval_frame.make_set_enable_dynamic(True)()  # the call's entry
+            done_in.set()
+            wait_out.wait(10)
+            revert()  # the call's exit
+            done_out.set()
+
+    threads = [threading.Thread(target=call, args=(first,)) for first in (True, False)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    assert all(step.is_set() for step in steps)
+    assert torch._dynamo.config.assume_static_by_default == before
