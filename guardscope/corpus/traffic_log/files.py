@@ -43,7 +43,7 @@ ROLL_SECONDS = 600.0
 # ...or this many rows: a file's rows are read at once, so its rows bound an analysis's memory
 # (the bench's own logs are 65,536 rows a file). Not the fold's cost, which no longer grows with
 # the file: 1M seed calls as 262,144-row files analyse at 924 MiB peak RSS here, as 1,048,576-row
-# files at 1.8 GiB (docs/benchmarks.md 15e); fewer, larger files need a file read in parts.
+# files at 1.8 GiB (docs/benchmarks.md 15f); fewer, larger files need a file read in parts.
 ROLL_ROWS = 262_144
 # The distinct rows a traffic recorder's window holds at most before it is flushed (besides its
 # flush_every seconds): a flush costs a file write and the manifest's, so not every few hundred calls.
