@@ -9,9 +9,10 @@ call's tensors are built beforehand, once per argument and shape, untimed) and t
 log="parquet", full_per_signature=0, shard_size=65536)``), and each log is analysed in a fresh
 process: wall seconds, peak RSS, and whether the catalogs' compiles and topologies agree.
 
-``--files-calls``: that many calls written as the recorder's writer thread writes them
-(``CorpusWriter.add_signature`` with the recorder's window and fold bounds, no tensor data), to count
-the files a long day leaves (the offer/write level only: no analysis). Targets: the recorder's
+``--files-calls``: that many calls written as the recorder's writer thread writes them (the
+recorder's own ``CorpusWriter``, with its defaults: the first call of each signature kept in full
+until ``max_bytes``, files written in the background), to count the files a long day leaves (the
+write level only: no queue, no drops, no analysis; ``--files-only`` runs that alone). Targets: the recorder's
 log analysed within 1.5x the bench log's, 0 drops, peak RSS <= 1 GB; 10M calls in a few dozen
 files. Usage::
 
@@ -101,38 +102,98 @@ def record(directory: Path, count: int) -> dict:
             "dropped_by_reason": dict(counts["dropped_by_reason"]), "full": counts["full"], **listing}
 
 
+def _size(sig: tuple) -> int:
+    """Tensor storage bytes of a seed call, from its signature (each argument its own storage)."""
+    total = 0
+    for _, tensor in sig[2][1:]:
+        count = 1
+        for size in tensor[2]:
+            count *= size
+        total += count * (8 if tensor[5] == "int64" else 4)
+    return total
+
+
 def files(directory: Path, count: int) -> dict:
-    """``count`` seed calls written as a recorder's writer thread writes them (no tensor data)."""
+    """``count`` seed calls written as a recorder's writer thread writes them: a ``TrafficRecorder``'s
+    writer (its defaults: window and fold bounds, files written on a thread of their own), the first
+    call of each signature kept in full (its tensors built, zero-filled, and copied as ``offer()``
+    copies them) until ``max_bytes`` of them are kept, every other call by signature, a flush every
+    ``flush_every`` seconds. Not through ``offer()``'s queue: nothing is dropped, and the time-bound
+    flushes and rolls come at this loop's rate, not a server's."""
+    import inspect
+
+    import torch
+
     from bench.bench_traffic_log import signatures
     from bench.scale_corpus import COMPILE_OPTIONS, model_spec
-    from guardscope.corpus.traffic_log.files import ROLL_BYTES, WINDOW_ROWS
+    from guardscope.corpus.traffic_log.files import WINDOW_ROWS
+    from guardscope.corpus.values.sample import snapshot
     from guardscope.corpus.writer import CorpusWriter
+    from guardscope.runtime import TrafficRecorder
 
+    defaults = {name: parameter.default for name, parameter in inspect.signature(TrafficRecorder).parameters.items()}
     shutil.rmtree(directory, ignore_errors=True)
-    started = time.perf_counter()
-    with CorpusWriter(directory, model=model_spec(directory, "small"), compile=COMPILE_OPTIONS, keep="signatures",
-                      log="parquet", full_per_signature=0, shard_size=WINDOW_ROWS, roll_bytes=ROLL_BYTES,
-                      replica="bench:0") as writer:
+    # The recorder's writer as TrafficRecorder._open_writer opens it, with the recorder's defaults.
+    writer = CorpusWriter(directory, model=model_spec(directory, "small"), compile=dict(COMPILE_OPTIONS),
+                          keep="signatures", full_per_signature=defaults["full_per_signature"],
+                          max_signatures=defaults["max_signatures"], log=defaults["log"], replica="bench:0",
+                          shard_size=WINDOW_ROWS, roll_bytes=defaults["roll_bytes"],
+                          roll_seconds=defaults["roll_seconds"], background=True, max_full_bytes=defaults["max_bytes"])
+    max_bytes, flush_every = defaults["max_bytes"], defaults["flush_every"]
+    kept: set[int] = set()
+    reserved, smallest, full = 0, None, 0
+    started = last_flush = time.perf_counter()
+    with writer:
         for sig in signatures(count):
-            writer.add_signature(sig, {"cpu"})
+            if time.perf_counter() - last_flush >= flush_every:  # the recorder's flush every flush_every s
+                last_flush = time.perf_counter()
+                writer.flush(wait=False)
+            if smallest is None or reserved + smallest <= max_bytes:  # a full copy may still fit
+                key, size = hash(sig), _size(sig)
+                smallest = size if smallest is None else min(smallest, size)
+                if key not in kept and reserved + size <= max_bytes and len(kept) < defaults["max_signatures"]:
+                    kept.add(key)
+                    reserved += size
+                    kwargs = {name.strip("'"): torch.empty_strided(tensor[2], tensor[3], dtype=getattr(torch, tensor[5]))
+                              .zero_() for name, tensor in sig[2][1:]}
+                    args, kwargs = snapshot((), kwargs)
+                    writer.add_snapshot(args, kwargs, sig, when=time.time_ns())
+                    full += 1
+                    continue
+            writer.add_signature(sig, {"cpu"}, when=time.time_ns())
     seconds = time.perf_counter() - started
     listing = _listing(directory)
-    print(f"written     {count:,} calls as the recorder's writer writes them in {seconds:.1f} s: "
-          f"{listing['files']} files ({listing['parquet']} Parquet), {listing['bytes'] / 1e6:.1f} MB, manifest "
-          f"{listing['manifest_bytes']:,} bytes")
-    return {"seconds": round(seconds, 3), **listing}
+    print(f"written     {count:,} calls as the recorder's writer writes them in {seconds:.1f} s ({full:,} in full): "
+          f"{listing['files']} files ({listing['parquet']} Parquet, {listing['data_shards']} data shards), "
+          f"{listing['bytes'] / 1e6:.1f} MB, manifest {listing['manifest_bytes']:,} bytes")
+    return {"seconds": round(seconds, 3), "full": full, **listing}
+
+
+def _files_only(work: Path, arguments: argparse.Namespace) -> int:
+    """``--files-only``: the ``--files-calls`` count alone."""
+    run = common.run_child([sys.executable, "-c", FILES, str(work / f"files-{arguments.files_calls}"),
+                            str(arguments.files_calls), str(work / "files.json")], work / "files.log",
+                           shown="python -c <the recorder's writer>").check()
+    print(run.log.read_text().strip())
+    print(f"files             {run.wall_seconds:7.1f} s wall, peak RSS {run.max_rss_bytes / 2**20:,.0f} MiB  ({run.command})")
+    common.write_results(arguments.json, {"machine": common.machine(), "tree": common.tree(),
+                                          "files": common.read_json(work / "files.json"), "runs": {"files": run.to_json()}})
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=1_000_000)
     parser.add_argument("--files-calls", type=int, default=0, help="calls written to count the files (0: none)")
+    parser.add_argument("--files-only", action="store_true", help="only --files-calls: no recorder, no analysis")
     parser.add_argument("--work", type=Path, default=Path("/tmp/guardscope-bench/recorded-log"))
     parser.add_argument("--json", default=None)
     arguments = parser.parse_args(argv)
     print(f"machine     {common.describe_machine(common.machine())}")
     work, python = arguments.work, sys.executable
     work.mkdir(parents=True, exist_ok=True)
+    if arguments.files_only:
+        return _files_only(work, arguments)
     recorded, written = work / f"recorded-{arguments.calls}", work / f"log-{arguments.calls}"
     children = {
         "record": common.run_child([python, "-c", RECORD, str(recorded), str(arguments.calls), str(work / "record.json")],

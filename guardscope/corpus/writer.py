@@ -560,8 +560,9 @@ class CorpusWriter:
         self._roll(self._files.due(), state)
 
     def _roll(self, fold: bool, state: dict[str, Any] | None = None) -> None:
-        """The manifest, after folding the log's open file into one when ``fold``."""
-        folded = self._files.roll(dict(self._templates)) if fold else []
+        """The manifest, after folding the log's open file into one when ``fold``; then the windows
+        folded (now or when a window of much data began a file) deleted."""
+        folded = self._files.roll(fold)
         self._shards = self._files.shards
         self._write_manifest(state)
         for path in folded:  # once the manifest lists the file they were folded into

@@ -277,3 +277,41 @@ def test_windows_are_folded_into_one_file_past_roll_bytes_and_at_close(tmp_path)
     assert [sample.args[0].shape[0] for sample in kept] == [2, 3, 4, 5, 6, 7, 8, 9]  # each first, with data
     with pytest.raises(CorpusError, match="roll_bytes must be a positive int"):
         CorpusWriter(tmp_path / "u", model=MODEL, keep="signatures", log="parquet", roll_bytes=0)
+
+
+def test_windows_are_folded_as_they_come_without_reading_them_back(tmp_path, monkeypatch):
+    """Issue 53 (10M calls): the open file's windows are appended to the file being folded as they
+    are written, so a roll writes its bytes and reads no window back; a window of another call
+    template begins a new file (a file's metadata names its templates), one of much data in full
+    stays a file of its own after the file before it, and every call keeps its index."""
+    from guardscope.corpus.traffic_log import files as log_files
+
+    monkeypatch.setattr(log_files, "KEEP_DATA_BYTES", 10_000)  # call(1000)'s 24 KB: "much data"
+    read = pq.read_table
+    monkeypatch.setattr(pq, "read_table", lambda source, *a, **k: (
+        pytest.fail(f"a window read back from {source}") if isinstance(source, (str, pathlib.Path)) else
+        read(source, *a, **k)))
+    other = ((torch.zeros(2, 2),), {})  # another call template
+    windows = [[call(1), call(1)], [call(1), call(1)], [other, other], [call(1)], [call(1000)], [call(1), call(1)],
+               [call(1)]]
+    writer = CorpusWriter(tmp_path / "t", model=MODEL, keep="signatures", log="parquet", roll_bytes=2**30)
+    for window in windows:
+        for args, kwargs in window:
+            writer.add(*args, **kwargs)
+        writer.flush()
+    monkeypatch.setattr(pq, "read_table", read)
+    writer.close()
+    manifest = read_manifest(tmp_path / "t")
+    groups = [pq.read_metadata(tmp_path / "t" / s.file).num_row_groups for s in manifest.shards]
+    # windows 1-2 folded; 3 (another template) alone; 4 alone (3's template differs); 5 (much data)
+    # alone, the file before it closed first; 6-7 folded.
+    assert [s.samples for s in manifest.shards] == [4, 2, 1, 1, 3] and groups == [2, 1, 1, 1, 2]
+    names = sorted(path.name for path in (tmp_path / "t").iterdir())
+    assert names == sorted(["corpus.json", *(s.file for s in manifest.shards),
+                            *(s.data[0] for s in manifest.shards if s.data)])
+    calls = [item for window in windows for item in window]
+    corpus = load_corpus(tmp_path / "t")
+    assert [s[2] for s in described(corpus)] == [signature(*c, inference=False) for c in calls]
+    kept = [sample.index for sample in corpus if sample.recorded == "full"]
+    assert kept == [0, 4, 7]  # each signature's first call, with its data
+    assert all(torch.equal(corpus.sample(i).args[0], calls[i][0][0]) for i in kept)

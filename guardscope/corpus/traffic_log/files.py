@@ -9,7 +9,11 @@ readable by guardscope and by DuckDB or pyarrow, and loses at most the window it
 Once the open file's windows hold ``roll_bytes`` bytes, or its first is ``roll_seconds`` old, and at
 ``close()``, they are folded into one ``shard-NNNNN.parquet`` (their rows in order, one row group a
 window) with one data shard, the manifest lists it in their place and they are deleted. A day of
-traffic is then a few files, and the manifest does not grow with every flush.
+traffic is then a few files, and the manifest does not grow with every flush. Each window is
+appended to that file in memory as it is written (it is read back from no file), so a roll only
+writes the folded file's bytes: however many rows it holds, the thread writing the files never
+stops for a fold. A window of another call template begins a new file (a file's metadata names
+its templates), and so does a window of much data in full, which stays a file of its own.
 
 A kill during a fold can leave its windows beside the file they were folded into (written first,
 listed next, the windows deleted last): the manifest lists either the windows or the folded file,
@@ -37,7 +41,9 @@ from .parquet import COLUMNS, WRITE_OPTIONS, encode_log, encode_table, log_schem
 ROLL_BYTES = 64 * 2**20
 ROLL_SECONDS = 600.0
 # ...or this many rows: a file's rows are read at once, so its rows bound an analysis's memory
-# (the bench's own logs are 65,536 rows a file).
+# (the bench's own logs are 65,536 rows a file). Not the fold's cost, which no longer grows with
+# the file: 1M seed calls as 262,144-row files analyse at 924 MiB peak RSS here, as 1,048,576-row
+# files at 1.8 GiB (docs/benchmarks.md 15f); fewer, larger files need a file read in parts.
 ROLL_ROWS = 262_144
 # The distinct rows a traffic recorder's window holds at most before it is flushed (besides its
 # flush_every seconds): a flush costs a file write and the manifest's, so not every few hundred calls.
@@ -52,18 +58,35 @@ KEEP_DATA_BYTES = 4 * 2**20
 @dataclass
 class _Window:
     info: ShardInfo
-    data: list[dict[str, Any]]  # the calls it kept in full, as its data shard holds them
-    structured: bool
     templates: set[str] = field(default_factory=set)
     size: int = 0
     rows: int = 0
-    data_size: int = 0  # its data shard's bytes
+    samples: int = 0
+
+
+@dataclass
+class _Fold:
+    """The open file's windows folded as they come: their rows appended to one Parquet file being
+    written in memory (one row group a window), their calls kept in full gathered for its data
+    shard. Its schema carries the templates of its first window; a window using another begins
+    a new file."""
+    templates: dict[str, str]
+    schema: Any
+    buffer: io.BytesIO
+    sink: Any  # a pyarrow.parquet.ParquetWriter into buffer
+    data: list[dict[str, Any]] = field(default_factory=list)
+    structured: bool = False
 
 
 class LogFiles:
     """Where a writer's traffic-log windows go: :meth:`write` one window, :meth:`roll` the open
     file, :attr:`shards` the files the manifest lists (folded files, then the open file's
-    windows). ``write_file(path, data)`` writes atomically and synced."""
+    windows). ``write_file(path, data)`` writes atomically and synced.
+
+    The open file's windows are folded as they are written (:class:`_Fold`, in memory): a roll
+    writes the folded file, whatever its rows, in the time of writing its bytes, so the thread
+    that writes the files never stops for seconds (issue 53: a fold of 262,144 rows read back from
+    their windows took 4-6 s, in which a recorder's queue filled)."""
 
     def __init__(self, directory: pathlib.Path, write_file: Callable[[pathlib.Path, bytes], None],
                  roll_bytes: int | None = ROLL_BYTES, roll_seconds: float | None = ROLL_SECONDS) -> None:
@@ -71,7 +94,9 @@ class LogFiles:
         self.roll_bytes, self.roll_seconds = roll_bytes, roll_seconds
         self.folded: list[ShardInfo] = []
         self._open: list[_Window] = []
+        self._fold: _Fold | None = None
         self._opened = 0.0  # time.monotonic() of the open file's first window
+        self._done: list[pathlib.Path] = []  # windows folded, deleted once the manifest lists their file
         self.number = 0  # the next file's number
         self.rolls = 0
 
@@ -86,17 +111,30 @@ class LogFiles:
     def write(self, rows: list[dict[str, Any]], templates: dict[str, str], data: list[dict[str, Any]],
               structured: bool, first: int, samples: int) -> None:
         """Write one window (its rows, the templates they use, the calls kept in full) as the open
-        file's next window; then fold the open file if it is due."""
-        info, size, data_size = self._write_files(encode_log(rows, templates), data, structured, first, samples)
-        if not self._open:
+        file's next window and fold it in; a window of much data in full stays a file of its own
+        (the open file before it is folded first)."""
+        log = encode_log(rows, templates)
+        info, size, data_size = self._write_files(log, data, structured, first, samples)
+        if self.roll_bytes is None:  # one file per flush
+            self.folded.append(info)
+            return
+        if data_size >= KEEP_DATA_BYTES:
+            self._finish()
+            self.folded.append(info)
+            return
+        if self._fold is not None and not set(templates) <= set(self._fold.templates):
+            self._finish()
+        if self._fold is None:
             self._opened = time.monotonic()
-        self._open.append(_Window(info, data if self.roll_bytes is not None else [], structured, set(templates), size,
-                                  len(rows), data_size))
+            self._fold = _open_fold(templates)
+        self._open.append(_Window(info, set(templates), size, len(rows), samples))
+        _fold_in(self._fold, log, data, structured)
 
     def append(self, table: Any, templates: dict[str, str], data: list[dict[str, Any]], structured: bool,
                first: int, samples: int) -> None:
         """Write rows taken from other logs (an Arrow table, ``guardscope merge``) as a file of
         their own, with the calls they kept in full."""
+        self._finish()
         self.folded.append(self._write_files(encode_table(table, templates), data, structured, first, samples)[0])
 
     def _write_files(self, log: bytes, data: list[dict[str, Any]], structured: bool, first: int,
@@ -122,58 +160,57 @@ class LogFiles:
                 or sum(window.rows for window in self._open) >= ROLL_ROWS
                 or (self.roll_seconds is not None and time.monotonic() - self._opened >= self.roll_seconds))
 
-    def roll(self, templates: dict[str, str]) -> list[pathlib.Path]:
-        """Fold the open file's windows into one file (``templates``: digest -> JSON text of every
-        template the writer knows); returns the windows' files, for the caller to delete once the
-        manifest lists the folded file. Nothing to fold for an open file of one window or none, or
-        without ``roll_bytes`` (one file per flush)."""
-        windows, self._open = self._open, []
-        if len(windows) < 2 or self.roll_bytes is None:
-            self.folded.extend(window.info for window in windows)
-            return []
-        done: list[pathlib.Path] = []
-        run: list[_Window] = []
-        for window in [*windows, None]:  # runs of windows folded; one of much data kept as it is
-            if window is not None and window.data_size < KEEP_DATA_BYTES:
-                run.append(window)
-                continue
-            if len(run) > 1:
-                done += self._fold(run, templates)
-            else:
-                self.folded.extend(kept.info for kept in run)
-            run = []
-            if window is not None:
-                self.folded.append(window.info)
+    def roll(self, fold: bool = True) -> list[pathlib.Path]:
+        """Write the open file's windows as one file when ``fold`` (a file of one window stays as
+        it is); returns the files of the windows folded so far, for the caller to delete once the
+        manifest lists the files they were folded into."""
+        if fold:
+            self._finish()
+        done, self._done = self._done, []
         return done
 
-    def _fold(self, windows: list[_Window], templates: dict[str, str]) -> list[pathlib.Path]:
-        """Windows folded into one file (the next in :attr:`folded`); returns their files."""
-        data: list[dict[str, Any]] = []
-        structured = any(window.structured for window in windows)
-        buffer = io.BytesIO()
-        used = sorted(set().union(*(window.templates for window in windows)))
-        schema = log_schema({name: templates[name] for name in used}, positions=True)
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-
-        with pq.ParquetWriter(buffer, schema, **WRITE_OPTIONS) as sink:
-            for window in windows:
-                table = pq.read_table(self.directory / window.info.file)
-                columns = [table.column(name) for name in COLUMNS]
-                if data:  # the window's data rows point into the folded data shard
-                    at = COLUMNS.index("data")
-                    columns[at] = pc.add(columns[at], pa.scalar(len(data), pa.int64()))
-                columns.append(table.column("positions") if "positions" in table.column_names
-                               else pa.nulls(table.num_rows, schema.field("positions").type))
-                sink.write_table(pa.Table.from_arrays(columns, schema=schema))
-                data.extend(window.data)
-        first = windows[0].info.first
-        self.folded.append(self._write_files(buffer.getvalue(), data, structured, first,
-                                             sum(window.info.samples for window in windows))[0])
+    def _finish(self) -> None:
+        """The open file written as the next in :attr:`folded` (its windows, when it holds one)."""
+        fold, windows = self._fold, self._open
+        self._fold, self._open = None, []
+        if fold is None:
+            return
+        fold.sink.close()
+        if len(windows) < 2:
+            self.folded.extend(window.info for window in windows)
+            return
+        self.folded.append(self._write_files(fold.buffer.getvalue(), fold.data, fold.structured, windows[0].info.first,
+                                             sum(window.samples for window in windows))[0])
         self.rolls += 1
-        return [self.directory / file for window in windows
-                for file in (window.info.file, *((window.info.data[0],) if window.info.data else ()))]
+        self._done += [self.directory / file for window in windows
+                       for file in (window.info.file, *((window.info.data[0],) if window.info.data else ()))]
+
+
+def _open_fold(templates: dict[str, str]) -> _Fold:
+    import pyarrow.parquet as pq
+
+    schema = log_schema(templates, positions=True)
+    buffer = io.BytesIO()
+    return _Fold(dict(templates), schema, buffer, pq.ParquetWriter(buffer, schema, **WRITE_OPTIONS))
+
+
+def _fold_in(fold: _Fold, log: bytes, data: list[dict[str, Any]], structured: bool) -> None:
+    """A window's rows (its Parquet bytes) appended to ``fold`` as a row group, its ``data``
+    pointing into the folded data shard."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(pa.BufferReader(log))
+    columns = [table.column(name) for name in COLUMNS]
+    if fold.data:  # the window's data rows point into the folded data shard
+        at = COLUMNS.index("data")
+        columns[at] = pc.add(columns[at], pa.scalar(len(fold.data), pa.int64()))
+    columns.append(table.column("positions") if "positions" in table.column_names
+                   else pa.nulls(table.num_rows, fold.schema.field("positions").type))
+    fold.sink.write_table(pa.Table.from_arrays(columns, schema=fold.schema))
+    fold.data.extend(data)
+    fold.structured = fold.structured or structured
 
 
 def roll_bounds(roll_bytes: int | None, roll_seconds: float | None,
