@@ -355,8 +355,8 @@ def corpus_to_replay(paths: tuple[str, ...] | list[str], out_dir: str | Path, *,
     replicas = fleet_of(paths)
     if replicas is None:
         return Path(paths[0])
-    return _merged_fleet(replicas, out_dir, force=force, resume=resume, skip_bad_shards=skip_bad_shards,
-                         notice=notice)
+    return fleet_corpus(paths, out_dir, force=force, resume=resume, skip_bad_shards=skip_bad_shards, notice=notice,
+                        replicas=replicas)
 
 
 def fleet_groups(paths: tuple[str, ...] | list[str]) -> list[tuple[str, list[str], dict[str, Any]]]:
@@ -369,24 +369,19 @@ def fleet_groups(paths: tuple[str, ...] | list[str]) -> list[tuple[str, list[str
 
 
 def fleet_corpus(paths: tuple[str, ...] | list[str], out_dir: str | Path, *, force: bool = False, resume: bool = False,
-                 skip_bad_shards: bool = False, notice: Callable[[str], None] | None = None) -> Path:
+                 skip_bad_shards: bool = False, notice: Callable[[str], None] | None = None,
+                 replicas: list[Any] | None = None) -> Path:
     """Several replicas' traffic logs (corpus folders, folders of them, glob patterns) merged in
     fleet order (:mod:`guardscope.corpus.fleet.merge`) into ``OUT/fleet-corpus``, the corpus
     ``analyze`` then replays; the replicas are checked to be one fleet
-    (:func:`guardscope.corpus.fleet.replicas.open_fleet`) before the output folder is touched."""
-    from .corpus.fleet.replicas import open_fleet
-
-    return _merged_fleet(open_fleet(paths), out_dir, force=force, resume=resume, skip_bad_shards=skip_bad_shards,
-                         notice=notice)
-
-
-def _merged_fleet(replicas: list[Any], out_dir: str | Path, *, force: bool, resume: bool, skip_bad_shards: bool,
-                  notice: Callable[[str], None] | None) -> Path:
-    """The replicas (opened and checked to be one fleet) merged into ``OUT/fleet-corpus``. A
-    resumed analysis keeps the merged corpus it was reading."""
+    (:func:`guardscope.corpus.fleet.replicas.open_fleet`) before the output folder is touched, unless
+    ``replicas`` gives them opened and checked already. A resumed analysis keeps the merged corpus
+    it was reading."""
     from .corpus.fleet.merge import merge_fleet
+    from .corpus.fleet.replicas import open_fleet
     from .corpus.storage.format import MANIFEST_NAME
 
+    replicas = open_fleet(paths) if replicas is None else replicas
     out = store.prepare_output_dir(out_dir, force=force, resume=resume)
     target = out / FLEET_CORPUS
     if resume and (target / MANIFEST_NAME).is_file():
