@@ -155,8 +155,10 @@ class ServedModel:
         self._grad = functools.partial(torch_compat.grad_context, options.grad_mode)
         # The settings torch.compile(dynamic=True/False) makes around each call, held while any call
         # is in flight: on torch 2.11 threads' calls otherwise leave them changed for the process.
+        # Decided once here, not on every call: where torch keeps them per thread, nothing is held.
         dynamic = None if options.shapes_spec else options.dynamic  # compile_model passes no dynamic= with a spec
-        self._dynamic = functools.partial(torch_compat.held_call_settings, dynamic)
+        held = torch_compat.dynamic_call_settings(dynamic) and not torch_compat.supports_per_thread_config()
+        self._dynamic = functools.partial(torch_compat.held_call_settings, dynamic) if held else contextlib.nullcontext
         self._lock = threading.Lock()
         self._calls = 0
         self._compiled_calls = 0
