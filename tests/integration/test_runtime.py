@@ -56,7 +56,7 @@ def seed_plan(tmp_path_factory, seed_samples):
             for sample in seed_samples[:PLAN_SAMPLES]:
                 writer.add(*sample.args, **sample.kwargs)
         guardscope.analyze(base / "corpus", base / "out", strict=True)
-        pipeline.emit_warmup(base / "out")
+        pipeline.emit_warmup(base / "out", only=("warmup", "unbacked"))  # the plans served here
         return base / "out"
 
     return made_once(tmp_path_factory, "seed-plan", make)
