@@ -46,6 +46,7 @@ from .sessions import (  # noqa: F401
     seed_analysis,
     seed_fixes,
     seed_report,
+    seed_verified,
     sharded_seed,
     tiny_plan,
 )

@@ -139,6 +139,17 @@ def seed_fixes(tmp_path_factory, seed_analysis):
 
 
 @pytest.fixture(scope="session")
+def seed_verified(tmp_path_factory, seed_fixes):
+    """A copy of :func:`seed_fixes` verified as ``guardscope verify`` does by default (every plan
+    that would be deployed, each in a child process; the eager backend): (out, verification)."""
+    def make(folder: Path) -> tuple:
+        out = copy_analysis(seed_fixes[0], folder / "out")
+        return out, pipeline.verify(out, backend="eager")
+
+    return made_once(tmp_path_factory, "seed-verified", make)
+
+
+@pytest.fixture(scope="session")
 def probed(tmp_path_factory, seed_analysis):
     """A copy of the session's seed analysis probed with size 1 only: (out, ProbeResult)."""
     def make(folder: Path) -> tuple:

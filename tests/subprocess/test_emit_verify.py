@@ -26,9 +26,8 @@ from ..paths import model_spec
 from ..sessions import copy_analysis, made_once
 
 
-def test_verify_passes_all_three(seed_fixes, tmp_path):
-    out = copy_analysis(seed_fixes[0], tmp_path / "out")
-    document = pipeline.verify(out, backend="eager")
+def test_verify_passes_all_three(seed_verified):
+    out, document = seed_verified
     results = {r["name"]: r for r in document["artifacts"]}
     assert document["passed"], results
     assert results["warmup"]["setup_graphs"] == 10 and results["warmup"]["replay_recompiles"] == 0

@@ -10,13 +10,12 @@ the others are in tests/unit/test_report.py, tests/integration/test_report.py.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from guardscope import pipeline, torch_compat
+from guardscope import torch_compat
 from guardscope.report.page import read_inputs
 
 from ..headless_chromium import _Pipe, chromium_binary, open_page
@@ -65,13 +64,10 @@ def _boxes_in_first_screen(page, selectors: tuple[str, ...], width: int = 1280, 
 
 @pytest.mark.slow
 @pytest.mark.skipif(chromium_binary() is None, reason="chromium is not installed (apt-get install -y chromium)")
-def test_seed_recommendation_after_verify_is_in_the_first_screen(seed_report, tmp_path_factory):
-    """After emit-warmup and verify (real torch.compile, about 30 s), the seed report opens with
+def test_seed_recommendation_after_verify_is_in_the_first_screen(seed_verified):
+    """After emit-warmup and verify (the session's, real torch.compile), the seed report opens with
     the mark_unbacked plan, proven, its code in the first 1280x900 screen."""
-    out = tmp_path_factory.mktemp("seed-verified")  # a sibling of the seed: its relative corpus path holds
-    shutil.copytree(seed_report, out, dirs_exist_ok=True)
-    pipeline.emit_warmup(out)
-    verification = pipeline.verify(out, backend="eager")
+    out, verification = seed_verified
     # the three plans, and unbacked.py's shapes_spec form where torch has one (2.13)
     assert [a["status"] for a in verification["artifacts"]] == ["passed"] * (
         3 + torch_compat.supports_shapes_spec()), \
