@@ -20,6 +20,7 @@ from guardscope.cli import main
 from guardscope.corpus.reader import load_corpus
 from guardscope.corpus.writer import CorpusWriter
 from guardscope.errors import EngineError
+from guardscope.replay import engines
 
 from ..paths import FLEET, SEED_CORPUS
 
@@ -92,8 +93,9 @@ def test_a_corrupt_shard_is_skipped_and_counted_as_the_embedded_engine_does(tmp_
     assert [entry["file"] for entry in skipped] == [bad.name] and "not a readable Parquet file" in skipped[0]["error"]
 
 
-def test_an_unreachable_scheduler_is_one_line_naming_it_and_nothing_is_written(tmp_path):
+def test_an_unreachable_scheduler_is_one_line_naming_it_and_nothing_is_written(tmp_path, monkeypatch):
     _seed_log(tmp_path / "log", 0)
+    monkeypatch.setattr(engines, "CONNECT_TIMEOUT", 1)  # a refused address is retried until the timeout: 10 s idle
     with pytest.raises(EngineError) as caught:
         pipeline.analyze(tmp_path / "log", tmp_path / "out", engine="dask", scheduler="tcp://127.0.0.1:9")
     assert str(caught.value).startswith("cannot reach the Dask scheduler at tcp://127.0.0.1:9: ")
