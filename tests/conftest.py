@@ -48,6 +48,7 @@ from .sessions import (  # noqa: F401
     seed_report,
     seed_verified,
     sharded_seed,
+    shipped_fleet,
     tiny_plan,
 )
 

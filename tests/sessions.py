@@ -22,7 +22,7 @@ from guardscope.corpus.reader import load_corpus
 from guardscope.corpus.writer import CorpusWriter
 
 from . import real_models
-from .paths import REPO, SEED_CORPUS, model_spec
+from .paths import FLEET, REPO, SEED_CORPUS, model_spec
 
 REAL_SAMPLES = 40  # requests per real-model corpus in the catalog and fixes tests
 EXPORT_SAMPLES = 24  # requests per real-model corpus in the export tests
@@ -136,6 +136,16 @@ def seed_fixes(tmp_path_factory, seed_analysis):
         return out, pipeline.emit_warmup(out)
 
     return made_once(tmp_path_factory, "seed-fixes", make)
+
+
+@pytest.fixture(scope="session")
+def shipped_fleet(tmp_path_factory):
+    """samples/fleet's four replicas merged and analysed (the embedded engine): (merged corpus, out)."""
+    def make(folder: Path) -> tuple:
+        merged = pipeline.fleet_corpus([str(FLEET)], folder / "merged")
+        return merged, pipeline.analyze(merged, folder / "out").out_dir
+
+    return made_once(tmp_path_factory, "shipped-fleet", make)
 
 
 @pytest.fixture(scope="session")

@@ -106,7 +106,7 @@ def test_the_analyze_command_merges_a_folder_of_replicas_and_says_so(tmp_path):
     result = CliRunner().invoke(main, ["analyze", str(tmp_path / "traffic" / "r*"), "--out", str(tmp_path / "out"),
                                        "-q"])
     assert result.exit_code == 0, result.output
-    assert f"merged      60 calls of 2 replicas in" in result.output
+    assert "merged      60 calls of 2 replicas in" in result.output
     catalog = json.loads((tmp_path / "out" / "catalog.json").read_text())
     assert catalog["corpus"]["path"] == "fleet-corpus" and catalog["replicas"] == {"r0": 30, "r1": 30}
     # The report's fleet view: each replica's calls, and each topology's calls per replica.
@@ -140,7 +140,8 @@ def test_the_analyze_command_merges_a_folder_of_replicas_and_says_so(tmp_path):
             f"replica's calls, compiled their union of {union}") in text
 
 
-def test_the_shipped_fleet_is_the_seed_dealt_to_four_replicas_and_analyses_as_the_seed(tmp_path):
+def test_the_shipped_fleet_is_the_seed_dealt_to_four_replicas_and_analyses_as_the_seed(tmp_path, seed_analysis,
+                                                                                      shipped_fleet):
     import pyarrow.parquet as pq
 
     from samples.fleet.generate import generate
@@ -150,9 +151,9 @@ def test_the_shipped_fleet_is_the_seed_dealt_to_four_replicas_and_analyses_as_th
         assert [p.name for p in shipped] == sorted(p.name for p in path.glob("shard-*.parquet"))
         for file in shipped:
             assert pq.read_table(file).equals(pq.read_table(path / file.name)), file
-    seed = json.loads(pipeline.analyze(SEED, tmp_path / "seed").catalog_path.read_text())
-    merged = pipeline.fleet_corpus([str(FLEET)], tmp_path / "out")
-    fleet = json.loads(pipeline.analyze(merged, tmp_path / "out").catalog_path.read_text())
+    # The session's analyses of both (the seed's strict: the seed has no failing sample to refuse).
+    seed = json.loads(seed_analysis.catalog_path.read_text())
+    fleet = json.loads((shipped_fleet[1] / "catalog.json").read_text())
     assert sum(fleet["replicas"].values()) == 300 and set(fleet["replicas"]) == {f"web-{k}" for k in range(4)}
     base = min(pq.read_table(path, columns=["first_seen"]).column("first_seen").cast("int64").to_numpy().min()
                for path in FLEET.glob("*/shard-*.parquet"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import shutil
 
 import pytest
 from click.testing import CliRunner
@@ -22,7 +23,7 @@ from guardscope.corpus.writer import CorpusWriter
 from guardscope.errors import EngineError
 from guardscope.replay import engines
 
-from ..paths import FLEET, SEED_CORPUS
+from ..paths import SEED_CORPUS
 
 distributed = pytest.importorskip("distributed")
 
@@ -46,11 +47,13 @@ def _seed_log(path, full_per_signature: int) -> None:
             writer.add(*args, **kwargs)
 
 
-def _both(corpus, root, scheduler, **options) -> tuple[bytes, dict]:
-    """The catalog bytes of both engines (they must be equal) and the Dask run's engine summary."""
-    pipeline.analyze(corpus, root / "embedded", **options)
+def _both(corpus, root, scheduler, embedded=None, **options) -> tuple[bytes, dict]:
+    """The catalog bytes of both engines (they must be equal) and the Dask run's engine summary;
+    ``embedded``: the embedded engine's analysis of ``corpus`` when one was made already."""
+    if embedded is None:
+        embedded = pipeline.analyze(corpus, root / "embedded", **options).out_dir
     pipeline.analyze(corpus, root / "dask", engine="dask", scheduler=scheduler, **options)
-    embedded, dask = (root / "embedded" / "catalog.json").read_bytes(), (root / "dask" / "catalog.json").read_bytes()
+    embedded, dask = (embedded / "catalog.json").read_bytes(), (root / "dask" / "catalog.json").read_bytes()
     assert dask == embedded
     return dask, json.loads((root / "dask" / "timings.json").read_text())["engine"]
 
@@ -73,9 +76,14 @@ def test_the_dask_engine_gives_the_embedded_catalog_byte_for_byte(tmp_path, sche
         assert engine["shards_on_cluster"] + engine["shards_here"] == shards
 
 
-def test_the_shipped_fleet_merged_gives_the_same_catalog_on_both_engines(tmp_path, scheduler):
-    corpus = pipeline.fleet_corpus([str(FLEET)], tmp_path / "merged")
-    catalog, engine = _both(corpus, tmp_path, scheduler)
+def test_the_shipped_fleet_merged_gives_the_same_catalog_on_both_engines(tmp_path, scheduler, shipped_fleet):
+    # The session's merge, analysed by the embedded engine: copied side by side as made, so that
+    # the corpus's path relative to each analysis folder (in the catalog) is the same.
+    merged, embedded = shipped_fleet
+    shutil.copytree(merged.parent, tmp_path / merged.parent.name)
+    shutil.copytree(embedded, tmp_path / "embedded")
+    corpus = tmp_path / merged.parent.name / merged.name
+    catalog, engine = _both(corpus, tmp_path, scheduler, tmp_path / "embedded")
     assert sorted(json.loads(catalog)["replicas"]) == [f"web-{k}" for k in range(4)]
     assert engine["shards_on_cluster"] + engine["shards_here"] == len(load_corpus(corpus).manifest.shards)
 
