@@ -9,18 +9,16 @@ import pytest
 
 from guardscope import pipeline
 
-from ..paths import FLEET
 from ..sessions import copy_analysis, made_once
 from .test_emit_verify import without_third_warmup_sample
 
 
 @pytest.fixture(scope="module")
-def fleet_fixes(tmp_path_factory):
+def fleet_fixes(tmp_path_factory, shipped_fleet):
     def make(root):
-        corpus = pipeline.fleet_corpus([str(FLEET)], root / "out")
-        pipeline.analyze(corpus, root / "out")
-        pipeline.emit_warmup(root / "out", only=("warmup", "unbacked"))  # the plans verified here
-        return root / "out"
+        out = copy_analysis(shipped_fleet[1], root / "out")  # the session's merge and analysis
+        pipeline.emit_warmup(out, only=("warmup", "unbacked"))  # the plans verified here
+        return out
 
     return made_once(tmp_path_factory, "fleet-fixes", make)
 
