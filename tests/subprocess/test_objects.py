@@ -103,7 +103,7 @@ def test_a_generate_warmup_applied_as_the_report_says_compiles_nothing_under_ind
     # generate()'s grad mode, as TrafficRecorder records it (a CorpusWriter is told).
     om.record_generation(str(tmp_path / "c"), "gpt2_forward", recorded, dynamic=None, grad_mode="no_grad")
     analysis = guardscope.analyze(tmp_path / "c", tmp_path / "out")
-    # The plan verified, alone: a topology per warmup sample, in the analysis's order (the cover
+    # The plan verified, alone: one sample per topology, in the analysis's order (the cover
     # measured between them is the subject of the eager generate() tests above).
     pipeline.emit_warmup(analysis.out_dir, only=("warmup",))
     assert store.read_catalog(analysis.out_dir)["production"]["backend"] == "inductor"  # not recorded: the default
